@@ -1,0 +1,48 @@
+# netattach: the two README commands are `make demo` and `make test`; each sets up
+# everything it needs on a fresh machine (Debian packages, virtualenv, Go-built test bed).
+SHELL := /bin/bash
+.DEFAULT_GOAL := test
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/netattach
+PYTEST_ARGS ?=
+
+# Go-built test bed (kube-apiserver, etcd, cnitool, CNI reference plugins):
+# defines `testbin` and TESTBIN_ENV.
+include mk/testbin.mk
+
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+DEBS := containernetworking-plugins iproute2
+
+.PHONY: sysdeps venv test unit demo bench clean
+sysdeps:
+	@if ! command -v ip >/dev/null || [ ! -x /usr/lib/cni/bridge ]; then \
+	  echo "installing Debian packages: $(DEBS)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(DEBS) >/dev/null; \
+	fi
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -U pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+# Every test: unit, integration (real plugins in real netns) and end to end
+# (real kube-apiserver + etcd). Needs root for network namespaces.
+test: sysdeps venv testbin
+	$(TESTBIN_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+
+unit: venv
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+demo: sysdeps venv testbin
+	$(TESTBIN_ENV) $(PY) hack/demo.py
+
+bench: sysdeps venv testbin
+	$(TESTBIN_ENV) $(PY) hack/bench.py
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache

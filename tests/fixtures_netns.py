@@ -1,0 +1,25 @@
+"""Per-test host environment (netns, links, dirs) and the end-of-session leak check."""
+from __future__ import annotations
+
+import pytest
+
+from tests.testbed import netns as tb
+
+
+@pytest.fixture
+def host_env():
+    """A HostEnv: make netns/bridges/master links through it; all removed after the test."""
+    env = tb.new_host_env()
+    try:
+        yield env
+    finally:
+        env.cleanup()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leaks_at_end():
+    """Proves at the end of the session that tests left no netns or link behind."""
+    before = set(tb.leaks())
+    yield
+    left = set(tb.leaks()) - before
+    assert not left, f"tests left these behind: {sorted(left)}"

@@ -1,0 +1,143 @@
+"""Network namespaces, host links and work dirs made for one test, and the leak check.
+
+Every name starts with PREFIX so the end-of-session check can prove that nothing
+made by a test is left on the machine. Uses iproute2 (`ip`), the same tool an
+admin would use to look, so what the tests check is what a person would see.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PREFIX = "nat"  # links: nat<kind><6 hex>; netns: natns-<hex>
+NETNS_DIR = Path("/var/run/netns")
+
+
+def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run a command, capture text output; raise with its stderr on failure."""
+    p = subprocess.run(argv, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr.strip()}")
+    return p
+
+
+def links(netns: str | None = None) -> list[dict]:
+    """Links as `ip -j link` reports them, on the host or inside `netns`."""
+    argv = ["ip", "-j"] + (["-n", netns] if netns else []) + ["link", "show"]
+    return json.loads(run(*argv).stdout or "[]")
+
+
+def addresses(netns: str, ifname: str) -> list[str]:
+    """CIDR addresses ("10.1.0.2/24") on `ifname` in `netns`, link-local v6 excluded."""
+    data = json.loads(run("ip", "-j", "-n", netns, "addr", "show", "dev", ifname).stdout)
+    return [f"{a['local']}/{a['prefixlen']}" for a in data[0].get("addr_info", [])
+            if a.get("scope") != "link"]
+
+
+def link_mac(netns: str, ifname: str) -> str:
+    """MAC address of `ifname` in `netns`, lower case."""
+    return json.loads(run("ip", "-j", "-n", netns, "link", "show", "dev", ifname).stdout)[0]["address"]
+
+
+def netns_names() -> list[str]:
+    return sorted(p.name for p in NETNS_DIR.glob("*")) if NETNS_DIR.exists() else []
+
+
+def unique(kind: str) -> str:
+    """A link name PREFIX+kind+6 hex chars (<= 15 chars, IFNAMSIZ)."""
+    return f"{PREFIX}{kind}{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class HostEnv:
+    """What one test (or the demo) owns on the host; `cleanup()` removes all of it."""
+    root: Path
+    netns: list[str] = field(default_factory=list)
+    host_links: list[str] = field(default_factory=list)
+
+    @property
+    def ipam_dir(self) -> Path:
+        return self.root / "ipam"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.root / "net.d"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.root / "log"
+
+    def new_netns(self) -> str:
+        """Create a pod network namespace; returns its name (path: netns_path(name))."""
+        name = f"{PREFIX}ns-{uuid.uuid4().hex[:10]}"
+        run("ip", "netns", "add", name)
+        self.netns.append(name)
+        run("ip", "-n", name, "link", "set", "lo", "up")
+        return name
+
+    def bridge_name(self) -> str:
+        """A unique bridge name; the bridge plugin creates it, cleanup() deletes it."""
+        name = unique("b")
+        self.host_links.append(name)
+        return name
+
+    def master_link(self) -> str:
+        """A host link to act as macvlan/ipvlan master, up, owned by this env.
+
+        A veth pair stands in for a `dummy` link: the kernel of this test bed is
+        built without the dummy driver, and a veth end is an equally inert master.
+        """
+        name, peer = unique("m"), unique("p")
+        run("ip", "link", "add", name, "type", "veth", "peer", "name", peer)
+        self.host_links += [name, peer]
+        run("ip", "link", "set", name, "up")
+        run("ip", "link", "set", peer, "up")
+        return name
+
+    def ipam_allocations(self) -> list[Path]:
+        """host-local allocation files left under ipam_dir (lock and last_reserved_ip files excluded)."""
+        if not self.ipam_dir.exists():
+            return []
+        return [p for p in self.ipam_dir.rglob("*") if p.is_file()
+                and p.name != "lock" and not p.name.startswith("last_reserved_ip")]
+
+    def cleanup(self) -> None:
+        for ns in self.netns:
+            run("ip", "netns", "del", ns, check=False)
+        host = {l["ifname"] for l in links()}
+        for name in self.host_links:
+            if name in host:
+                run("ip", "link", "del", name, check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def new_host_env() -> HostEnv:
+    root = Path(tempfile.mkdtemp(prefix="netattach-test-"))
+    env = HostEnv(root=root)
+    for d in (env.ipam_dir, env.state_dir, env.conf_dir, env.log_dir):
+        d.mkdir(mode=0o700)
+    return env
+
+
+def netns_path(name: str) -> str:
+    return str(NETNS_DIR / name)
+
+
+def leaks() -> list[str]:
+    """Everything with PREFIX still on the machine: netns and host links."""
+    out = [f"netns {n}" for n in netns_names() if n.startswith(PREFIX)]
+    out += [f"link {l['ifname']}" for l in links() if l["ifname"].startswith(PREFIX)]
+    return out
+
+
+
