@@ -1,6 +1,9 @@
 """Per-test host environment (netns, links, dirs) and the end-of-session leak check."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from tests.testbed import netns as tb
@@ -23,3 +26,14 @@ def no_leaks_at_end():
     yield
     left = set(tb.leaks()) - before
     assert not left, f"tests left these behind: {sorted(left)}"
+
+
+@pytest.fixture(scope="session")
+def cni_testbin() -> Path:
+    """Dir of the Go-built cnitool and CNI 1.1 reference plugins (`make testbin`)."""
+    d = Path(os.environ.get("NETATTACH_CNI_BIN",
+                            Path.home() / ".cache/netattach/testbin/cni-v1.9.1"))
+    missing = [n for n in ("cnitool", "bridge", "host-local", "macvlan") if not (d / n).exists()]
+    if missing:
+        pytest.fail(f"{missing} not built in {d}: run `make testbin`")
+    return d

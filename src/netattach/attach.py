@@ -1,0 +1,408 @@
+"""Orchestration of ADD / DEL / CHECK over the pieces: kube, delegates, plan, state, chain, status.
+
+Every failure leaves here as one CniError whose message names the pod
+(`ns/name`), the network and the cause.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from . import delegates, plan as planning, selection, status
+from .cni import chain
+from .cni.errors import (CniError, INVALID_CONFIG, IO_FAILURE, TRY_AGAIN, UNKNOWN_CONTAINER,
+                         INCOMPATIBLE_VERSION)
+from .cni.request import CniRequest
+from .cni.result import convert_result, version_at_least
+from .kube import Kube, KubeError
+from .netconf import NetConf
+from .state import StateError, StateStore, is_missing_netns
+
+log = logging.getLogger("netattach")
+
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+# Backoff (seconds) while a pod is not yet visible in the API (informer lag on a fresh pod).
+POD_RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8)
+
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def pod_ref(req: CniRequest) -> PodRef | None:
+    """The pod named by CNI_ARGS (K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID), if any."""
+    ns, name = req.arg("K8S_POD_NAMESPACE"), req.arg("K8S_POD_NAME")
+    if not ns or not name:
+        return None
+    return PodRef(ns, name, req.arg("K8S_POD_UID") or "")
+
+
+def child_args(req: CniRequest) -> tuple[tuple[str, str], ...]:
+    """CNI_ARGS for every child: IgnoreUnknown=1 first, then the runtime's own pairs.
+
+    CONVENTIONS.md "CNI_ARGS": plugins reject unknown keys unless IgnoreUnknown is set;
+    the K8S_* keys the runtime passed reach the children unchanged.
+    """
+    return (("IgnoreUnknown", "1"),) + tuple((k, v) for k, v in req.args if k != "IgnoreUnknown")
+
+
+def runtime_conf(req: CniRequest, conf: NetConf, att: dict | planning.Attachment,
+                 netns: str | None = None) -> chain.RuntimeConf:
+    """The RuntimeConf of one attachment (saved-state dict or plan Attachment)."""
+    if isinstance(att, planning.Attachment):
+        ifname, cap = att.ifname, att.capability_args
+    else:
+        ifname, cap = att["ifname"], att.get("capabilityArgs", {})
+    return chain.RuntimeConf(
+        container_id=req.container_id, netns=req.netns if netns is None else netns, ifname=ifname,
+        args=child_args(req), capability_args=cap, cni_path=req.path,
+        bin_dirs=(conf.bin_dir,), timeout=conf.delegate_timeout)
+
+
+def _fail(pod: PodRef | None, network: str | None, e: Exception, code: int = INVALID_CONFIG) -> CniError:
+    """Wrap any error into one CniError naming pod, network and cause (child code kept)."""
+    where = f"pod {pod}" if pod else "request"
+    if network:
+        where += f": network {network}"
+    if isinstance(e, CniError):
+        return CniError(e.code, f"{where}: {e.msg}", e.details)
+    if isinstance(e, KubeError):
+        return CniError(TRY_AGAIN, f"{where}: {e}")
+    if isinstance(e, StateError):
+        return CniError(IO_FAILURE, f"{where}: {e}")
+    return CniError(code, f"{where}: {e}")
+
+
+# ---------------------------------------------------------------- resolution
+
+def _is_own(config: chain.NetworkConfig, own_type: str) -> bool:
+    return any(p.get("type") == own_type for p in config.plugins)
+
+
+def resolve_cluster_network(conf: NetConf, kube: Kube | None) -> tuple[str, chain.NetworkConfig]:
+    """(status name, delegate) of the cluster default network, from `clusterNetwork`.
+
+    An absolute path is a conf/conflist file or a directory (its first config in
+    sorted order, skipping netattach's own); otherwise the `name` of a config in
+    `confDir`; otherwise a NetworkAttachmentDefinition `[ns/]name` (namespace
+    defaults to `multusNamespace`). Disk is tried before the API so that the
+    common case needs no request. Raises DelegateError, KubeError, CniError.
+    """
+    value = conf.cluster_network
+    own = conf.raw.get("type", "netattach")
+    if value.startswith("/"):
+        if os.path.isdir(value):
+            for path in delegates.list_conf_files(value):
+                try:
+                    config = delegates.load_conf_file(path)
+                except (CniError, delegates.DelegateError) as e:
+                    log.warning("skipping %s: %s", path, e)
+                    continue
+                if not _is_own(config, own):
+                    return config.name, config
+            raise delegates.DelegateError(value, f"no CNI config for the cluster default network in {value}")
+        return (c := delegates.load_conf_file(value)).name, c
+    on_disk = delegates.find_on_disk(conf.conf_dir, value)
+    if on_disk is not None and not _is_own(on_disk, own):
+        return on_disk.name, on_disk
+    ns, _, name = value.rpartition("/")
+    ns = ns or conf.multus_namespace
+    if kube is None:
+        raise delegates.DelegateError(value, f"cluster default network {value!r} is neither a file "
+                                      f"nor a config in {conf.conf_dir}, and no pod API access")
+    return f"{ns}/{name}", delegates.resolve_delegate(kube.get_nad(ns, name), ns, name, conf.conf_dir)
+
+
+def _get_pod(kube: Kube, pod: PodRef) -> dict:
+    for delay in POD_RETRY_DELAYS + (None,):
+        obj = kube.get_pod(pod.namespace, pod.name)
+        if obj is not None:
+            return obj
+        if delay is None:
+            break
+        time.sleep(delay)
+    raise CniError(TRY_AGAIN, f"pod {pod}: not found in the API server "
+                   f"(retried for {sum(POD_RETRY_DELAYS):.1f}s)")
+
+
+def _check_uid(pod: PodRef, obj: dict) -> None:
+    meta = obj.get("metadata", {})
+    if not pod.uid or MIRROR_POD_ANNOTATION in meta.get("annotations", {}):
+        return  # static pods: the kubelet's UID differs from the mirror pod's
+    if meta.get("uid") != pod.uid:
+        raise CniError(UNKNOWN_CONTAINER, f"pod {pod}: UID mismatch: the runtime asked for "
+                       f"{pod.uid} but the API server has {meta.get('uid')} (pod was recreated)")
+
+
+def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None,
+               kube: Kube | None) -> list[planning.Attachment]:
+    """Fetch what is needed and plan all attachments. Raises CniError."""
+    pod_obj = None
+    if pod and kube:
+        try:
+            pod_obj = _get_pod(kube, pod)
+        except KubeError as e:
+            raise _fail(pod, None, e) from None
+        _check_uid(pod, pod_obj)
+    try:
+        default = resolve_cluster_network(conf, kube)
+    except (delegates.DelegateError, KubeError, CniError) as e:
+        raise _fail(pod, f"{conf.cluster_network} (cluster default network)", e) from None
+
+    secondaries: list[tuple[selection.NetworkSelectionElement, chain.NetworkConfig]] = []
+    elements: list[selection.NetworkSelectionElement] = []
+    if conf.default_networks and not (pod and pod.namespace in conf.system_namespaces):
+        elements += selection.parse_network_selection(",".join(conf.default_networks),
+                                                      conf.multus_namespace)
+    n_defaults = len(elements)
+    if pod_obj is not None:
+        annotation = pod_obj.get("metadata", {}).get("annotations", {}).get(
+            selection.NETWORKS_ANNOTATION, "")
+        try:
+            elements += selection.parse_network_selection(annotation, pod.namespace)
+        except selection.SelectionError as e:
+            raise CniError(INVALID_CONFIG, f"pod {pod}: invalid {selection.NETWORKS_ANNOTATION} "
+                           f"annotation: {e}") from None
+    for i, element in enumerate(elements):
+        if (i >= n_defaults and conf.namespace_isolation and element.namespace != pod.namespace
+                and element.namespace not in conf.global_namespaces):
+            raise CniError(INVALID_CONFIG, f"pod {pod}: network {element.ref}: namespace isolation "
+                           f"forbids pods in namespace {pod.namespace} to use "
+                           f"NetworkAttachmentDefinitions in namespace {element.namespace} "
+                           f"(allowed: {', '.join((pod.namespace,) + conf.global_namespaces)})")
+        try:
+            nad = kube.get_nad(element.namespace, element.name) if kube else None
+            config = delegates.resolve_delegate(nad, element.namespace, element.name, conf.conf_dir)
+        except (delegates.DelegateError, KubeError, CniError) as e:
+            raise _fail(pod, element.ref, e) from None
+        secondaries.append((element, config))
+    try:
+        return planning.plan_attachments(default, req.ifname, conf.runtime_config, secondaries)
+    except (planning.PlanError, CniError) as e:
+        raise _fail(pod, None, e) from None
+
+
+# ---------------------------------------------------------------- ADD
+
+def _state_of(req: CniRequest, conf: NetConf, pod: PodRef | None,
+              plan: list[planning.Attachment]) -> dict[str, Any]:
+    return {
+        "containerID": req.container_id,
+        "netns": req.netns,
+        "ifname": req.ifname,
+        "cniArgs": [list(kv) for kv in req.args],
+        "pod": {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid} if pod else None,
+        "cniVersion": conf.cni_version,
+        "attachments": [{
+            "network": a.network,
+            "ifname": a.ifname,
+            "default": a.default,
+            "source": a.config.source,
+            "config": a.config.raw,
+            "capabilityArgs": a.capability_args,
+            "attempted": False,
+            "result": None,
+        } for a in plan],
+    }
+
+
+def cmd_add(req: CniRequest, conf: NetConf) -> dict:
+    """ADD: attach the cluster default network, then every selected network.
+
+    Returns the cluster default network's result converted to the
+    configuration's cniVersion (multi-net spec §6, CNI SPEC.md "ADD").
+    Raises CniError; on failure every attempted attachment was DEL-ed (§7.2).
+    """
+    pod = pod_ref(req)
+    kube = Kube(conf.kubeconfig, conf.api_timeout) if pod else None
+    store = StateStore(conf.cni_dir)
+    try:
+        lock_cm = store.lock(req.container_id)
+        lock = lock_cm.__enter__()
+    except StateError as e:
+        raise _fail(pod, None, e) from None
+    try:
+        plan = build_plan(req, conf, pod, kube)
+        state = _state_of(req, conf, pod, plan)
+        try:
+            store.save(req.container_id, state)  # before any child runs
+        except StateError as e:
+            raise _fail(pod, None, e) from None
+        results: list[dict | None] = []
+        for i, att in enumerate(plan):
+            state["attachments"][i]["attempted"] = True
+            try:
+                store.save(req.container_id, state)
+                result = chain.add(att.config, runtime_conf(req, conf, att))
+            except (CniError, StateError) as e:
+                log.error("pod %s: ADD of network %s (%s) failed: %s", pod, att.network, att.ifname, e)
+                _rollback(req, conf, state, store)
+                raise _fail(pod, f"{att.network} (interface {att.ifname})", e) from None
+            results.append(result)
+            state["attachments"][i]["result"] = result
+            try:
+                store.save(req.container_id, state)
+            except StateError as e:
+                log.warning("pod %s: cannot save result of %s: %s", pod, att.network, e)
+            log.info("pod %s: attached network %s as %s", pod, att.network, att.ifname)
+        if pod and kube:
+            _publish_status(kube, pod, plan, results)
+        default_result = results[0] or {"cniVersion": conf.cni_version}
+        return convert_result(default_result, conf.cni_version)
+    finally:
+        lock.release_file = not store.exists(req.container_id)
+        lock_cm.__exit__(None, None, None)
+
+
+def _rollback(req: CniRequest, conf: NetConf, state: dict, store: StateStore) -> None:
+    """DEL the attempted attachments in reverse (spec §7.2); state is removed only when all
+    succeeded, so the runtime's following DEL retries whatever is left."""
+    errors = _delete_attachments(req, conf, state)
+    for e in errors:
+        log.error("rollback: %s", e)
+    if not errors:
+        store.remove(req.container_id)
+
+
+def _publish_status(kube: Kube, pod: PodRef, plan: list[planning.Attachment],
+                    results: list[dict | None]) -> None:
+    """PATCH network-status (spec §5). A failure is logged, not fatal: every interface is
+    up and the runtime's sandbox works; failing the ADD here would tear down a working
+    pod network over a report. docs/architecture.md records this decision."""
+    entries = [status.status_entry(a.network, r, ifname=a.ifname, default=a.default)
+               for a, r in zip(plan, results)]
+    try:
+        kube.patch_pod_annotations(pod.namespace, pod.name,
+                                   {status.NETWORK_STATUS_ANNOTATION: status.encode_status(entries)})
+    except KubeError as e:
+        log.warning("pod %s: attachments are up but the %s annotation could not be written: %s",
+                    pod, status.NETWORK_STATUS_ANNOTATION, e)
+
+
+# ---------------------------------------------------------------- DEL
+
+def _delete_attachments(req: CniRequest, conf: NetConf, state: dict) -> list[str]:
+    """DEL every attempted attachment in reverse order, past failures (spec §7.2).
+
+    Returns one message per failed DEL. A netns already gone is passed as ""
+    so children release IPAM and skip the namespace (CNI SPEC.md: DEL must
+    succeed when resources are already gone).
+    """
+    netns = "" if is_missing_netns(req.netns) else req.netns
+    errors = []
+    for att in reversed(state["attachments"]):
+        if not att.get("attempted", True):
+            continue
+        try:
+            config = chain.NetworkConfig.from_dict(att["config"], att.get("source", att["network"]))
+            chain.delete(config, runtime_conf(req, conf, att, netns), att.get("result"))
+        except CniError as e:
+            errors.append(f"network {att['network']} (interface {att['ifname']}): {e.msg}")
+    return errors
+
+
+def cmd_del(req: CniRequest, conf: NetConf) -> None:
+    """DEL: detach everything from saved state; needs neither the pod nor the API server.
+
+    Without saved state, rebuild the plan from the pod and its NADs when the API
+    answers, else succeed with a warning (nothing is known to undo).
+    Raises CniError listing every attachment whose DEL failed; state is kept then.
+    """
+    pod = pod_ref(req)
+    store = StateStore(conf.cni_dir)
+    try:
+        with store.lock(req.container_id) as lock:
+            state = _load_or_rebuild(req, conf, pod, store)
+            if state is None:
+                lock.release_file = True
+                return
+            errors = _delete_attachments(req, conf, state)
+            if errors:
+                raise CniError(TRY_AGAIN, f"pod {pod or req.container_id}: DEL failed for "
+                               f"{len(errors)} attachment(s): " + "; ".join(errors))
+            store.remove(req.container_id)
+            lock.release_file = True
+            log.info("pod %s: detached %d attachment(s)", pod, len(state["attachments"]))
+    except StateError as e:
+        raise _fail(pod, None, e) from None
+
+
+def _load_or_rebuild(req: CniRequest, conf: NetConf, pod: PodRef | None,
+                     store: StateStore) -> dict | None:
+    try:
+        state = store.load(req.container_id)
+    except StateError as e:
+        log.error("container %s: %s; rebuilding from the API", req.container_id, e)
+        state = None
+    if state is not None:
+        return state
+    try:
+        plan = build_plan(req, conf, pod, Kube(conf.kubeconfig, conf.api_timeout) if pod else None)
+    except CniError as e:
+        log.warning("container %s (pod %s): no saved state and the plan cannot be rebuilt "
+                    "(%s); nothing to DEL", req.container_id, pod, e.msg)
+        return None
+    log.warning("container %s (pod %s): no saved state; DEL rebuilt from the API (%d attachments)",
+                req.container_id, pod, len(plan))
+    state = _state_of(req, conf, pod, plan)
+    for att in state["attachments"]:
+        att["attempted"] = True
+    return state
+
+
+# ---------------------------------------------------------------- CHECK
+
+def cmd_check(req: CniRequest, conf: NetConf) -> None:
+    """CHECK every attachment with its saved result as prevResult (CNI SPEC.md "CHECK").
+
+    Raises CniError: version below 0.4.0, no saved state, or the first failing check.
+    """
+    pod = pod_ref(req)
+    if not version_at_least(conf.cni_version, "0.4.0"):
+        raise CniError(INCOMPATIBLE_VERSION, f"CHECK needs cniVersion 0.4.0 or later, "
+                       f"the configuration says {conf.cni_version}")
+    store = StateStore(conf.cni_dir)
+    try:
+        with store.lock(req.container_id):
+            state = store.load(req.container_id)
+    except StateError as e:
+        raise _fail(pod, None, e) from None
+    if state is None:
+        raise CniError(UNKNOWN_CONTAINER, f"pod {pod or '?'}: no saved state for container "
+                       f"{req.container_id}: it was never added on this node")
+    for att in state["attachments"]:
+        try:
+            config = chain.NetworkConfig.from_dict(att["config"], att.get("source", att["network"]))
+            chain.check(config, runtime_conf(req, conf, att), att.get("result"))
+        except CniError as e:
+            raise _fail(pod, f"{att['network']} (interface {att['ifname']})", e) from None
+
+
+# ---------------------------------------------------------------- STATUS
+
+def cmd_status(req: CniRequest, conf: NetConf) -> None:
+    """STATUS: forward to the cluster default network (CNI SPEC.md "STATUS", 1.1.0).
+
+    Readiness of the node's pod networking is the cluster default network's;
+    its error code (50 / 51) reaches the runtime unchanged. No API request.
+    Raises CniError.
+    """
+    if conf.readiness_indicator_file and not os.path.exists(conf.readiness_indicator_file):
+        raise CniError(50, f"cluster default network not ready: readiness indicator file "
+                       f"{conf.readiness_indicator_file} does not exist")
+    try:
+        _, config = resolve_cluster_network(conf, None)
+    except (delegates.DelegateError, CniError) as e:
+        raise _fail(None, f"{conf.cluster_network} (cluster default network)", e, code=50) from None
+    chain.status(config, chain.RuntimeConf(
+        container_id="", netns="", ifname="", args=(), capability_args={}, cni_path=req.path,
+        bin_dirs=(conf.bin_dir,), timeout=conf.delegate_timeout))

@@ -1,0 +1,110 @@
+"""Entry point: CNI mode when CNI_COMMAND is set, operator subcommands otherwise.
+
+CNI mode writes exactly one JSON document to stdout (the result, the VERSION
+answer, or a CNI error) and exits 0 on success, 1 on error (CNI SPEC.md
+"Result" / "Error"). Logs go to `logFile` and/or stderr, never to stdout.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import Any, NoReturn
+
+from . import __version__
+from .cni.errors import CniError
+
+log = logging.getLogger("netattach")
+
+SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+INTERNAL_ERROR = 999  # CNI SPEC.md: codes 100+ are the plugin's own; Multus uses 999 too
+_LEVELS = {"panic": logging.CRITICAL, "error": logging.ERROR, "warning": logging.WARNING,
+           "info": logging.INFO, "debug": logging.DEBUG, "verbose": logging.DEBUG}
+
+
+def setup_logging(log_file: str | None, level: str, to_stderr: bool) -> None:
+    """Route the `netattach` logger to a file (0600, appended) and/or stderr."""
+    root = logging.getLogger("netattach")
+    root.handlers.clear()
+    root.setLevel(_LEVELS.get(level, logging.INFO))
+    root.propagate = False
+    fmt = logging.Formatter(f"%(asctime)s netattach[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
+    if log_file:
+        try:
+            fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            handler: logging.Handler = logging.StreamHandler(os.fdopen(fd, "a", buffering=1))
+            handler.setFormatter(fmt)
+            root.addHandler(handler)
+        except OSError as e:
+            print(f"netattach: cannot open log file {log_file}: {e.strerror}", file=sys.stderr)
+    if to_stderr or not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(fmt)
+        root.addHandler(handler)
+
+
+def _emit(doc: dict[str, Any] | None, code: int) -> NoReturn:
+    if doc is not None:
+        sys.stdout.write(json.dumps(doc) + "\n")
+    sys.stdout.flush()
+    sys.exit(code)
+
+
+def cni_main(environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | None, int]:
+    """Run one CNI command. Returns (document for stdout or None, exit status).
+
+    Never raises: every failure becomes one CNI error document and status 1.
+    """
+    from .cni.request import parse_request
+
+    cni_version = "1.1.0"
+    try:
+        req = parse_request(environ, stdin)
+        if isinstance(req.config, dict) and isinstance(req.config.get("cniVersion"), str):
+            cni_version = req.config["cniVersion"]
+        if req.command == "VERSION":
+            return {"cniVersion": cni_version if cni_version in SUPPORTED_VERSIONS else "1.1.0",
+                    "supportedVersions": list(SUPPORTED_VERSIONS)}, 0
+        from .netconf import parse_netconf
+        conf = parse_netconf(req.config or {})
+        setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr)
+        log.debug("%s container=%s ifname=%s netns=%s", req.command, req.container_id,
+                  req.ifname, req.netns)
+        from . import attach
+        if req.command == "ADD":
+            return attach.cmd_add(req, conf), 0
+        if req.command == "DEL":
+            attach.cmd_del(req, conf)
+            return None, 0
+        if req.command == "CHECK":
+            attach.cmd_check(req, conf)
+            return None, 0
+        if req.command == "STATUS":
+            attach.cmd_status(req, conf)
+            return None, 0
+        raise CniError(4, f"command {req.command} is not supported yet by netattach")
+    except CniError as e:
+        log.error("%s", e.msg)
+        return e.to_dict(cni_version), 1
+    except Exception as e:  # last resort: the runtime must still get one CNI error
+        log.exception("internal error")
+        return CniError(INTERNAL_ERROR, f"netattach internal error: {type(e).__name__}: {e}",
+                        "see the netattach log for the traceback").to_dict(cni_version), 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console script `netattach`."""
+    if "CNI_COMMAND" in os.environ:
+        logging.getLogger("netattach").addHandler(logging.NullHandler())
+        doc, code = cni_main(dict(os.environ), sys.stdin.buffer.read())
+        _emit(doc, code)
+    import argparse
+    parser = argparse.ArgumentParser(prog="netattach", description=(
+        "CNI delegating meta-plugin for Kubernetes. Invoked by the container runtime with "
+        "CNI_COMMAND set; the subcommands below are for people."))
+    parser.add_argument("--version", action="version",
+                        version=f"netattach {__version__} (CNI {', '.join(SUPPORTED_VERSIONS)})")
+    parser.parse_args(argv)
+    parser.print_help()
+    sys.exit(0)

@@ -1,0 +1,130 @@
+"""The meta-plugin's own configuration: the conf (or conflist entry) the runtime passes on stdin.
+
+Keys are Multus-compatible, so a Multus user switches by changing `type`:
+`clusterNetwork`, `defaultNetworks`, `kubeconfig`, `confDir`, `cniDir`, `binDir`,
+`logFile`, `logLevel`, `logToStderr`, `multusNamespace`, `systemNamespaces`,
+`namespaceIsolation`, `globalNamespaces`, `readinessindicatorfile`, plus the CNI
+keys `name`, `type`, `cniVersion`, `capabilities`, `runtimeConfig`, `prevResult`.
+netattach adds `apiTimeout` and `delegateTimeout` (seconds). Unknown keys are
+ignored (CNI configs carry plugin-specific keys freely); a known key with a bad
+value fails with CNI code 7 naming the key.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cni.errors import CniError, INVALID_CONFIG
+
+DEFAULT_CONF_DIR = "/etc/cni/net.d"
+DEFAULT_CNI_DIR = "/var/lib/cni/netattach"
+DEFAULT_BIN_DIR = "/opt/cni/bin"
+DEFAULT_NAMESPACE = "kube-system"
+
+_DNS1123_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_STR = {"type": "string"}
+_PATH = {"type": "string", "minLength": 1}
+_STR_LIST = {"type": "array", "items": {"type": "string"}}
+_SECONDS = {"type": "number", "exclusiveMinimum": 0, "maximum": 3600}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["type", "clusterNetwork"],
+    "properties": {
+        "name": _STR,
+        "type": {"type": "string", "minLength": 1},
+        "cniVersion": {"type": "string", "pattern": r"^\d+\.\d+\.\d+$"},
+        "kubeconfig": _PATH,
+        "clusterNetwork": {"type": "string", "minLength": 1},
+        "defaultNetworks": {"type": "array", "items": {"type": "string", "minLength": 1}},
+        "confDir": _PATH,
+        "cniDir": _PATH,
+        "binDir": _PATH,
+        "logFile": _PATH,
+        "logLevel": {"enum": ["panic", "error", "warning", "info", "debug", "verbose"]},
+        "logToStderr": {"type": "boolean"},
+        "multusNamespace": {"type": "string", "pattern": _DNS1123_LABEL, "maxLength": 63},
+        "systemNamespaces": _STR_LIST,
+        "namespaceIsolation": {"type": "boolean"},
+        # Multus writes a comma-separated string; a list is accepted as well.
+        "globalNamespaces": {"anyOf": [_STR, _STR_LIST]},
+        "readinessindicatorfile": _STR,
+        "capabilities": {"type": "object", "additionalProperties": {"type": "boolean"}},
+        "runtimeConfig": {"type": "object"},
+        "prevResult": {"type": "object"},
+        "apiTimeout": _SECONDS,
+        "delegateTimeout": _SECONDS,
+    },
+}
+
+
+@dataclass(frozen=True)
+class NetConf:
+    """The validated configuration, defaults applied. Times in seconds."""
+    raw: dict[str, Any]
+    name: str
+    cni_version: str
+    cluster_network: str
+    default_networks: tuple[str, ...] = ()
+    kubeconfig: str | None = None
+    conf_dir: str = DEFAULT_CONF_DIR
+    cni_dir: str = DEFAULT_CNI_DIR
+    bin_dir: str = DEFAULT_BIN_DIR
+    log_file: str | None = None
+    log_level: str = "info"
+    log_to_stderr: bool = True
+    multus_namespace: str = DEFAULT_NAMESPACE
+    system_namespaces: tuple[str, ...] = (DEFAULT_NAMESPACE,)
+    namespace_isolation: bool = False
+    global_namespaces: tuple[str, ...] = ()
+    readiness_indicator_file: str | None = None
+    runtime_config: dict[str, Any] = field(default_factory=dict)
+    api_timeout: float = 10.0
+    delegate_timeout: float = 60.0
+
+
+def _validator():
+    # jsonschema costs ~0.1 s to import; only ADD/DEL/CHECK/STATUS/GC reach here.
+    from jsonschema import Draft202012Validator
+    return Draft202012Validator(SCHEMA)
+
+
+def parse_netconf(config: dict[str, Any]) -> NetConf:
+    """Validate the stdin config and apply defaults.
+
+    config: the decoded stdin JSON object.
+    Returns NetConf. Raises CniError code 7 (INVALID_CONFIG) naming the first bad
+    key and why (CNI SPEC.md "Error codes": 7 = invalid network config).
+    """
+    errors = sorted(_validator().iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        where = ".".join(str(p) for p in e.absolute_path) or "(top level)"
+        raise CniError(INVALID_CONFIG, f"invalid netattach configuration: key {where!r}: {e.message}",
+                       f"{len(errors)} problem(s) in the configuration on stdin")
+    g = config.get("globalNamespaces", ())
+    if isinstance(g, str):
+        g = [s.strip() for s in g.split(",")]
+    return NetConf(
+        raw=config,
+        name=config.get("name", "netattach"),
+        cni_version=config.get("cniVersion", "0.1.0"),
+        cluster_network=config["clusterNetwork"],
+        default_networks=tuple(config.get("defaultNetworks", ())),
+        kubeconfig=config.get("kubeconfig"),
+        conf_dir=config.get("confDir", DEFAULT_CONF_DIR),
+        cni_dir=config.get("cniDir", DEFAULT_CNI_DIR),
+        bin_dir=config.get("binDir", DEFAULT_BIN_DIR),
+        log_file=config.get("logFile"),
+        log_level=config.get("logLevel", "info"),
+        log_to_stderr=config.get("logToStderr", True),
+        multus_namespace=config.get("multusNamespace", DEFAULT_NAMESPACE),
+        system_namespaces=tuple(config.get("systemNamespaces", (DEFAULT_NAMESPACE,))),
+        namespace_isolation=config.get("namespaceIsolation", False),
+        global_namespaces=tuple(s for s in g if s),
+        readiness_indicator_file=config.get("readinessindicatorfile") or None,
+        runtime_config=dict(config.get("runtimeConfig", {})),
+        api_timeout=float(config.get("apiTimeout", 10.0)),
+        delegate_timeout=float(config.get("delegateTimeout", 60.0)),
+    )

@@ -1,0 +1,171 @@
+"""Per-container state files in `cniDir`: what DEL and CHECK need, saved before any child runs.
+
+Layout: `<cniDir>/<containerID>.json` (0600) and, while an operation runs,
+`<cniDir>/<containerID>.lock` (0600); `cniDir` itself is 0700.
+
+Writes are atomic (temp file + fsync + rename + fsync of the directory), and no
+path here follows a symlink planted in the state dir (O_NOFOLLOW, and the
+directory is checked to be a real directory owned by us).
+
+The lock serializes operations on one container (multi-net spec §7.3; CNI
+SPEC.md "the runtime must not invoke parallel operations for the same
+container", which a defensive plugin still enforces): flock on the lock file,
+re-checked against the path after acquisition so that a lock file unlinked by a
+finishing DEL is never shared.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import re
+import stat
+from typing import Any, Iterator
+
+STATE_FORMAT = 1
+_CONTAINER_ID = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
+
+
+class StateError(Exception):
+    """State could not be read or written; the message names the file and the cause."""
+
+
+class StateStore:
+    """State files of one `cniDir`.
+
+    cni_dir: directory path; created 0700 on first write.
+    """
+
+    def __init__(self, cni_dir: str):
+        self.dir = cni_dir
+
+    def _path(self, container_id: str, suffix: str) -> str:
+        # The request layer validated the ID already; checked again because this
+        # is where it becomes a path.
+        if not _CONTAINER_ID.match(container_id) or len(container_id) > 255:
+            raise StateError(f"invalid container ID {container_id!r}")
+        return os.path.join(self.dir, container_id + suffix)
+
+    def ensure_dir(self) -> None:
+        """Create `cniDir` (0700, parents 0755) or check the existing one is a real dir.
+
+        Raises StateError when it is a symlink or not a directory.
+        """
+        try:
+            os.makedirs(os.path.dirname(self.dir.rstrip("/")) or "/", exist_ok=True)
+            os.mkdir(self.dir, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise StateError(f"cannot create state dir {self.dir}: {e.strerror}") from None
+        st = os.lstat(self.dir)
+        if not stat.S_ISDIR(st.st_mode):
+            raise StateError(f"state dir {self.dir} is not a directory (symlink or file)")
+        if st.st_mode & 0o077:
+            os.chmod(self.dir, 0o700)
+
+    def load(self, container_id: str) -> dict | None:
+        """The saved state dict, or None when there is none.
+
+        Raises StateError when the file exists but cannot be read or decoded.
+        """
+        path = self._path(container_id, ".json")
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StateError(f"cannot open state file {path}: {e.strerror}") from None
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read()
+        try:
+            data = json.loads(raw)
+        except ValueError as e:
+            raise StateError(f"state file {path} is corrupt: {e}") from None
+        if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
+            raise StateError(f"state file {path} has an unknown format")
+        return data
+
+    def save(self, container_id: str, state: dict[str, Any]) -> None:
+        """Write `state` atomically (0600). Raises StateError (disk full, read-only, ...)."""
+        self.ensure_dir()
+        path = self._path(container_id, ".json")
+        tmp = f"{path}.tmp{os.getpid()}"
+        data = json.dumps({**state, "format": STATE_FORMAT}, separators=(",", ":")).encode()
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, path)
+            dfd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise StateError(f"cannot write state file {path}: {e.strerror}") from None
+
+    def exists(self, container_id: str) -> bool:
+        """True when a state file is saved for the container."""
+        return os.path.lexists(self._path(container_id, ".json"))
+
+    def remove(self, container_id: str) -> None:
+        """Delete the state file if present."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path(container_id, ".json"))
+
+    @contextlib.contextmanager
+    def lock(self, container_id: str) -> Iterator["Lock"]:
+        """Hold the container's lock for the block (blocking; spec §7.3).
+
+        Yields a Lock whose `release_file = True` makes the exit unlink the lock
+        file (set by a DEL that removed the state), so nothing is left behind.
+        """
+        self.ensure_dir()
+        path = self._path(container_id, ".lock")
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            except OSError as e:
+                raise StateError(f"cannot open lock file {path}: {e.strerror}") from None
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                same = os.fstat(fd).st_ino == os.lstat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # a finishing DEL unlinked it; take the new one
+        held = Lock()
+        try:
+            yield held
+        finally:
+            if held.release_file:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            os.close(fd)
+
+
+class Lock:
+    release_file = False
+
+
+def is_missing_netns(netns: str) -> bool:
+    """True when the netns path is empty or no longer exists (DEL after the sandbox is gone)."""
+    if not netns:
+        return True
+    try:
+        os.stat(netns)
+    except OSError as e:
+        return e.errno in (errno.ENOENT, errno.ENOTDIR)
+    return False

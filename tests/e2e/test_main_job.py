@@ -1,0 +1,148 @@
+"""The main job end to end (issue 2 acceptance 1-5): the installed `netattach` command,
+real CNI plugins in a real netns, a real kube-apiserver, the plugin on a ServiceAccount
+token bound only by deploy/rbac.yaml."""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.testbed import netns as tb
+from tests.testbed import scenario as sc
+
+
+@pytest.fixture
+def scenario(admin_api, plugin_kubeconfig, host_env, k8s_namespace):
+    return sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace)
+
+
+def pod_links(s: sc.Scenario) -> list[str]:
+    return sorted(l["ifname"] for l in tb.links(s.netns))
+
+
+def in_subnet(cidr: str, subnet: str) -> bool:
+    return ipaddress.ip_interface(cidr).ip in ipaddress.ip_network(subnet)
+
+
+def assert_clean(s: sc.Scenario) -> None:
+    """Nothing of the pod is left: only lo in the netns, no IP allocated, no state file."""
+    assert pod_links(s) == ["lo"]
+    assert s.env.ipam_allocations() == []
+    assert sorted(os.listdir(s.env.state_dir)) == []
+
+
+def test_add_three_networks_status_and_del(scenario, admin_api):
+    """Acceptance 1: eth0, net1, data0 with their addresses; bridge result at 1.0.0;
+    network-status with three matching entries; then DEL leaves nothing."""
+    s = scenario
+    run = s.run("ADD")
+    assert run.code == 0, run.stdout + run.stderr + s.log_text()
+    assert run.stderr == ""
+    result = run.doc
+    assert result["cniVersion"] == "1.0.0"
+    assert {"version"} & set(result["ips"][0]) == set()  # 1.0.0 form: no per-IP version
+    assert in_subnet(result["ips"][0]["address"], sc.SUBNETS["default"])
+
+    assert pod_links(s) == ["data0", "eth0", "lo", "net1"]
+    addrs = {ifname: tb.addresses(s.netns, ifname) for ifname in ("eth0", "net1", "data0")}
+    assert in_subnet(addrs["eth0"][0], sc.SUBNETS["default"])
+    assert in_subnet(addrs["net1"][0], sc.SUBNETS["net-a"])
+    assert in_subnet(addrs["data0"][0], sc.SUBNETS["net-b"])
+    mtu = json.loads(tb.run("ip", "-j", "-n", s.netns, "link", "show", "net1").stdout)[0]["mtu"]
+    assert mtu == sc.NET_A_MTU  # the conflist's second plugin (tuning) ran on net1
+    assert result["ips"][0]["address"] == addrs["eth0"][0]
+
+    status = json.loads(sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)[sc.STATUS])
+    assert [(e["name"], e["interface"], e["default"]) for e in status] == [
+        ("cluster-net", "eth0", True),
+        (f"{s.namespace}/net-a", "net1", False),
+        ("other/net-b", "data0", False),
+    ]
+    for entry in status:
+        assert entry["ips"] == addrs[entry["interface"]]
+        assert entry["mac"] == tb.link_mac(s.netns, entry["interface"])
+
+    state_files = os.listdir(s.env.state_dir)
+    assert state_files == [f"{s.container_id}.json"]
+    assert os.stat(s.env.state_dir / state_files[0]).st_mode & 0o777 == 0o600
+
+    run = s.run("CHECK")
+    assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
+
+    run = s.run("DEL")
+    assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
+    assert_clean(s)
+
+
+def test_cnitool_drives_netattach(scenario, cni_testbin):
+    """Acceptance 2: cnitool (libcni) with a conflist whose only plugin is netattach."""
+    s = scenario
+    netdir = s.env.root / "cnitool-net.d"
+    netdir.mkdir()
+    conflist = {"cniVersion": "1.0.0", "name": "netattach-list",
+                "plugins": [{k: v for k, v in s.netconf.items() if k not in ("cniVersion", "name")}]}
+    (netdir / "netattach.conflist").write_text(json.dumps(conflist))
+    env = s.cni_env("ADD")
+    cnitool_env = {"PATH": env["PATH"], "NETCONFPATH": str(netdir), "CNI_PATH": env["CNI_PATH"],
+                   "CNI_ARGS": env["CNI_ARGS"], "CNI_IFNAME": "eth0"}
+    cnitool = str(Path(cni_testbin) / "cnitool")
+    p = subprocess.run([cnitool, "add", "netattach-list", s.netns_path], env=cnitool_env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr + s.log_text()
+    assert json.loads(p.stdout)["cniVersion"] == "1.0.0"
+    assert pod_links(s) == ["data0", "eth0", "lo", "net1"]
+    p = subprocess.run([cnitool, "check", "netattach-list", s.netns_path], env=cnitool_env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr + s.log_text()
+    p = subprocess.run([cnitool, "del", "netattach-list", s.netns_path], env=cnitool_env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr + s.log_text()
+    assert_clean(s)
+
+
+def test_del_with_api_server_stopped(scenario, cluster):
+    """Acceptance 3: DEL needs neither the pod nor the API server."""
+    s = scenario
+    assert s.run("ADD").code == 0, s.log_text()
+    assert len(s.env.ipam_allocations()) == 3
+    cluster.stop_apiserver()
+    try:
+        run = s.run("DEL")
+        assert run.code == 0, run.stdout + s.log_text()
+        assert_clean(s)
+    finally:
+        cluster.start_apiserver()
+
+
+def test_missing_nad_fails_cleanly(admin_api, plugin_kubeconfig, host_env, k8s_namespace):
+    """Acceptance 4: a NAD that does not exist; error names it; nothing attached or allocated."""
+    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, networks="net-a,no-such-net")
+    run = s.run("ADD")
+    assert run.code == 1
+    err = run.doc
+    assert set(err) >= {"cniVersion", "code", "msg"}
+    assert f"{k8s_namespace}/no-such-net" in err["msg"] and "not found" in err["msg"]
+    assert f"pod {k8s_namespace}/{s.pod_name}" in err["msg"]
+    assert_clean(s)
+    assert s.run("DEL").code == 0  # the runtime's DEL after a failed ADD succeeds
+    assert_clean(s)
+
+
+def test_failing_delegate_rolls_back(admin_api, plugin_kubeconfig, host_env, k8s_namespace):
+    """Acceptance 5: a macvlan whose master does not exist fails after two attachments;
+    both are rolled back, the error carries the child's own message."""
+    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, networks="net-a,net-bad")
+    missing = tb.unique("x")
+    sc.apply_nad(admin_api, sc.nad(k8s_namespace, "net-bad", {
+        "cniVersion": "1.0.0", "type": "macvlan", "master": missing,
+        "ipam": {"type": "host-local", "subnet": "198.18.9.0/24", "dataDir": str(host_env.ipam_dir)}}))
+    run = s.run("ADD")
+    assert run.code == 1
+    err = run.doc
+    assert f"{k8s_namespace}/net-bad" in err["msg"] and "net2" in err["msg"]
+    assert missing in err["msg"] or missing in err.get("details", "")  # the child's message
+    assert_clean(s)

@@ -1,0 +1,223 @@
+"""Scenario 1 of the main job, shared by the e2e tests, `make demo` and `make bench`.
+
+Cluster default network: a bridge conf on disk (CNI 0.3.1), `clusterNetwork` is its path.
+NAD `net-a` in the pod's namespace: conflist (1.0.0) macvlan on a host master + host-local, then tuning (mtu).
+NAD `net-b` in namespace `other`: a bridge + host-local conf (0.3.1) without `name` (spec §3.4.2 injection).
+Pod annotated `net-a,other/net-b@data0` -> eth0, net1, data0.
+
+Subnets come from 198.18.0.0/15 (RFC 2544, benchmarking): never the host's own networks.
+The plugin is invoked exactly as a runtime does: the installed `netattach` command, CNI env + stdin.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .netns import HostEnv, netns_path
+
+DEBIAN_CNI_DIR = "/usr/lib/cni"
+NETWORKS = "k8s.v1.cni.cncf.io/networks"
+STATUS = "k8s.v1.cni.cncf.io/network-status"
+OTHER_NS = "other"
+SUBNETS = {"default": "198.18.1.0/24", "net-a": "198.18.2.0/24", "net-b": "198.18.3.0/24"}
+NET_A_MTU = 1420
+
+
+def netattach_command() -> str:
+    """The installed `netattach` console script of the running interpreter's environment."""
+    path = Path(sys.executable).parent / "netattach"
+    if not path.exists():
+        found = shutil.which("netattach")
+        if not found:
+            raise RuntimeError("netattach is not installed: run `make venv`")
+        path = Path(found)
+    return str(path)
+
+
+def cni_plugin_dirs() -> list[str]:
+    """CNI_PATH for children: Debian's plugins (CNI <= 1.0.0)."""
+    return [DEBIAN_CNI_DIR]
+
+
+@dataclass
+class Scenario:
+    env: HostEnv
+    namespace: str
+    pod_name: str
+    pod_uid: str
+    container_id: str
+    netns: str
+    bin_dir: Path
+    netconf: dict[str, Any]
+    bridges: dict[str, str]
+    master: str
+    extra_args: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def netns_path(self) -> str:
+        return netns_path(self.netns)
+
+    def cni_env(self, command: str, ifname: str = "eth0") -> dict[str, str]:
+        """The environment a runtime sets for one CNI call on this pod's sandbox."""
+        args = [("IgnoreUnknown", "1"), ("K8S_POD_NAMESPACE", self.namespace),
+                ("K8S_POD_NAME", self.pod_name), ("K8S_POD_INFRA_CONTAINER_ID", self.container_id),
+                ("K8S_POD_UID", self.pod_uid)] + self.extra_args
+        return {
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            "CNI_COMMAND": command,
+            "CNI_CONTAINERID": self.container_id,
+            "CNI_NETNS": self.netns_path,
+            "CNI_IFNAME": ifname,
+            "CNI_PATH": ":".join([str(self.bin_dir)] + cni_plugin_dirs()),
+            "CNI_ARGS": ";".join(f"{k}={v}" for k, v in args),
+        }
+
+    def run(self, command: str, netconf: dict | None = None,
+            env_overrides: dict[str, str] | None = None, timeout: float = 120) -> "PluginRun":
+        """Exec `<binDir>/netattach` with CNI env + stdin, as a runtime does."""
+        env = {**self.cni_env(command), **(env_overrides or {})}
+        p = subprocess.run([str(self.bin_dir / "netattach")], input=json.dumps(netconf or self.netconf),
+                           capture_output=True, text=True, env=env, timeout=timeout)
+        return PluginRun(p.returncode, p.stdout, p.stderr)
+
+    def log_text(self) -> str:
+        path = Path(self.netconf["logFile"])
+        return path.read_text() if path.exists() else ""
+
+
+@dataclass
+class PluginRun:
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def doc(self) -> dict:
+        """stdout as the one JSON document it must be (asserts exactly one)."""
+        return json.loads(self.stdout)
+
+
+def bridge_conf(bridge: str, subnet: str, ipam_dir: Path, *, name: str | None, version: str,
+                gateway: bool) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "cniVersion": version, "type": "bridge", "bridge": bridge, "isGateway": gateway,
+        "ipMasq": False,
+        "ipam": {"type": "host-local", "subnet": subnet, "dataDir": str(ipam_dir),
+                 **({"routes": [{"dst": "0.0.0.0/0"}]} if gateway else {})},
+    }
+    if name:
+        conf["name"] = name
+    return conf
+
+
+def net_a_conflist(master: str, ipam_dir: Path) -> dict[str, Any]:
+    return {"cniVersion": "1.0.0", "name": "net-a", "plugins": [
+        {"type": "macvlan", "master": master, "mode": "bridge",
+         "ipam": {"type": "host-local", "subnet": SUBNETS["net-a"], "dataDir": str(ipam_dir)}},
+        {"type": "tuning", "mtu": NET_A_MTU},
+    ]}
+
+
+def nad(namespace: str, name: str, config: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"config": json.dumps(config)}}
+
+
+def pod(namespace: str, name: str, networks: str | None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace,
+                         "annotations": {NETWORKS: networks} if networks is not None else {}},
+            "spec": {"nodeName": "test-node", "automountServiceAccountToken": False,
+                     "containers": [{"name": "c", "image": "registry.invalid/pause:1"}]}}
+
+
+def install_bin_dir(env: HostEnv) -> Path:
+    """A CNI bin dir holding the installed `netattach` (a symlink to the console script)."""
+    bin_dir = env.root / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    link = bin_dir / "netattach"
+    if not link.exists():
+        link.symlink_to(netattach_command())
+    return bin_dir
+
+
+def netattach_conf(env: HostEnv, kubeconfig: Path, cluster_network: str, bin_dir: Path,
+                   version: str = "1.0.0", **extra: Any) -> dict[str, Any]:
+    return {"cniVersion": version, "name": "netattach-test", "type": "netattach",
+            "kubeconfig": str(kubeconfig), "clusterNetwork": cluster_network,
+            "confDir": str(env.conf_dir), "cniDir": str(env.state_dir), "binDir": str(bin_dir),
+            "logFile": str(env.log_dir / "netattach.log"), "logLevel": "debug",
+            "logToStderr": False, **extra}
+
+
+def ensure_namespace(api, name: str) -> None:
+    from kubernetes.client import CoreV1Api
+    from kubernetes.client.exceptions import ApiException
+    try:
+        CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+    except ApiException as e:
+        if e.status != 409:
+            raise
+
+
+def apply_nad(api, obj: dict[str, Any]) -> None:
+    """Create or replace a NetworkAttachmentDefinition (admin client)."""
+    from kubernetes.client import CustomObjectsApi
+    from kubernetes.client.exceptions import ApiException
+    co = CustomObjectsApi(api)
+    ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    args = ("k8s.cni.cncf.io", "v1", ns, "network-attachment-definitions")
+    try:
+        co.delete_namespaced_custom_object(*args, name)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+    co.create_namespaced_custom_object(*args, obj)
+
+
+def create_pod(api, obj: dict[str, Any]) -> str:
+    """Create the pod; returns its UID."""
+    from kubernetes.client import CoreV1Api
+    created = CoreV1Api(api).create_namespaced_pod(obj["metadata"]["namespace"], obj)
+    return created.metadata.uid
+
+
+def read_pod_annotations(api, namespace: str, name: str) -> dict[str, str]:
+    from kubernetes.client import CoreV1Api
+    return CoreV1Api(api).read_namespaced_pod(name, namespace).metadata.annotations or {}
+
+
+def setup(api, kubeconfig: Path, env: HostEnv, namespace: str,
+          networks: str = "net-a,other/net-b@data0", pod_name: str | None = None) -> Scenario:
+    """Build scenario 1 on the host and in the API server; returns the Scenario.
+
+    The caller owns `env` (its cleanup removes netns, bridges and dirs) and the
+    namespace. NADs: `net-a` in `namespace`, `net-b` in `other` (replaced each time).
+    """
+    bridges = {"default": env.bridge_name(), "net-b": env.bridge_name()}
+    master = env.master_link()
+    cluster_conf = env.conf_dir / "10-cluster.conf"
+    cluster_conf.write_text(json.dumps(bridge_conf(
+        bridges["default"], SUBNETS["default"], env.ipam_dir, name="cluster-net",
+        version="0.3.1", gateway=True)))
+    ensure_namespace(api, OTHER_NS)
+    apply_nad(api, nad(namespace, "net-a", net_a_conflist(master, env.ipam_dir)))
+    apply_nad(api, nad(OTHER_NS, "net-b", bridge_conf(
+        bridges["net-b"], SUBNETS["net-b"], env.ipam_dir, name=None, version="0.3.1",
+        gateway=False)))
+    pod_name = pod_name or f"pod-{uuid.uuid4().hex[:8]}"
+    uid = create_pod(api, pod(namespace, pod_name, networks))
+    bin_dir = install_bin_dir(env)
+    return Scenario(env=env, namespace=namespace, pod_name=pod_name, pod_uid=uid,
+                    container_id=uuid.uuid4().hex + uuid.uuid4().hex, netns=env.new_netns(),
+                    bin_dir=bin_dir,
+                    netconf=netattach_conf(env, kubeconfig, str(cluster_conf), bin_dir),
+                    bridges=bridges, master=master)

@@ -1,0 +1,93 @@
+"""State files: atomic, 0600 in a 0700 dir, never following planted symlinks, lock file removed."""
+import json
+import os
+import stat
+import threading
+import time
+
+import pytest
+
+from netattach.state import StateError, StateStore
+
+
+def test_save_load_remove_modes(tmp_path):
+    store = StateStore(str(tmp_path / "cni"))
+    store.save("abc", {"attachments": [1]})
+    assert stat.S_IMODE(os.stat(tmp_path / "cni").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(tmp_path / "cni" / "abc.json").st_mode) == 0o600
+    assert store.load("abc")["attachments"] == [1]
+    assert store.exists("abc")
+    store.remove("abc")
+    assert store.load("abc") is None and not store.exists("abc")
+    assert os.listdir(tmp_path / "cni") == []
+
+
+@pytest.mark.parametrize("cid", ["../x", "a/b", "", ".hidden", "a\x00b", "x" * 300])
+def test_container_id_never_becomes_a_path(tmp_path, cid):
+    with pytest.raises(StateError):
+        StateStore(str(tmp_path)).save(cid, {})
+
+
+def test_planted_symlink_is_not_followed(tmp_path):
+    target = tmp_path / "victim"
+    target.write_text("keep")
+    d = tmp_path / "cni"
+    d.mkdir(mode=0o700)
+    (d / "abc.json").symlink_to(target)
+    store = StateStore(str(d))
+    with pytest.raises(StateError):
+        store.load("abc")
+    assert target.read_text() == "keep"
+
+
+def test_state_dir_that_is_a_symlink_is_refused(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "cni").symlink_to(tmp_path / "real")
+    with pytest.raises(StateError, match="not a directory"):
+        StateStore(str(tmp_path / "cni")).save("abc", {})
+
+
+@pytest.mark.parametrize("content", [b"{trunc", b"[]", b'{"format": 99}', b""])
+def test_corrupt_state_is_reported(tmp_path, content):
+    store = StateStore(str(tmp_path))
+    (tmp_path / "abc.json").write_bytes(content)
+    with pytest.raises(StateError, match="abc.json"):
+        store.load("abc")
+
+
+def test_unwritable_state_fails_with_the_path(tmp_path):
+    d = tmp_path / "cni"
+    d.mkdir(mode=0o700)
+    (d / "abc.json").mkdir()  # the rename fails, for root too (dir modes would not stop root)
+    store = StateStore(str(d))
+    with pytest.raises(StateError, match="abc.json"):
+        store.save("abc", {})
+
+
+def test_lock_serializes_and_release_removes_file(tmp_path):
+    store = StateStore(str(tmp_path))
+    order = []
+
+    def second():
+        with store.lock("abc"):
+            order.append("second")
+
+    with store.lock("abc") as held:
+        t = threading.Thread(target=second)
+        t.start()
+        time.sleep(0.2)
+        order.append("first")
+        held.release_file = True
+    t.join(5)
+    assert order == ["first", "second"]
+    # the second holder re-created the file after the first unlinked it; it did not release it
+    assert (tmp_path / "abc.lock").exists()
+    with store.lock("abc") as held:
+        held.release_file = True
+    assert not (tmp_path / "abc.lock").exists()
+
+
+def test_saved_json_is_compact_and_versioned(tmp_path):
+    store = StateStore(str(tmp_path))
+    store.save("abc", {"a": 1})
+    assert json.loads((tmp_path / "abc.json").read_text()) == {"a": 1, "format": 1}
