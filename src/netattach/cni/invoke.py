@@ -1,0 +1,238 @@
+"""Finding and running one CNI plugin executable (the libcni pkg/invoke equivalent).
+
+The child gets the network configuration as JSON on stdin and the CNI_* variables
+in its environment (CNI SPEC.md, Section 2 "Execution Protocol"); it answers a
+result or an error object on stdout. Nothing here writes to our own stdout.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from .errors import (ChildError, CniError, DECODE_FAILURE, INVALID_CONFIG, IO_FAILURE,
+                     TRY_AGAIN, UNKNOWN)
+
+log = logging.getLogger("netattach.invoke")
+
+CNI_ENV_KEYS = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS",
+                "CNI_PATH")
+STDERR_TAIL = 4096  # characters of a child's stderr kept in errors
+_TXTBSY_RETRIES = 5  # libcni RawExec retries "text file busy" 5 times, 1 s apart
+
+_child_lock = threading.Lock()
+_child_seconds = 0.0
+
+
+def child_seconds() -> float:
+    """Wall-clock seconds spent running children since the last reset (for benchmarks)."""
+    return _child_seconds
+
+
+def reset_child_seconds() -> None:
+    """Set the child_seconds() counter back to 0."""
+    global _child_seconds
+    with _child_lock:
+        _child_seconds = 0.0
+
+
+def _add_child_seconds(seconds: float) -> None:
+    global _child_seconds
+    with _child_lock:
+        _child_seconds += seconds
+
+
+@dataclass(frozen=True)
+class PluginEnv:
+    """The CNI_* values of one child invocation (CNI_COMMAND is given separately).
+
+    `args` is the CNI_ARGS string ("K=V;K=V"), `path` the CNI_PATH string.
+    """
+    container_id: str = ""
+    netns: str = ""
+    ifname: str = ""
+    args: str = ""
+    path: str = ""
+
+
+def find_plugin(plugin_type: str, dirs: Sequence[str]) -> str:
+    """Path of the executable named `plugin_type` in the first of `dirs` that has one.
+
+    SPEC.md: the runtime uses the network "type" as the executable name and looks
+    for it in its plugin directories (libcni invoke.FindInPath). A type that is
+    empty, "." or "..", or contains '/' or NUL could name a file outside those
+    directories and raises CniError INVALID_CONFIG (7) "invalid plugin type";
+    no regular executable file found raises INVALID_CONFIG naming the type and dirs.
+    """
+    if (not isinstance(plugin_type, str) or not plugin_type or plugin_type in (".", "..")
+            or "/" in plugin_type or "\0" in plugin_type):
+        raise CniError(INVALID_CONFIG, f"invalid plugin type {plugin_type!r}",
+                       "a plugin type is a file name: not empty, '.', '..', no '/' or NUL")
+    for d in dirs:
+        if not d:
+            continue
+        candidate = os.path.join(d, plugin_type)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise CniError(INVALID_CONFIG, f"failed to find plugin {plugin_type!r} in path "
+                   f"[{', '.join(d for d in dirs if d)}]")
+
+
+def child_environ(command: str, env: PluginEnv) -> dict[str, str]:
+    """os.environ with our own CNI_* replaced by this child's.
+
+    Empty values are left out (never inherited from our environment), except
+    CNI_PATH which is always set, possibly to "".
+    """
+    out = {k: v for k, v in os.environ.items() if k not in CNI_ENV_KEYS}
+    for key, value in (("CNI_COMMAND", command), ("CNI_CONTAINERID", env.container_id),
+                       ("CNI_NETNS", env.netns), ("CNI_IFNAME", env.ifname),
+                       ("CNI_ARGS", env.args)):
+        if value:
+            out[key] = value
+    out["CNI_PATH"] = env.path
+    return out
+
+
+def _tail(text: str, limit: int = STDERR_TAIL) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    except PermissionError:  # the child changed its process group id; kill it alone
+        proc.kill()
+
+
+def _spawn(path: str, environ: dict[str, str], deadline: float) -> subprocess.Popen:
+    name = os.path.basename(path)
+    for attempt in range(_TXTBSY_RETRIES + 1):
+        try:
+            return subprocess.Popen([path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=environ, close_fds=True,
+                                    start_new_session=True)
+        except OSError as e:
+            # A plugin binary being replaced right now: wait and retry, as libcni does.
+            if e.errno == errno.ETXTBSY and attempt < _TXTBSY_RETRIES:
+                remaining = deadline - time.monotonic()
+                if remaining > 0:
+                    time.sleep(min(1.0, remaining))
+                    continue
+            raise ChildError(IO_FAILURE, f"cannot execute plugin {name!r}: {e.strerror or e}",
+                             path, plugin=name) from None
+    raise AssertionError("unreachable")
+
+
+def _failure(name: str, returncode: int, stdout: str, stderr: str) -> ChildError:
+    """The ChildError for a non-zero exit (libcni invoke RawExec.pluginErr rules).
+
+    A JSON error object on stdout gives code/msg/details; otherwise, like libcni,
+    the code is UNKNOWN (0) and the message says what the plugin left (nothing,
+    only stderr, or unparsable stdout). The stderr tail goes into details then.
+    """
+    how = (f"was killed by signal {-returncode}" if returncode < 0
+           else f"exited with status {returncode}")
+    text = stdout.strip()
+    if text:
+        try:
+            obj = json.loads(text)
+        except (ValueError, RecursionError):
+            obj = None
+        if isinstance(obj, dict) and ("code" in obj or "msg" in obj):
+            code = obj.get("code")
+            code = code if isinstance(code, int) and not isinstance(code, bool) else UNKNOWN
+            msg = obj.get("msg") if isinstance(obj.get("msg"), str) else ""
+            details = obj.get("details") if isinstance(obj.get("details"), str) else ""
+            return ChildError(code, msg or f"plugin {name!r} {how} with an empty error message",
+                              details, plugin=name, stderr=_tail(stderr))
+        return ChildError(UNKNOWN, f"plugin {name!r} {how} and its error output is not a CNI "
+                          f"error object: {_tail(text, 512)!r}", _tail(stderr),
+                          plugin=name, stderr=_tail(stderr))
+    if stderr.strip():
+        return ChildError(UNKNOWN, f"plugin {name!r} {how}: {_tail(stderr, 512)!r}",
+                          _tail(stderr), plugin=name, stderr=_tail(stderr))
+    return ChildError(UNKNOWN, f"plugin {name!r} {how} with no error message", "",
+                      plugin=name, stderr="")
+
+
+def exec_plugin(path: str, command: str, config: dict, env: PluginEnv,
+                timeout: float) -> dict | None:
+    """Run plugin `path` once for `command`; return its decoded stdout.
+
+    stdin: JSON of `config`; environment: child_environ(command, env); the child
+    starts in a new session (its own process group).
+    Returns the JSON object the plugin printed on success, or None when it printed
+    nothing (or JSON null), which is normal for DEL, CHECK, STATUS and GC.
+
+    Raises ChildError (a CniError):
+    * the child's own code/msg/details when it exits non-zero with a CNI error object;
+    * UNKNOWN (0) for a non-zero exit without one (libcni RawExec.pluginErr), the
+      stderr tail in details;
+    * DECODE_FAILURE (6) when it exits 0 but stdout is not a JSON object;
+    * IO_FAILURE (5) when it cannot be executed;
+    * TRY_AGAIN (11) when it runs longer than `timeout` seconds: its whole process
+      group is killed.
+    """
+    name = os.path.basename(path)
+    data = json.dumps(config, separators=(",", ":")).encode()
+    environ = child_environ(command, env)
+    start = time.monotonic()
+    deadline = start + timeout
+    proc = _spawn(path, environ, deadline)
+    timed_out = False
+    try:
+        out_b, err_b = proc.communicate(data, timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+        try:
+            out_b, err_b = proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:  # a descendant in another group holds the pipes
+            proc.kill()
+            proc.wait()
+            out_b, err_b = b"", b""
+    except BaseException:
+        _kill_group(proc)
+        proc.wait()
+        raise
+    finally:
+        elapsed = time.monotonic() - start
+        _add_child_seconds(elapsed)
+    stdout = out_b.decode("utf-8", "replace")
+    stderr = err_b.decode("utf-8", "replace")
+    log.debug("%s %s ifname=%s rc=%s took %.3fs", command, name, env.ifname or "-",
+              "timeout" if timed_out else proc.returncode, elapsed)
+    if stderr.strip():
+        log.debug("%s %s stderr: %s", command, name, _tail(stderr))
+
+    if timed_out:
+        raise ChildError(TRY_AGAIN, f"plugin {name!r} timed out after {timeout:g} seconds "
+                         f"({command})", _tail(stderr), plugin=name, stderr=_tail(stderr))
+    if proc.returncode != 0:
+        raise _failure(name, proc.returncode, stdout, stderr)
+    if not stdout.strip():
+        return None
+    try:
+        obj = json.loads(stdout)
+    except (ValueError, RecursionError) as e:
+        raise ChildError(DECODE_FAILURE, f"plugin {name!r} printed output that is not JSON "
+                         f"({command}): {e}", _tail(stdout, 512), plugin=name,
+                         stderr=_tail(stderr)) from None
+    if obj is None:
+        return None
+    if not isinstance(obj, dict):
+        raise ChildError(DECODE_FAILURE, f"plugin {name!r} printed a JSON "
+                         f"{type(obj).__name__}, not an object ({command})",
+                         _tail(stdout, 512), plugin=name, stderr=_tail(stderr))
+    return obj

@@ -1,0 +1,162 @@
+"""Finding and running a plugin executable, with tiny script plugins. No root needed."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+
+import pytest
+
+from netattach.cni import invoke
+from netattach.cni.errors import ChildError, CniError
+from netattach.cni.invoke import PluginEnv, exec_plugin, find_plugin
+
+ENV = PluginEnv(container_id="c1", netns="/var/run/netns/x", ifname="eth0", args="A=1",
+                path="/opt/cni/bin")
+
+
+def script(dirpath, name: str, body: str) -> str:
+    path = os.path.join(dirpath, name)
+    with open(path, "w") as f:
+        f.write(f"#!{sys.executable}\nimport json, os, sys\n{body}\n")
+    os.chmod(path, 0o755)
+    return path
+
+
+# ------------------------------------------------------------------ find_plugin
+
+@pytest.mark.parametrize("ptype", ["", ".", "..", "a/b", "../bridge", "/bin/sh", "a\0b"])
+def test_invalid_plugin_types(ptype, tmp_path):
+    with pytest.raises(CniError) as e:
+        find_plugin(ptype, [str(tmp_path)])
+    assert e.value.code == 7 and "invalid plugin type" in e.value.msg
+
+
+def test_find_in_order_and_executable_only(tmp_path):
+    a, b, c = (tmp_path / n for n in "abc")
+    for d in (a, b, c):
+        d.mkdir()
+    (a / "p").write_text("not executable")
+    (b / "p").mkdir()  # a directory is not a plugin
+    script(str(c), "p", "")
+    assert find_plugin("p", ["", str(a), str(b), str(c)]) == str(c / "p")
+    script(str(a), "q", "")
+    script(str(c), "q", "")
+    assert find_plugin("q", [str(a), str(c)]) == str(a / "q")
+
+
+def test_not_found_names_type_and_dirs(tmp_path):
+    with pytest.raises(CniError) as e:
+        find_plugin("nope", [str(tmp_path), "/nonexistent"])
+    assert e.value.code == 7
+    assert "'nope'" in e.value.msg and str(tmp_path) in e.value.msg and "/nonexistent" in e.value.msg
+
+
+# ------------------------------------------------------------------ environment
+
+def test_child_environ_replaces_ours(monkeypatch):
+    monkeypatch.setenv("CNI_NETNS", "/ours")
+    monkeypatch.setenv("CNI_ARGS", "OURS=1")
+    monkeypatch.setenv("KEEP_ME", "yes")
+    env = invoke.child_environ("DEL", PluginEnv(container_id="c1", ifname="eth0", path=""))
+    assert env["CNI_COMMAND"] == "DEL" and env["CNI_CONTAINERID"] == "c1"
+    assert env["CNI_IFNAME"] == "eth0" and env["CNI_PATH"] == ""
+    assert "CNI_NETNS" not in env and "CNI_ARGS" not in env  # empty: left out, not inherited
+    assert env["KEEP_ME"] == "yes"
+
+
+def test_child_gets_stdin_and_env(tmp_path):
+    p = script(tmp_path, "echo", "conf = json.load(sys.stdin)\n"
+               "print(json.dumps({'cniVersion': conf['cniVersion'], 'got': conf,\n"
+               "  'env': {k: v for k, v in os.environ.items() if k.startswith('CNI_')}}))")
+    out = exec_plugin(p, "ADD", {"cniVersion": "1.0.0", "name": "n", "type": "echo"}, ENV, 10)
+    assert out["got"] == {"cniVersion": "1.0.0", "name": "n", "type": "echo"}
+    assert out["env"] == {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1",
+                          "CNI_NETNS": "/var/run/netns/x", "CNI_IFNAME": "eth0",
+                          "CNI_ARGS": "A=1", "CNI_PATH": "/opt/cni/bin"}
+
+
+# ------------------------------------------------------------------ outcomes
+
+@pytest.mark.parametrize("stdout", ["", "\n", "null"])
+def test_empty_output_is_none(tmp_path, stdout):
+    p = script(tmp_path, "quiet", f"sys.stdout.write({stdout!r})")
+    assert exec_plugin(p, "DEL", {}, ENV, 10) is None
+
+
+@pytest.mark.parametrize("stdout", ["not json", "[1, 2]", "42"])
+def test_success_with_bad_output_is_decode_failure(tmp_path, stdout):
+    p = script(tmp_path, "noisy", f"print({stdout!r})")
+    with pytest.raises(ChildError) as e:
+        exec_plugin(p, "ADD", {}, ENV, 10)
+    assert e.value.code == 6 and "'noisy'" in e.value.msg and e.value.plugin == "noisy"
+
+
+def test_error_object_passed_through(tmp_path):
+    p = script(tmp_path, "failing",
+               "sys.stderr.write('some trace\\n')\n"
+               "print(json.dumps({'cniVersion': '1.0.0', 'code': 117, 'msg': 'no luck',"
+               " 'details': 'really'}))\nsys.exit(1)")
+    with pytest.raises(ChildError) as e:
+        exec_plugin(p, "ADD", {}, ENV, 10)
+    assert (e.value.code, e.value.msg, e.value.details) == (117, "no luck", "really")
+    assert e.value.plugin == "failing" and "some trace" in e.value.stderr
+
+
+def test_unparsable_failure_like_libcni(tmp_path):
+    p = script(tmp_path, "crash", "print('panic: oops')\nsys.stderr.write('goroutine 1\\n')\n"
+               "sys.exit(2)")
+    with pytest.raises(ChildError) as e:
+        exec_plugin(p, "ADD", {}, ENV, 10)
+    assert e.value.code == 0  # libcni types.ErrUnknown
+    assert "panic: oops" in e.value.msg and "status 2" in e.value.msg
+    assert "goroutine 1" in e.value.details
+
+
+def test_stderr_only_failure(tmp_path):
+    p = script(tmp_path, "grumpy", "sys.stderr.write('x' * 10000 + 'the end')\nsys.exit(3)")
+    with pytest.raises(ChildError) as e:
+        exec_plugin(p, "DEL", {}, ENV, 10)
+    assert e.value.code == 0 and "status 3" in e.value.msg
+    assert e.value.details.endswith("the end") and len(e.value.details) <= invoke.STDERR_TAIL + 3
+
+
+def test_silent_failure(tmp_path):
+    p = script(tmp_path, "mute", "sys.exit(1)")
+    with pytest.raises(ChildError) as e:
+        exec_plugin(p, "DEL", {}, ENV, 10)
+    assert e.value.code == 0 and "no error message" in e.value.msg
+
+
+def test_killed_by_signal(tmp_path):
+    p = script(tmp_path, "doomed", "import signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    with pytest.raises(ChildError) as e:
+        exec_plugin(p, "ADD", {}, ENV, 10)
+    assert "signal 9" in e.value.msg
+
+
+def test_cannot_execute(tmp_path):
+    p = tmp_path / "broken"
+    p.write_text("#!/nonexistent/interpreter\n")
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    with pytest.raises(ChildError) as e:
+        exec_plugin(str(p), "ADD", {}, ENV, 10)
+    assert e.value.code == 5 and "'broken'" in e.value.msg
+
+
+def test_child_seconds_counter(tmp_path):
+    p = script(tmp_path, "sleepy", "import time\ntime.sleep(0.2)")
+    invoke.reset_child_seconds()
+    assert invoke.child_seconds() == 0
+    exec_plugin(p, "DEL", {}, ENV, 10)
+    assert 0.2 <= invoke.child_seconds() < 5
+    invoke.reset_child_seconds()
+    assert invoke.child_seconds() == 0
+
+
+def test_nothing_written_to_our_stdout(tmp_path, capfd):
+    p = script(tmp_path, "chatty", "sys.stderr.write('to stderr\\n')\nprint(json.dumps({'a': 1}))")
+    assert exec_plugin(p, "ADD", {}, ENV, 10) == {"a": 1}
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
