@@ -1,0 +1,320 @@
+"""Running a network configuration (conf or conflist): the libcni equivalent.
+
+CNI SPEC.md Section 3 "Execution of Network Configurations": plugins of a list run
+in order for ADD (each getting the previous plugin's result as `prevResult`), in
+reverse order for DEL, in order for CHECK/STATUS/GC. The rules of what each plugin
+gets on stdin follow libcni (libcni/api.go buildOneConfig, injectRuntimeConfig,
+GCNetworkList, GetStatusNetworkList).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from . import invoke
+from .errors import ChildError, CniError, DECODE_FAILURE, INCOMPATIBLE_VERSION, INVALID_CONFIG
+from .request import validate_container_id, validate_ifname, validate_network_name
+from .result import (SUPPORTED_VERSIONS, check_supported, convert_result, parse_version,
+                     version_at_least)
+
+DEFAULT_VERSION = "0.1.0"  # a config without cniVersion (libcni create.DecodeVersion)
+GC_ATTACHMENTS_KEY = "cni.dev/valid-attachments"  # SPEC.md GC
+# libcni also sends the list under the key an earlier draft of the spec used.
+GC_ATTACHMENTS_KEY_COMPAT = "cni.dev/attachments"
+
+
+def _config_error(source: str, problem: str) -> CniError:
+    return CniError(INVALID_CONFIG, f"invalid network configuration {source}: {problem}")
+
+
+def _flag(data: dict, key: str, source: str) -> bool:
+    """A conflist boolean; libcni also accepts the strings "true"/"false" (any case)."""
+    value = data.get(key, False)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise _config_error(source, f"{key} must be a boolean, got {value!r}")
+
+
+def _check_plugin(plugin: Any, where: str, source: str) -> None:
+    if not isinstance(plugin, dict):
+        raise _config_error(source, f"{where} is not a JSON object")
+    ptype = plugin.get("type")
+    if not isinstance(ptype, str) or not ptype:
+        raise _config_error(source, f"{where} has no 'type' (a non-empty string)")
+    caps = plugin.get("capabilities")
+    if caps is not None and not isinstance(caps, dict):
+        raise _config_error(source, f"{where}: 'capabilities' must be an object")
+
+
+def _pick_version(data: dict, source: str) -> str:
+    """cniVersion of a config: highest supported of `cniVersions` (CNI 1.1.0) if given,
+    else `cniVersion`, else "0.1.0". Must be one of SUPPORTED_VERSIONS."""
+    version = data.get("cniVersion", "")
+    if not isinstance(version, str):
+        raise _config_error(source, f"cniVersion must be a string, got {version!r}")
+    versions = data.get("cniVersions")
+    if versions is not None:
+        if not isinstance(versions, list) or not all(isinstance(v, str) for v in versions):
+            raise _config_error(source, "cniVersions must be a list of strings")
+        usable = [v for v in versions if v in SUPPORTED_VERSIONS]
+        if version in SUPPORTED_VERSIONS:
+            usable.append(version)
+        if usable:
+            version = max(usable, key=parse_version)
+    version = version or DEFAULT_VERSION
+    try:
+        parse_version(version)
+    except CniError:
+        raise _config_error(source, f"invalid cniVersion {version!r}") from None
+    try:
+        return check_supported(version, "cniVersion")
+    except CniError as e:
+        raise CniError(e.code, f"network configuration {source}: {e.msg}", e.details) from None
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """A parsed network configuration: a single conf or a conflist.
+
+    `plugins` are the plugin objects in order (for a conf, the conf itself);
+    `raw` the whole object as given (a deep copy); `source` names where it came
+    from (file path, NetworkAttachmentDefinition...), for error messages.
+    """
+    name: str
+    cni_version: str
+    plugins: tuple[dict, ...]
+    is_list: bool
+    raw: dict
+    source: str
+    disable_check: bool = False
+    disable_gc: bool = False
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str) -> "NetworkConfig":
+        """Parse a conf or conflist object (CNI SPEC.md Section 1, libcni conf.go).
+
+        A dict with "plugins" is a list: "plugins" a non-empty list of objects each
+        with a non-empty string "type"; "disableCheck"/"disableGC" booleans. Otherwise
+        a single conf with a string "type". Both need a string "name". A missing
+        cniVersion is "0.1.0" as in libcni; it must be one of SUPPORTED_VERSIONS.
+        Raises CniError INVALID_CONFIG (7) naming `source` and the problem
+        (INCOMPATIBLE_VERSION (1) for a well-formed but unsupported cniVersion).
+        `data` is not changed.
+        """
+        if not isinstance(data, dict):
+            raise _config_error(source, "not a JSON object")
+        name = data.get("name")
+        if not isinstance(name, str) or not name:
+            raise _config_error(source, "missing 'name' (a non-empty string)")
+        version = _pick_version(data, source)
+        raw = copy.deepcopy(data)
+        if "plugins" in data:
+            plugins = raw["plugins"]
+            if not isinstance(plugins, list) or not plugins:
+                raise _config_error(source, "'plugins' must be a non-empty list")
+            for i, p in enumerate(plugins):
+                _check_plugin(p, f"plugins[{i}]", source)
+            return cls(name, version, tuple(plugins), True, raw, source,
+                       _flag(data, "disableCheck", source), _flag(data, "disableGC", source))
+        _check_plugin(raw, "the configuration", source)
+        return cls(name, version, (raw,), False, raw, source)
+
+
+@dataclass(frozen=True)
+class RuntimeConf:
+    """Per-invocation values given to every plugin of a network (libcni RuntimeConf).
+
+    `args` are the CNI_ARGS pairs; `capability_args` the runtimeConfig values by
+    capability name (e.g. {"portMappings": [...], "ips": [...]}); plugins are looked
+    up in `bin_dirs` then `cni_path`; children get CNI_PATH = ':'.join(cni_path);
+    each child may run `timeout` seconds.
+    """
+    container_id: str
+    netns: str
+    ifname: str
+    args: tuple[tuple[str, str], ...] = ()
+    capability_args: Mapping[str, Any] = field(default_factory=dict)
+    cni_path: tuple[str, ...] = ()
+    bin_dirs: tuple[str, ...] = ()
+    timeout: float = 60.0
+
+    def cni_args(self) -> str:
+        """`args` rendered as CNI_ARGS "K=V;K=V"."""
+        return ";".join(f"{k}={v}" for k, v in self.args)
+
+    def plugin_env(self) -> invoke.PluginEnv:
+        return invoke.PluginEnv(self.container_id, self.netns, self.ifname, self.cni_args(),
+                                ":".join(self.cni_path))
+
+    def bare_env(self) -> invoke.PluginEnv:
+        """Environment for STATUS and GC: only CNI_PATH (libcni uses an empty RuntimeConf)."""
+        return invoke.PluginEnv(path=":".join(self.cni_path))
+
+
+def plugin_config(net: NetworkConfig, plugin: dict, rt: RuntimeConf,
+                  prev_result: dict | None) -> dict:
+    """The stdin object of one plugin (libcni buildOneConfig + injectRuntimeConfig).
+
+    A deep copy of `plugin` with:
+    * "name" and "cniVersion" of the network (the list's for a conflist);
+    * "runtimeConfig" = the entries of rt.capability_args whose key the plugin
+      declares `true` in its "capabilities"; any runtimeConfig in `plugin` is
+      replaced, and the key is left out when nothing is declared;
+    * "prevResult" = prev_result converted to net.cni_version (absent when None;
+      a prev_result without cniVersion is read as net.cni_version).
+    Raises CniError from convert_result.
+    """
+    conf = copy.deepcopy(plugin)
+    conf["name"] = net.name
+    conf["cniVersion"] = net.cni_version
+    conf.pop("runtimeConfig", None)
+    caps = plugin.get("capabilities")
+    if isinstance(caps, dict):
+        rc = {cap: copy.deepcopy(rt.capability_args[cap]) for cap, on in caps.items()
+              if on is True and cap in rt.capability_args}
+        if rc:
+            conf["runtimeConfig"] = rc
+    conf.pop("prevResult", None)
+    if prev_result is not None:
+        conf["prevResult"] = convert_result(prev_result, net.cni_version, net.cni_version)
+    return conf
+
+
+def _describe(net: NetworkConfig, plugin: dict) -> str:
+    return f"type={plugin.get('type')!r} name={net.name!r}"
+
+
+def _annotated(e: CniError, net: NetworkConfig, plugin: dict, index: int,
+               command: str) -> ChildError:
+    """`e` as a ChildError whose msg says which plugin of which network failed
+    (libcni: 'plugin type="x" name="y" failed (add): ...'); code and details kept."""
+    return ChildError(e.code, f"plugin {_describe(net, plugin)} failed ({command.lower()}): "
+                      f"{e.msg}", e.details, plugin=str(plugin.get("type")),
+                      stderr=getattr(e, "stderr", ""), network=net.name, command=command,
+                      plugin_index=index)
+
+
+def _run(net: NetworkConfig, index: int, plugin: dict, command: str, conf: dict,
+         env: invoke.PluginEnv, rt: RuntimeConf) -> dict | None:
+    try:
+        path = invoke.find_plugin(plugin["type"], rt.bin_dirs + rt.cni_path)
+        return invoke.exec_plugin(path, command, conf, env, rt.timeout)
+    except CniError as e:
+        raise _annotated(e, net, plugin, index, command) from e
+
+
+def add(net: NetworkConfig, rt: RuntimeConf) -> dict | None:
+    """ADD: run every plugin in order, each with the previous result as prevResult.
+
+    Validates container ID, ifname (INVALID_ENV, 4) and network name
+    (INVALID_CONFIG, 7) first, as libcni's addNetwork. Returns the last plugin's
+    result converted to net.cni_version. A plugin printing no result raises
+    DECODE_FAILURE (6) (libcni cannot decode an empty ADD result either).
+    The first failure stops the chain and is raised as a ChildError naming the
+    plugin (libcni AddNetworkList).
+    """
+    validate_container_id(rt.container_id)
+    validate_network_name(net.name)
+    validate_ifname(rt.ifname)
+    result: dict | None = None
+    env = rt.plugin_env()
+    for i, plugin in enumerate(net.plugins):
+        conf = plugin_config(net, plugin, rt, result)
+        out = _run(net, i, plugin, "ADD", conf, env, rt)
+        if out is None:
+            raise _annotated(CniError(DECODE_FAILURE, "it printed no result"), net, plugin, i,
+                             "ADD")
+        try:
+            result = convert_result(out, net.cni_version, net.cni_version)
+        except CniError as e:
+            raise _annotated(e, net, plugin, i, "ADD") from e
+    return result
+
+
+def delete(net: NetworkConfig, rt: RuntimeConf, prev_result: dict | None) -> None:
+    """DEL: run every plugin in reverse order.
+
+    prevResult (prev_result converted to net.cni_version) is given only when
+    net.cni_version >= 0.4.0 (SPEC.md 0.4.0, libcni DelNetworkList). The first
+    failure stops the chain and is raised as a ChildError naming the plugin, as
+    libcni does.
+    """
+    prev = prev_result if version_at_least(net.cni_version, "0.4.0") else None
+    env = rt.plugin_env()
+    for i in range(len(net.plugins) - 1, -1, -1):
+        plugin = net.plugins[i]
+        conf = plugin_config(net, plugin, rt, prev)
+        _run(net, i, plugin, "DEL", conf, env, rt)
+
+
+def check(net: NetworkConfig, rt: RuntimeConf, prev_result: dict | None) -> None:
+    """CHECK: run every plugin in order with prevResult = prev_result.
+
+    Needs net.cni_version >= 0.4.0, else CniError INCOMPATIBLE_VERSION (1)
+    (libcni CheckNetworkList). Does nothing when the list sets disableCheck
+    (SPEC.md "CHECK"). Stops at the first failure (a ChildError naming the plugin).
+    """
+    if not version_at_least(net.cni_version, "0.4.0"):
+        raise CniError(INCOMPATIBLE_VERSION, f"configuration version {net.cni_version!r} of "
+                       f"network {net.name!r} does not support the CHECK command",
+                       "CHECK needs cniVersion 0.4.0 or later")
+    if net.disable_check:
+        return
+    env = rt.plugin_env()
+    for i, plugin in enumerate(net.plugins):
+        conf = plugin_config(net, plugin, rt, prev_result)
+        _run(net, i, plugin, "CHECK", conf, env, rt)
+
+
+def _bare_config(net: NetworkConfig, plugin: dict, extra: dict | None = None) -> dict:
+    conf = copy.deepcopy(plugin)
+    conf["name"] = net.name
+    conf["cniVersion"] = net.cni_version
+    conf.update(copy.deepcopy(extra or {}))
+    return conf
+
+
+def status(net: NetworkConfig, rt: RuntimeConf) -> None:
+    """STATUS (CNI 1.1.0): ask every plugin in order whether it is ready for ADD.
+
+    A no-op for net.cni_version < 1.1.0 (libcni GetStatusNetworkList). Plugins get
+    only "name" and "cniVersion" injected and only CNI_COMMAND/CNI_PATH set. The
+    first failure is raised (e.g. code NOT_AVAILABLE 50) as a ChildError.
+    """
+    if not version_at_least(net.cni_version, "1.1.0"):
+        return
+    env = rt.bare_env()
+    for i, plugin in enumerate(net.plugins):
+        _run(net, i, plugin, "STATUS", _bare_config(net, plugin), env, rt)
+
+
+def gc(net: NetworkConfig, rt: RuntimeConf, valid_attachments: list[dict]) -> None:
+    """GC (CNI 1.1.0): let every plugin release resources of attachments not in
+    `valid_attachments` ([{"containerID": str, "ifname": str}, ...]).
+
+    Skipped for net.cni_version < 1.1.0 and when the list sets disableGC
+    (SPEC.md "GC"). Each plugin gets "name", "cniVersion" and the attachments under
+    "cni.dev/valid-attachments" (and "cni.dev/attachments", as libcni sends both),
+    and only CNI_COMMAND/CNI_PATH. Every plugin runs even after a failure (libcni
+    GCNetworkList joins the errors); one failure is re-raised, several are raised
+    as one CniError with the first one's code and all messages in details.
+    """
+    if not version_at_least(net.cni_version, "1.1.0") or net.disable_gc:
+        return
+    attachments = [dict(a) for a in valid_attachments]
+    extra = {GC_ATTACHMENTS_KEY: attachments, GC_ATTACHMENTS_KEY_COMPAT: attachments}
+    env = rt.bare_env()
+    errors: list[CniError] = []
+    for i, plugin in enumerate(net.plugins):
+        try:
+            _run(net, i, plugin, "GC", _bare_config(net, plugin, extra), env, rt)
+        except CniError as e:
+            errors.append(e)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise CniError(errors[0].code, f"GC failed for {len(errors)} plugins of network "
+                       f"{net.name!r}", "; ".join(str(e) for e in errors))
