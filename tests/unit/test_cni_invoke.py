@@ -1,7 +1,6 @@
 """Finding and running a plugin executable, with tiny script plugins. No root needed."""
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys

@@ -146,6 +146,7 @@ class RuntimeConf:
         return ";".join(f"{k}={v}" for k, v in self.args)
 
     def plugin_env(self) -> invoke.PluginEnv:
+        """Environment for ADD, DEL and CHECK: every CNI_* value of this RuntimeConf."""
         return invoke.PluginEnv(self.container_id, self.netns, self.ifname, self.cni_args(),
                                 ":".join(self.cni_path))
 
