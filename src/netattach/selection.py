@@ -106,7 +106,7 @@ _HEX_PAIR_SEPARATED = {
     "-": re.compile(r"[0-9A-Fa-f]{2}(-[0-9A-Fa-f]{2})*"),
 }
 _HEX_DOTTED = re.compile(r"[0-9A-Fa-f]{4}(\.[0-9A-Fa-f]{4})*")
-_PREFIX_LEN = re.compile(r"[0-9]{1,3}")
+_PREFIX_LEN = re.compile(r"0|[1-9][0-9]{0,2}")  # no leading zeros (Go's ParsePrefix)
 
 # Bytes the kernel's isspace() treats as white space (lib/ctype.c): HT, LF,
 # VT, FF, CR, space, and 0xA0 (Latin-1 no-break space).
@@ -147,7 +147,7 @@ class SelectionError(ValueError):
         if index is not None:
             where.append(f"element {index}")
         if key is not None:
-            where.append(f'"{key}"={_short_repr(value)}')
+            where.append(f'"{key}"' if value is None else f'"{key}"={_short_repr(value)}')
         super().__init__(": ".join(where) + ": " + reason)
 
 
@@ -185,6 +185,11 @@ class NetworkSelectionElement:
     ipam_claim_reference: str | None = None
     device_id: str | None = None
     index: int = 0
+
+    def __hash__(self) -> int:
+        # The generated hash would fail on the dict-valued fields; these
+        # fields are equal whenever two elements are.
+        return hash((self.index, self.namespace, self.name, self.interface))
 
     @property
     def ref(self) -> str:
@@ -445,7 +450,7 @@ def _parse_json_element(item: object, index: int, pod_namespace: str) -> Network
 
     # 4.1.2.1.1 name (required)
     if "name" not in item:
-        raise SelectionError('the required key "name" is missing (§4.1.2.1.1)', index=index)
+        raise SelectionError('the required key is missing (§4.1.2.1.1)', key="name", index=index)
     name = item["name"]
     if not isinstance(name, str):
         raise fail("name", f"must be a string, not {_json_type(name)} (§4.1.2.1.1)")
