@@ -192,6 +192,9 @@ def test_reference_plugins_110_add_status_gc_check_del(host_env, ref_bin, record
         rt = rt_for(host_env.new_netns(), (rec_bin,), (ref_bin,), cid=cid)
         result = chain.add(net, rt)
         assert result["cniVersion"] == "1.1.0"
+        # CHECK right away: the bridge's MAC is in the result and the kernel may change
+        # it when the next port joins (lowest port MAC), which bridge CHECK then reports
+        chain.check(net, rt, result)
         rts.append((rt, result))
     ns_a = Path(rts[0][0].netns).name
     assert tb.addresses(ns_a, "eth0") == ["10.84.0.2/24"]
@@ -209,8 +212,6 @@ def test_reference_plugins_110_add_status_gc_check_del(host_env, ref_bin, record
     assert gc["env"] == {"CNI_COMMAND": "GC", "CNI_PATH": ref_bin}
     assert gc["stdin"]["cni.dev/valid-attachments"] == valid
 
-    for rt, result in rts:
-        chain.check(net, rt, result)
     for rt, result in rts:
         chain.delete(net, rt, result)
     assert host_env.ipam_allocations() == []
