@@ -1,6 +1,93 @@
-# placeholder: replaced by the test-bed work (Go tools modules under hack/testbin/)
+# Go-built test bed: kube-apiserver + etcd (the real control plane the e2e tests,
+# `make demo` and `make bench` run against) and cnitool + the CNI reference plugins.
+#
+# The pinned versions live only in the tools modules under hack/testbin/*/go.mod;
+# they are read from there and key the cache directories, so bumping a go.mod
+# builds into a fresh directory and never reuses binaries of another version.
+#
+# Defines:
+#   testbin       build whatever is missing (a second run only checks files)
+#   TESTBIN_ENV   command prefix pointing the tests/demo/bench at the binaries
+#   TESTBIN_K8S_DIR, TESTBIN_CNI_DIR, K8S_VERSION, ETCD_VERSION, CNI_PLUGINS_VERSION
+
 TESTBIN_DIR := $(CACHE_DIR)/testbin
-TESTBIN_ENV :=
-.PHONY: testbin
-testbin:
-	@true
+TESTBIN_SRC := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))../hack/testbin)
+
+# $(call gomod_version,<go.mod>,<module path>): the version a go.mod requires.
+gomod_version = $(shell awk '$$1 == "$(2)" && $$2 ~ /^v/ { print $$2; exit }' $(1))
+# $(call gomod_tools,<go.mod>): the package paths of its `tool ( ... )` block.
+gomod_tools = $(shell awk '/^tool \(/ { t = 1; next } t && /^\)/ { t = 0 } t { print $$1 }' $(1))
+
+K8S_VERSION := $(call gomod_version,$(TESTBIN_SRC)/k8s/go.mod,k8s.io/kubernetes)
+ETCD_VERSION := $(call gomod_version,$(TESTBIN_SRC)/k8s/go.mod,go.etcd.io/etcd/server/v3)
+CNI_PLUGINS_VERSION := $(call gomod_version,$(TESTBIN_SRC)/cni/go.mod,github.com/containernetworking/plugins)
+ifeq ($(and $(K8S_VERSION),$(ETCD_VERSION),$(CNI_PLUGINS_VERSION)),)
+$(error cannot read the test-bed versions from $(TESTBIN_SRC)/*/go.mod)
+endif
+
+# Keep these names in sync with tests/testbed/cluster.py (default_k8s_bin_dir),
+# which derives the same key from the same go.mod.
+TESTBIN_K8S_DIR := $(TESTBIN_DIR)/k8s-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
+TESTBIN_CNI_DIR := $(TESTBIN_DIR)/cni-$(CNI_PLUGINS_VERSION)
+CNI_PKGS := $(call gomod_tools,$(TESTBIN_SRC)/cni/go.mod)
+CNI_BINS := $(addprefix $(TESTBIN_CNI_DIR)/,$(notdir $(CNI_PKGS)))
+
+TESTBIN_ENV := NETATTACH_K8S_BIN=$(TESTBIN_K8S_DIR) NETATTACH_CNI_BIN=$(TESTBIN_CNI_DIR)
+
+# Build environment: the committed go.sum pins every module; -mod=readonly makes
+# a build fail rather than edit go.mod/go.sum. The checksum DB is only a second
+# opinion on downloads go.sum already verifies, so if it is unreachable (offline
+# mirrors, proxies that only pass the module proxy) retry without it.
+GO ?= go
+TESTBIN_GOENV := GOFLAGS='-mod=readonly -buildvcs=false' GOTOOLCHAIN=local
+# $(call testbin_download,<module dir>)
+testbin_download = cd $(1) && err=$$(mktemp) && \
+	if ! $(TESTBIN_GOENV) $(GO) mod download 2>$$err; then \
+	  echo "go mod download failed ($$(tail -n1 $$err)); retrying with GOSUMDB=off, go.sum still verifies every module"; \
+	  $(TESTBIN_GOENV) GOSUMDB=off $(GO) mod download || { rm -f $$err; exit 1; }; \
+	fi; rm -f $$err
+
+# Version stamping as the Kubernetes release build does it, so /version reports
+# the pinned release instead of v0.0.0-master.
+K8S_VERSION_PKG := k8s.io/component-base/version
+K8S_LDFLAGS := -s -w \
+	-X $(K8S_VERSION_PKG).gitVersion=$(K8S_VERSION) \
+	-X $(K8S_VERSION_PKG).gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION:v%=%))) \
+	-X $(K8S_VERSION_PKG).gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION:v%=%))) \
+	-X $(K8S_VERSION_PKG).gitTreeState=clean
+
+.PHONY: testbin testbin-clean
+testbin: $(TESTBIN_K8S_DIR)/kube-apiserver $(TESTBIN_K8S_DIR)/etcd $(CNI_BINS)
+
+# Each binary is linked to a temporary name and renamed into place, so an
+# interrupted build never leaves a truncated binary that passes the existence check.
+$(TESTBIN_K8S_DIR)/kube-apiserver:
+	@mkdir -p $(@D)
+	@echo "building kube-apiserver $(K8S_VERSION) (takes ~8 min on 2 cores the first time, cached afterwards in $(@D))"
+	@$(call testbin_download,$(TESTBIN_SRC)/k8s)
+	cd $(TESTBIN_SRC)/k8s && $(TESTBIN_GOENV) $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' \
+	  -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver
+	@mv -f $@.tmp $@
+
+# etcd's main package is go.etcd.io/etcd/server/v3, which go would name `server`.
+$(TESTBIN_K8S_DIR)/etcd:
+	@mkdir -p $(@D)
+	@echo "building etcd $(ETCD_VERSION) (takes ~2 min on 2 cores the first time, cached afterwards in $(@D))"
+	@$(call testbin_download,$(TESTBIN_SRC)/k8s)
+	cd $(TESTBIN_SRC)/k8s && $(TESTBIN_GOENV) $(GO) build -trimpath -ldflags '-s -w' \
+	  -o $@.tmp go.etcd.io/etcd/server/v3
+	@mv -f $@.tmp $@
+
+# One `go build` for all CNI tools (they share most packages); grouped target.
+$(CNI_BINS) &:
+	@mkdir -p $(TESTBIN_CNI_DIR).tmp
+	@echo "building cnitool and CNI plugins $(CNI_PLUGINS_VERSION) (takes ~1 min on 2 cores the first time, cached afterwards in $(TESTBIN_CNI_DIR))"
+	@$(call testbin_download,$(TESTBIN_SRC)/cni)
+	cd $(TESTBIN_SRC)/cni && $(TESTBIN_GOENV) $(GO) build -trimpath -ldflags '-s -w' \
+	  -o $(TESTBIN_CNI_DIR).tmp/ $(CNI_PKGS)
+	@mkdir -p $(TESTBIN_CNI_DIR) && mv -f $(TESTBIN_CNI_DIR).tmp/* $(TESTBIN_CNI_DIR)/ && rmdir $(TESTBIN_CNI_DIR).tmp
+
+# Drops the binaries of the pinned versions only (Go's build cache stays, so a
+# rebuild is mostly linking).
+testbin-clean:
+	rm -rf $(TESTBIN_K8S_DIR) $(TESTBIN_CNI_DIR) $(TESTBIN_CNI_DIR).tmp
