@@ -22,9 +22,8 @@ def host_env():
 @pytest.fixture(scope="session", autouse=True)
 def no_leaks_at_end():
     """Proves at the end of the session that tests left no netns or link behind."""
-    before = set(tb.leaks())
     yield
-    left = set(tb.leaks()) - before
+    left = tb.leaks()
     assert not left, f"tests left these behind: {sorted(left)}"
 
 

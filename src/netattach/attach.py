@@ -158,6 +158,7 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None,
     except (delegates.DelegateError, KubeError, CniError) as e:
         raise _fail(pod, f"{conf.cluster_network} (cluster default network)", e) from None
 
+    own = conf.raw.get("type", "netattach")
     secondaries: list[tuple[selection.NetworkSelectionElement, chain.NetworkConfig]] = []
     elements: list[selection.NetworkSelectionElement] = []
     if conf.default_networks and not (pod and pod.namespace in conf.system_namespaces):
@@ -170,8 +171,7 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None,
         try:
             elements += selection.parse_network_selection(annotation, pod.namespace)
         except selection.SelectionError as e:
-            raise CniError(INVALID_CONFIG, f"pod {pod}: invalid {selection.NETWORKS_ANNOTATION} "
-                           f"annotation: {e}") from None
+            raise CniError(INVALID_CONFIG, f"pod {pod}: {e}") from None
     for i, element in enumerate(elements):
         if (i >= n_defaults and conf.namespace_isolation and element.namespace != pod.namespace
                 and element.namespace not in conf.global_namespaces):
@@ -182,6 +182,9 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None,
         try:
             nad = kube.get_nad(element.namespace, element.name) if kube else None
             config = delegates.resolve_delegate(nad, element.namespace, element.name, conf.conf_dir)
+            if _is_own(config, own):
+                raise delegates.DelegateError(element.ref, f"{config.source} names netattach "
+                                              "itself as a plugin; a delegate must be another plugin")
         except (delegates.DelegateError, KubeError, CniError) as e:
             raise _fail(pod, element.ref, e) from None
         secondaries.append((element, config))
@@ -226,41 +229,39 @@ def cmd_add(req: CniRequest, conf: NetConf) -> dict:
     kube = Kube(conf.kubeconfig, conf.api_timeout) if pod else None
     store = StateStore(conf.cni_dir)
     try:
-        lock_cm = store.lock(req.container_id)
-        lock = lock_cm.__enter__()
+        with store.lock(req.container_id):
+            return _add_locked(req, conf, pod, kube, store)
     except StateError as e:
         raise _fail(pod, None, e) from None
-    try:
-        plan = build_plan(req, conf, pod, kube)
-        state = _state_of(req, conf, pod, plan)
+
+
+def _add_locked(req: CniRequest, conf: NetConf, pod: PodRef | None, kube: Kube | None,
+                store: StateStore) -> dict:
+    plan = build_plan(req, conf, pod, kube)
+    state = _state_of(req, conf, pod, plan)
+    store.save(req.container_id, state)  # before any child runs
+    results: list[dict | None] = []
+    for i, att in enumerate(plan):
+        state["attachments"][i]["attempted"] = True
         try:
-            store.save(req.container_id, state)  # before any child runs
+            store.save(req.container_id, state)
+            result = chain.add(att.config, runtime_conf(req, conf, att))
+        except (CniError, StateError) as e:
+            log.error("pod %s: ADD of network %s (%s) failed: %s", pod, att.network, att.ifname, e)
+            state["attachments"][i]["addFailed"] = True
+            _rollback(req, conf, state, store)
+            raise _fail(pod, f"{att.network} (interface {att.ifname})", e) from None
+        results.append(result)
+        state["attachments"][i]["result"] = result
+        try:
+            store.save(req.container_id, state)
         except StateError as e:
-            raise _fail(pod, None, e) from None
-        results: list[dict | None] = []
-        for i, att in enumerate(plan):
-            state["attachments"][i]["attempted"] = True
-            try:
-                store.save(req.container_id, state)
-                result = chain.add(att.config, runtime_conf(req, conf, att))
-            except (CniError, StateError) as e:
-                log.error("pod %s: ADD of network %s (%s) failed: %s", pod, att.network, att.ifname, e)
-                _rollback(req, conf, state, store)
-                raise _fail(pod, f"{att.network} (interface {att.ifname})", e) from None
-            results.append(result)
-            state["attachments"][i]["result"] = result
-            try:
-                store.save(req.container_id, state)
-            except StateError as e:
-                log.warning("pod %s: cannot save result of %s: %s", pod, att.network, e)
-            log.info("pod %s: attached network %s as %s", pod, att.network, att.ifname)
-        if pod and kube:
-            _publish_status(kube, pod, plan, results)
-        default_result = results[0] or {"cniVersion": conf.cni_version}
-        return convert_result(default_result, conf.cni_version)
-    finally:
-        lock.release_file = not store.exists(req.container_id)
-        lock_cm.__exit__(None, None, None)
+            log.warning("pod %s: cannot save result of %s: %s", pod, att.network, e)
+        log.info("pod %s: attached network %s as %s", pod, att.network, att.ifname)
+    if pod and kube:
+        _publish_status(kube, pod, plan, results)
+    default_result = results[0] or {"cniVersion": conf.cni_version}
+    return convert_result(default_result, conf.cni_version)
 
 
 def _rollback(req: CniRequest, conf: NetConf, state: dict, store: StateStore) -> None:
@@ -269,7 +270,9 @@ def _rollback(req: CniRequest, conf: NetConf, state: dict, store: StateStore) ->
     errors = _delete_attachments(req, conf, state)
     for e in errors:
         log.error("rollback: %s", e)
-    if not errors:
+    if errors:
+        store.save(req.container_id, state)
+    else:
         store.remove(req.container_id)
 
 
@@ -293,7 +296,8 @@ def _publish_status(kube: Kube, pod: PodRef, plan: list[planning.Attachment],
 def _delete_attachments(req: CniRequest, conf: NetConf, state: dict) -> list[str]:
     """DEL every attempted attachment in reverse order, past failures (spec §7.2).
 
-    Returns one message per failed DEL. A netns already gone is passed as ""
+    Returns one message per failed DEL; the DEL failure of an attachment whose
+    ADD itself returned an error is logged only. A netns already gone is passed as ""
     so children release IPAM and skip the namespace (CNI SPEC.md: DEL must
     succeed when resources are already gone).
     """
@@ -306,7 +310,15 @@ def _delete_attachments(req: CniRequest, conf: NetConf, state: dict) -> list[str
             config = chain.NetworkConfig.from_dict(att["config"], att.get("source", att["network"]))
             chain.delete(config, runtime_conf(req, conf, att, netns), att.get("result"))
         except CniError as e:
-            errors.append(f"network {att['network']} (interface {att['ifname']}): {e.msg}")
+            message = f"network {att['network']} (interface {att['ifname']}): {e.msg}"
+            if att.get("addFailed"):
+                # Its ADD returned an error, so the child already undid what it could; a
+                # DEL that fails the same way (e.g. macvlan's master is missing) would
+                # otherwise fail every DEL of the sandbox forever.
+                log.warning("DEL of an attachment whose ADD failed also failed (ignored): %s",
+                            message)
+                continue
+            errors.append(message)
     return errors
 
 
@@ -320,17 +332,15 @@ def cmd_del(req: CniRequest, conf: NetConf) -> None:
     pod = pod_ref(req)
     store = StateStore(conf.cni_dir)
     try:
-        with store.lock(req.container_id) as lock:
+        with store.lock(req.container_id):
             state = _load_or_rebuild(req, conf, pod, store)
             if state is None:
-                lock.release_file = True
                 return
             errors = _delete_attachments(req, conf, state)
             if errors:
                 raise CniError(TRY_AGAIN, f"pod {pod or req.container_id}: DEL failed for "
                                f"{len(errors)} attachment(s): " + "; ".join(errors))
             store.remove(req.container_id)
-            lock.release_file = True
             log.info("pod %s: detached %d attachment(s)", pod, len(state["attachments"]))
     except StateError as e:
         raise _fail(pod, None, e) from None
@@ -364,7 +374,9 @@ def _load_or_rebuild(req: CniRequest, conf: NetConf, pod: PodRef | None,
 def cmd_check(req: CniRequest, conf: NetConf) -> None:
     """CHECK every attachment with its saved result as prevResult (CNI SPEC.md "CHECK").
 
-    Raises CniError: version below 0.4.0, no saved state, or the first failing check.
+    Delegates whose own cniVersion predates CHECK (< 0.4.0) are skipped.
+    Raises CniError: netattach's cniVersion below 0.4.0, no saved state, or the
+    first failing check.
     """
     pod = pod_ref(req)
     if not version_at_least(conf.cni_version, "0.4.0"):
@@ -382,6 +394,10 @@ def cmd_check(req: CniRequest, conf: NetConf) -> None:
     for att in state["attachments"]:
         try:
             config = chain.NetworkConfig.from_dict(att["config"], att.get("source", att["network"]))
+            if not version_at_least(config.cni_version, "0.4.0"):
+                # CHECK does not exist before 0.4.0 (SPEC.md); such a delegate has nothing to check.
+                log.debug("CHECK skipped for %s: cniVersion %s", att["network"], config.cni_version)
+                continue
             chain.check(config, runtime_conf(req, conf, att), att.get("result"))
         except CniError as e:
             raise _fail(pod, f"{att['network']} (interface {att['ifname']})", e) from None

@@ -1,6 +1,6 @@
 """Per-container state files in `cniDir`: what DEL and CHECK need, saved before any child runs.
 
-Layout: `<cniDir>/<containerID>.json` (0600) and, while an operation runs,
+Layout: `<cniDir>/<containerID>.json` (0600) and, only while an operation runs,
 `<cniDir>/<containerID>.lock` (0600); `cniDir` itself is 0700.
 
 Writes are atomic (temp file + fsync + rename + fsync of the directory), and no
@@ -10,8 +10,8 @@ directory is checked to be a real directory owned by us).
 The lock serializes operations on one container (multi-net spec §7.3; CNI
 SPEC.md "the runtime must not invoke parallel operations for the same
 container", which a defensive plugin still enforces): flock on the lock file,
-re-checked against the path after acquisition so that a lock file unlinked by a
-finishing DEL is never shared.
+re-checked against the path after acquisition so that a lock file unlinked by the
+previous holder is never shared.
 """
 from __future__ import annotations
 
@@ -125,11 +125,13 @@ class StateStore:
             os.unlink(self._path(container_id, ".json"))
 
     @contextlib.contextmanager
-    def lock(self, container_id: str) -> Iterator["Lock"]:
+    def lock(self, container_id: str) -> Iterator[None]:
         """Hold the container's lock for the block (blocking; spec §7.3).
 
-        Yields a Lock whose `release_file = True` makes the exit unlink the lock
-        file (set by a DEL that removed the state), so nothing is left behind.
+        The lock file exists only while held: the holder unlinks it before
+        releasing, and a waiter that then gets the flock on the unlinked inode
+        sees the path no longer matches and retries on a fresh file. So no lock
+        file is left after any operation. Raises StateError if it cannot be made.
         """
         self.ensure_dir()
         path = self._path(container_id, ".lock")
@@ -145,19 +147,13 @@ class StateStore:
                 same = False
             if same:
                 break
-            os.close(fd)  # a finishing DEL unlinked it; take the new one
-        held = Lock()
+            os.close(fd)  # the previous holder unlinked it; take the new one
         try:
-            yield held
+            yield
         finally:
-            if held.release_file:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
             os.close(fd)
-
-
-class Lock:
-    release_file = False
 
 
 def is_missing_netns(netns: str) -> bool:

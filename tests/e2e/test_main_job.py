@@ -144,5 +144,6 @@ def test_failing_delegate_rolls_back(admin_api, plugin_kubeconfig, host_env, k8s
     assert run.code == 1
     err = run.doc
     assert f"{k8s_namespace}/net-bad" in err["msg"] and "net2" in err["msg"]
-    assert missing in err["msg"] or missing in err.get("details", "")  # the child's message
+    assert "plugin type='macvlan'" in err["msg"] and "Link not found" in err["msg"]  # child's own
+    assert err["code"] == 999  # the child's own code, passed through
     assert_clean(s)

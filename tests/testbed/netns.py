@@ -17,6 +17,8 @@ from pathlib import Path
 
 PREFIX = "nat"  # links: nat<kind><6 hex>; netns: natns-<hex>
 NETNS_DIR = Path("/var/run/netns")
+# Every netns and host link name handed out in this process, for leaks().
+REGISTERED: set[str] = set()
 
 
 def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -50,8 +52,10 @@ def netns_names() -> list[str]:
 
 
 def unique(kind: str) -> str:
-    """A link name PREFIX+kind+6 hex chars (<= 15 chars, IFNAMSIZ)."""
-    return f"{PREFIX}{kind}{uuid.uuid4().hex[:6]}"
+    """A link name PREFIX+kind+6 hex chars (<= 15 chars, IFNAMSIZ), registered for leaks()."""
+    name = f"{PREFIX}{kind}{uuid.uuid4().hex[:6]}"
+    REGISTERED.add(name)
+    return name
 
 
 @dataclass
@@ -80,6 +84,7 @@ class HostEnv:
     def new_netns(self) -> str:
         """Create a pod network namespace; returns its name (path: netns_path(name))."""
         name = f"{PREFIX}ns-{uuid.uuid4().hex[:10]}"
+        REGISTERED.add(name)
         run("ip", "netns", "add", name)
         self.netns.append(name)
         run("ip", "-n", name, "link", "set", "lo", "up")
@@ -134,9 +139,13 @@ def netns_path(name: str) -> str:
 
 
 def leaks() -> list[str]:
-    """Everything with PREFIX still on the machine: netns and host links."""
-    out = [f"netns {n}" for n in netns_names() if n.startswith(PREFIX)]
-    out += [f"link {l['ifname']}" for l in links() if l["ifname"].startswith(PREFIX)]
+    """Netns and host links made through this module in this process that still exist.
+
+    Exact to this process, so a second test session on the same machine (a
+    developer's, next to CI) neither hides nor causes a leak report.
+    """
+    out = [f"netns {n}" for n in netns_names() if n in REGISTERED]
+    out += [f"link {l['ifname']}" for l in links() if l["ifname"] in REGISTERED]
     return out
 
 

@@ -64,27 +64,44 @@ def test_unwritable_state_fails_with_the_path(tmp_path):
         store.save("abc", {})
 
 
-def test_lock_serializes_and_release_removes_file(tmp_path):
+def test_lock_serializes_and_leaves_no_file(tmp_path):
     store = StateStore(str(tmp_path))
     order = []
 
     def second():
         with store.lock("abc"):
             order.append("second")
+            assert (tmp_path / "abc.lock").exists()
 
-    with store.lock("abc") as held:
+    with store.lock("abc"):
         t = threading.Thread(target=second)
         t.start()
         time.sleep(0.2)
         order.append("first")
-        held.release_file = True
     t.join(5)
     assert order == ["first", "second"]
-    # the second holder re-created the file after the first unlinked it; it did not release it
-    assert (tmp_path / "abc.lock").exists()
-    with store.lock("abc") as held:
-        held.release_file = True
     assert not (tmp_path / "abc.lock").exists()
+
+
+def test_lock_is_exclusive_across_many_waiters(tmp_path):
+    store = StateStore(str(tmp_path))
+    inside, peak = [0], [0]
+
+    def worker():
+        for _ in range(20):
+            with store.lock("abc"):
+                inside[0] += 1
+                peak[0] = max(peak[0], inside[0])
+                time.sleep(0.001)
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert peak[0] == 1
+    assert os.listdir(tmp_path) == []
 
 
 def test_saved_json_is_compact_and_versioned(tmp_path):
