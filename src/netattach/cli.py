@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import sys
+import time
 from typing import Any, NoReturn
 
 from . import __version__
@@ -58,6 +59,7 @@ def cni_main(environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | No
     """
     from .cni.request import parse_request
 
+    started = time.monotonic()
     cni_version = "1.1.0"
     try:
         req = parse_request(environ, stdin)
@@ -72,18 +74,14 @@ def cni_main(environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | No
         log.debug("%s container=%s ifname=%s netns=%s", req.command, req.container_id,
                   req.ifname, req.netns)
         from . import attach
-        if req.command == "ADD":
-            return attach.cmd_add(req, conf), 0
-        if req.command == "DEL":
-            attach.cmd_del(req, conf)
-            return None, 0
-        if req.command == "CHECK":
-            attach.cmd_check(req, conf)
-            return None, 0
-        if req.command == "STATUS":
-            attach.cmd_status(req, conf)
-            return None, 0
-        raise CniError(4, f"command {req.command} is not supported yet by netattach")
+        commands = {"ADD": attach.cmd_add, "DEL": attach.cmd_del, "CHECK": attach.cmd_check,
+                    "STATUS": attach.cmd_status}
+        if req.command not in commands:
+            raise CniError(4, f"command {req.command} is not supported yet by netattach")
+        try:
+            return commands[req.command](req, conf), 0
+        finally:
+            _log_timing(req.command, started)
     except CniError as e:
         log.error("%s", e.msg)
         return e.to_dict(cni_version), 1
@@ -91,6 +89,15 @@ def cni_main(environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | No
         log.exception("internal error")
         return CniError(INTERNAL_ERROR, f"netattach internal error: {type(e).__name__}: {e}",
                         "see the netattach log for the traceback").to_dict(cni_version), 1
+
+
+def _log_timing(command: str, started: float) -> None:
+    """One INFO line per invocation: wall time, time inside children, API requests (read
+    by `make bench`)."""
+    from .cni.invoke import child_seconds
+    from .kube import requests_made
+    log.info("timing: %s took %.4f s, children %.4f s, api_requests %d", command,
+             time.monotonic() - started, child_seconds(), requests_made())
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -24,6 +24,13 @@ NAD_GROUP = "k8s.cni.cncf.io"
 NAD_VERSION = "v1"
 NAD_PLURAL = "network-attachment-definitions"
 
+_requests_made = 0
+
+
+def requests_made() -> int:
+    """API requests sent by this process so far (every Kube instance), for the timing log."""
+    return _requests_made
+
 
 class KubeError(Exception):
     """An API request failed.
@@ -98,7 +105,9 @@ class Kube:
             headers["Content-Type"] = content_type
         method_, url, headers, body_, _ = api.param_serialize(
             method, path, header_params=headers, body=body, auth_settings=["BearerToken"])
+        global _requests_made
         self.requests += 1
+        _requests_made += 1
         start = time.monotonic()
         try:
             resp = api.call_api(method_, url, header_params=headers, body=body_,
