@@ -13,7 +13,6 @@ Usage: hack/bench.py [RUNS]   (default 20)
 from __future__ import annotations
 
 import dataclasses
-import json
 import platform
 import re
 import shutil

@@ -50,10 +50,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any
 
 from netattach.cni.chain import NetworkConfig
 from netattach.cni.errors import CniError
+from netattach.jsonutil import json_type, loads_strict
 
 __all__ = [
     "CONF_EXTENSIONS",
@@ -94,30 +94,7 @@ class DelegateError(Exception):
         return self.message
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
 
-
-def _loads(text: str | bytes) -> Any:
-    """json.loads that refuses NaN/Infinity; raises ValueError for bad JSON."""
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    return "an object" if isinstance(value, dict) else type(value).__name__
 
 
 def _cni_error_message(exc: CniError, source: str) -> str:
@@ -173,31 +150,31 @@ def config_from_nad(nad: dict, *, default_name: str) -> NetworkConfig | None:
     if spec is None:
         return None
     if not isinstance(spec, dict):
-        raise DelegateError(ref, f"{what}: spec must be an object, not {_json_type(spec)}")
+        raise DelegateError(ref, f"{what}: spec must be an object, not {json_type(spec)}")
     config = spec.get("config")
     if config is None:
         return None
     if not isinstance(config, str):
         raise DelegateError(
-            ref, f"{what}: spec.config must be a string of JSON, not {_json_type(config)} (§3.2)"
+            ref, f"{what}: spec.config must be a string of JSON, not {json_type(config)} (§3.2)"
         )
     if not config.strip():
         return None
     try:
-        data = _loads(config)
+        data = loads_strict(config)
     except ValueError as exc:
         raise DelegateError(ref, f"{what}: spec.config is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise DelegateError(
             ref, f"{what}: spec.config must be a JSON object (a CNI config or conflist), "
-            f"not {_json_type(data)}"
+            f"not {json_type(data)}"
         )
     name = data.get("name")
     if name is None or name == "":
         data = _with_name(data, default_name)
     elif not isinstance(name, str):
         raise DelegateError(
-            ref, f"{what}: the \"name\" in spec.config must be a string, not {_json_type(name)}"
+            ref, f"{what}: the \"name\" in spec.config must be a string, not {json_type(name)}"
         )
     try:
         return NetworkConfig.from_dict(data, what)
@@ -250,11 +227,11 @@ def _read_json_object(path: str) -> dict:
         raise DelegateError(path, f"cannot read CNI config {path}: {exc.strerror or exc}") from None
     try:
         # Strict UTF-8 and no BOM skipping: Go's decoder in libcni refuses a BOM too.
-        data = _loads(raw.decode("utf-8"))
+        data = loads_strict(raw.decode("utf-8"))
     except ValueError as exc:  # also UnicodeDecodeError
         raise DelegateError(path, f"CNI config {path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise DelegateError(path, f"CNI config {path} must hold a JSON object, not {_json_type(data)}")
+        raise DelegateError(path, f"CNI config {path} must hold a JSON object, not {json_type(data)}")
     return data
 
 

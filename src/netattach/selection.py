@@ -76,6 +76,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .jsonutil import json_type, loads_strict
+
 __all__ = [
     "NETWORKS_ANNOTATION",
     "DEFAULT_NETWORK_ANNOTATION",
@@ -415,14 +417,10 @@ def _parse_comma_list(value: str, pod_namespace: str) -> list[NetworkSelectionEl
     return out
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _parse_json_list(value: str, pod_namespace: str) -> list[NetworkSelectionElement]:
     """§4.1.2."""
     try:
-        data = json.loads(value, parse_constant=_reject_constant)
+        data = loads_strict(value)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         raise SelectionError(f"not valid JSON: {exc}") from None
     if not isinstance(data, list):
@@ -440,7 +438,7 @@ def _optional(obj: dict, key: str, *, empty_is_absent: bool = False) -> Any:
 def _parse_json_element(item: object, index: int, pod_namespace: str) -> NetworkSelectionElement:
     if not isinstance(item, dict):
         raise SelectionError(
-            f"each element must be a JSON object, not {_json_type(item)} (§4.1.2)",
+            f"each element must be a JSON object, not {json_type(item)} (§4.1.2)",
             value=item,
             index=index,
         )
@@ -453,7 +451,7 @@ def _parse_json_element(item: object, index: int, pod_namespace: str) -> Network
         raise SelectionError('the required key is missing (§4.1.2.1.1)', key="name", index=index)
     name = item["name"]
     if not isinstance(name, str):
-        raise fail("name", f"must be a string, not {_json_type(name)} (§4.1.2.1.1)")
+        raise fail("name", f"must be a string, not {json_type(name)} (§4.1.2.1.1)")
     if not name:
         raise fail("name", "must not be empty (§4.1.2.1.1)")
     _check_name(name, index)
@@ -462,7 +460,7 @@ def _parse_json_element(item: object, index: int, pod_namespace: str) -> Network
     namespace = _optional(item, "namespace", empty_is_absent=True)
     if namespace is not None:
         if not isinstance(namespace, str):
-            raise fail("namespace", f"must be a string, not {_json_type(namespace)} (§4.1.2.1.2)")
+            raise fail("namespace", f"must be a string, not {json_type(namespace)} (§4.1.2.1.2)")
         _check_namespace(namespace, index)
 
     # 4.1.2.1.5 interface (and Multus' pre-3.2 alias interfaceRequest)
@@ -473,14 +471,14 @@ def _parse_json_element(item: object, index: int, pod_namespace: str) -> Network
         if_key = "interfaceRequest"
     if interface is not None:
         if not isinstance(interface, str):
-            raise fail(if_key, f"must be a string, not {_json_type(interface)} (§4.1.2.1.5)")
+            raise fail(if_key, f"must be a string, not {json_type(interface)} (§4.1.2.1.5)")
         _check_ifname(interface, index, key=if_key)
 
     # 4.1.2.1.3 ips
     ips = _optional(item, "ips")
     if ips is not None:
         if not isinstance(ips, list):
-            raise fail("ips", f"must be a list of strings, not {_json_type(ips)} (§4.1.2.1.3)")
+            raise fail("ips", f"must be a list of strings, not {json_type(ips)} (§4.1.2.1.3)")
         if not ips:
             raise fail("ips", "must contain at least one address (§4.1.2.1.3)")
         for ip in ips:
@@ -496,7 +494,7 @@ def _parse_json_element(item: object, index: int, pod_namespace: str) -> Network
     mac = _optional(item, "mac", empty_is_absent=True)
     if mac is not None:
         if not isinstance(mac, str):
-            raise fail("mac", f"must be a string, not {_json_type(mac)} (§4.1.2.1.4)")
+            raise fail("mac", f"must be a string, not {json_type(mac)} (§4.1.2.1.4)")
         raw = _parse_hw_addr(mac, 6)
         if raw is None:
             raise fail("mac", "is not a 6-byte Ethernet MAC address like 02:23:45:67:89:01 (§4.1.2.1.4)")
@@ -510,7 +508,7 @@ def _parse_json_element(item: object, index: int, pod_namespace: str) -> Network
     guid = _optional(item, "infiniband-guid", empty_is_absent=True)
     if guid is not None:
         if not isinstance(guid, str):
-            raise fail("infiniband-guid", f"must be a string, not {_json_type(guid)} (§4.1.2.1.10)")
+            raise fail("infiniband-guid", f"must be a string, not {json_type(guid)} (§4.1.2.1.10)")
         raw = _parse_hw_addr(guid, 8)
         if raw is None:
             raise fail(
@@ -522,7 +520,7 @@ def _parse_json_element(item: object, index: int, pod_namespace: str) -> Network
     # 4.1.2.1.6 cni-args
     cni_args = _optional(item, "cni-args")
     if cni_args is not None and not isinstance(cni_args, dict):
-        raise fail("cni-args", f"must be an object, not {_json_type(cni_args)} (§4.1.2.1.6)")
+        raise fail("cni-args", f"must be an object, not {json_type(cni_args)} (§4.1.2.1.6)")
 
     port_mappings = _parse_port_mappings(item, index)
     bandwidth = _parse_bandwidth(item, index)
@@ -533,7 +531,7 @@ def _parse_json_element(item: object, index: int, pod_namespace: str) -> Network
         if not isinstance(default_route, list):
             raise fail(
                 "default-route",
-                f"must be a list of gateway addresses, not {_json_type(default_route)} (§4.1.2.1.9)",
+                f"must be a list of gateway addresses, not {json_type(default_route)} (§4.1.2.1.9)",
             )
         for gw in default_route:
             if not isinstance(gw, str) or not _is_ip(gw):
@@ -548,7 +546,7 @@ def _parse_json_element(item: object, index: int, pod_namespace: str) -> Network
     if claim is not None:
         if not isinstance(claim, str):
             raise fail(
-                "ipam-claim-reference", f"must be a string, not {_json_type(claim)} (§4.1.2.1.11)"
+                "ipam-claim-reference", f"must be a string, not {json_type(claim)} (§4.1.2.1.11)"
             )
         if not _is_dns1123_subdomain(claim):
             raise fail(
@@ -564,7 +562,7 @@ def _parse_json_element(item: object, index: int, pod_namespace: str) -> Network
     # Multus: deviceID
     device_id = _optional(item, "deviceID", empty_is_absent=True)
     if device_id is not None and not isinstance(device_id, str):
-        raise fail("deviceID", f"must be a string, not {_json_type(device_id)}")
+        raise fail("deviceID", f"must be a string, not {json_type(device_id)}")
 
     return NetworkSelectionElement(
         name=name,
@@ -594,13 +592,13 @@ def _parse_port_mappings(item: dict, index: int) -> tuple[dict, ...] | None:
         return SelectionError(reason, key=key, value=value, index=index)
 
     if not isinstance(value, list):
-        raise fail(f"must be a list of objects, not {_json_type(value)} (§4.1.2.1.7)")
+        raise fail(f"must be a list of objects, not {json_type(value)} (§4.1.2.1.7)")
     if not value:
         raise fail("must contain at least one port mapping (§4.1.2.1.7)")
     out = []
     for n, entry in enumerate(value):
         if not isinstance(entry, dict):
-            raise fail(f"entry {n} must be an object, not {_json_type(entry)} (§4.1.2.1.7)")
+            raise fail(f"entry {n} must be an object, not {json_type(entry)} (§4.1.2.1.7)")
         unknown = sorted(set(entry) - _PORT_MAPPING_KEYS)
         if unknown:
             raise fail(
@@ -641,7 +639,7 @@ def _parse_bandwidth(item: dict, index: int) -> dict | None:
         return SelectionError(reason, key=key, value=value, index=index)
 
     if not isinstance(value, dict):
-        raise fail(f"must be an object, not {_json_type(value)} (§4.1.2.1.8)")
+        raise fail(f"must be an object, not {json_type(value)} (§4.1.2.1.8)")
     unknown = sorted(set(value) - set(_BANDWIDTH_KEYS))
     if unknown:
         raise fail(
@@ -693,17 +691,3 @@ def _check_ifname(interface: str, index: int, key: str = "interface") -> None:
         )
 
 
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__

@@ -7,7 +7,6 @@ admin would use to look, so what the tests check is what a person would see.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile

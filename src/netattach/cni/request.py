@@ -5,12 +5,12 @@
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
 from .errors import CniError, DECODE_FAILURE, INVALID_CONFIG, INVALID_ENV
+from ..jsonutil import loads_strict
 
 COMMANDS = ("ADD", "DEL", "CHECK", "VERSION", "STATUS", "GC")
 
@@ -94,10 +94,6 @@ def parse_cni_args(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"invalid JSON constant {name}")
-
-
 def decode_json_object(data: bytes, what: str = "stdin") -> dict:
     """Decode `data` as one JSON object; anything else raises CniError DECODE_FAILURE (6).
 
@@ -108,9 +104,7 @@ def decode_json_object(data: bytes, what: str = "stdin") -> dict:
         raise CniError(DECODE_FAILURE, f"{what} is too large: {len(data)} bytes",
                        f"the limit is {MAX_STDIN} bytes")
     try:
-        obj = json.loads(data, parse_constant=_reject_constant)
-    except RecursionError:
-        raise CniError(DECODE_FAILURE, f"{what} is nested too deeply to decode") from None
+        obj = loads_strict(data)
     except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
         raise CniError(DECODE_FAILURE, f"{what} is not valid JSON: {e}") from None
     if not isinstance(obj, dict):
