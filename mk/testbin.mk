@@ -63,7 +63,7 @@ testbin: $(TESTBIN_K8S_DIR)/kube-apiserver $(TESTBIN_K8S_DIR)/etcd $(CNI_BINS)
 # interrupted build never leaves a truncated binary that passes the existence check.
 $(TESTBIN_K8S_DIR)/kube-apiserver:
 	@mkdir -p $(@D)
-	@echo "building kube-apiserver $(K8S_VERSION) (takes ~8 min on 2 cores the first time, cached afterwards in $(@D))"
+	@echo "building kube-apiserver $(K8S_VERSION) (takes ~9 min on 2 cores the first time, downloads included, cached afterwards in $(@D))"
 	@$(call testbin_download,$(TESTBIN_SRC)/k8s)
 	cd $(TESTBIN_SRC)/k8s && $(TESTBIN_GOENV) $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' \
 	  -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver
