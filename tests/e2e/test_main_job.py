@@ -3,6 +3,7 @@ real CNI plugins in a real netns, a real kube-apiserver, the plugin on a Service
 token bound only by deploy/rbac.yaml."""
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import os
@@ -147,3 +148,96 @@ def test_failing_delegate_rolls_back(admin_api, plugin_kubeconfig, host_env, k8s
     assert "plugin type='macvlan'" in err["msg"] and "Link not found" in err["msg"]  # child's own
     assert err["code"] == 999  # the child's own code, passed through
     assert_clean(s)
+
+
+def test_cluster_network_as_nad_default_networks_and_same_network_twice(
+        admin_api, plugin_kubeconfig, host_env, k8s_namespace):
+    """clusterNetwork names a NAD in multusNamespace; defaultNetworks adds one more to
+    every pod; the pod selects net-a twice (§4.2): eth0, net1 (default), net2, net3."""
+    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, networks="net-a,net-a")
+    cluster_conf = json.loads(Path(s.netconf["clusterNetwork"]).read_text())
+    del cluster_conf["name"]  # §3.4.2: injected from the NAD name
+    sc.apply_nad(admin_api, sc.nad("kube-system", "cluster-nad", cluster_conf))
+    dn_bridge = host_env.bridge_name()
+    sc.apply_nad(admin_api, sc.nad("kube-system", "everyone", sc.bridge_conf(
+        dn_bridge, "198.18.4.0/24", host_env.ipam_dir, name="everyone", version="1.0.0",
+        gateway=False)))
+    conf = {**s.netconf, "clusterNetwork": "cluster-nad", "defaultNetworks": ["everyone"]}
+    try:
+        run = s.run("ADD", conf)
+        assert run.code == 0, run.stdout + s.log_text()
+        assert pod_links(s) == ["eth0", "lo", "net1", "net2", "net3"]
+        status = json.loads(sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)[sc.STATUS])
+        assert [(e["name"], e["interface"]) for e in status] == [
+            ("kube-system/cluster-nad", "eth0"), ("kube-system/everyone", "net1"),
+            (f"{s.namespace}/net-a", "net2"), (f"{s.namespace}/net-a", "net3")]
+        assert status[2]["ips"] != status[3]["ips"]
+        assert s.run("DEL", conf).code == 0, s.log_text()
+        assert_clean(s)
+    finally:
+        for name in ("cluster-nad", "everyone"):
+            sc.delete_nad(admin_api, "kube-system", name)
+
+
+def test_cluster_network_as_directory_and_as_name(admin_api, plugin_kubeconfig, host_env,
+                                                   k8s_namespace):
+    """clusterNetwork as the conf dir (first config, netattach's own skipped) and as the
+    `name` of a config in confDir."""
+    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, networks="")
+    own = {**s.netconf}
+    (host_env.conf_dir / "00-netattach.conf").write_text(json.dumps(own))  # sorts first
+    for cluster_network in (str(host_env.conf_dir), "cluster-net"):
+        conf = {**s.netconf, "clusterNetwork": cluster_network}
+        run = s.run("ADD", conf)
+        assert run.code == 0, run.stdout + s.log_text()
+        assert pod_links(s) == ["eth0", "lo"]
+        assert s.run("DEL", conf).code == 0
+        assert_clean(s)
+
+
+def test_pod_not_visible_is_code_11(admin_api, plugin_kubeconfig, host_env, k8s_namespace):
+    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace)
+    s = dataclasses.replace(s, pod_name="no-such-pod")
+    run = s.run("ADD")
+    assert run.code == 1 and run.doc["code"] == 11
+    assert f"pod {k8s_namespace}/no-such-pod" in run.doc["msg"]
+    assert_clean(s)
+
+
+def test_pod_uid_mismatch_refused_unless_mirror_pod(admin_api, plugin_kubeconfig, host_env,
+                                                    k8s_namespace):
+    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace)
+    stale = dataclasses.replace(s, pod_uid="00000000-0000-0000-0000-000000000000")
+    run = stale.run("ADD")
+    assert run.code == 1 and run.doc["code"] == 3 and "UID" in run.doc["msg"]
+    assert_clean(s)
+    mirror = sc.pod(k8s_namespace, "static-web", "net-a")
+    mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"] = "static-hash"
+    sc.create_pod(admin_api, mirror)  # what a kubelet creates for a static pod
+    static = dataclasses.replace(stale, pod_name="static-web")  # its UID differs from the mirror's
+    run = static.run("ADD")
+    assert run.code == 0, run.stdout + s.log_text()
+    assert static.run("DEL").code == 0
+    assert_clean(s)
+
+
+def test_del_without_state_rebuilds_from_the_api(scenario):
+    s = scenario
+    assert s.run("ADD").code == 0, s.log_text()
+    (s.env.state_dir / f"{s.container_id}.json").unlink()
+    run = s.run("DEL")
+    assert run.code == 0, run.stdout + s.log_text()
+    assert "no saved state; DEL rebuilt from the API (3 attachments)" in s.log_text()
+    assert_clean(s)
+
+
+def test_del_without_state_and_without_api_succeeds_with_warning(scenario, cluster):
+    s = scenario
+    cluster.stop_apiserver()
+    try:
+        run = s.run("DEL", {**s.netconf, "apiTimeout": 2})
+        assert run.code == 0 and run.stdout == ""
+        assert "no saved state and the plan cannot be rebuilt" in s.log_text()
+        assert "WARNING" in s.log_text()
+    finally:
+        cluster.start_apiserver()

@@ -171,16 +171,10 @@ def ensure_namespace(api, name: str) -> None:
 def apply_nad(api, obj: dict[str, Any]) -> None:
     """Create or replace a NetworkAttachmentDefinition (admin client)."""
     from kubernetes.client import CustomObjectsApi
-    from kubernetes.client.exceptions import ApiException
-    co = CustomObjectsApi(api)
     ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-    args = ("k8s.cni.cncf.io", "v1", ns, "network-attachment-definitions")
-    try:
-        co.delete_namespaced_custom_object(*args, name)
-    except ApiException as e:
-        if e.status != 404:
-            raise
-    co.create_namespaced_custom_object(*args, obj)
+    delete_nad(api, ns, name)
+    CustomObjectsApi(api).create_namespaced_custom_object(
+        "k8s.cni.cncf.io", "v1", ns, "network-attachment-definitions", obj)
 
 
 def create_pod(api, obj: dict[str, Any]) -> str:
@@ -221,3 +215,15 @@ def setup(api, kubeconfig: Path, env: HostEnv, namespace: str,
                     bin_dir=bin_dir,
                     netconf=netattach_conf(env, kubeconfig, str(cluster_conf), bin_dir),
                     bridges=bridges, master=master)
+
+
+def delete_nad(api, namespace: str, name: str) -> None:
+    """Delete a NetworkAttachmentDefinition if it exists (admin client)."""
+    from kubernetes.client import CustomObjectsApi
+    from kubernetes.client.exceptions import ApiException
+    try:
+        CustomObjectsApi(api).delete_namespaced_custom_object(
+            "k8s.cni.cncf.io", "v1", namespace, "network-attachment-definitions", name)
+    except ApiException as e:
+        if e.status != 404:
+            raise
