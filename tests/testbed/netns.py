@@ -7,6 +7,7 @@ admin would use to look, so what the tests check is what a person would see.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -18,6 +19,7 @@ PREFIX = "nat"  # links: nat<kind><6 hex>; netns: natns-<hex>
 NETNS_DIR = Path("/var/run/netns")
 # Every netns and host link name handed out in this process, for leaks().
 REGISTERED: set[str] = set()
+REGISTERED_DIRS: set[Path] = set()
 
 
 def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -127,6 +129,7 @@ class HostEnv:
 
 def new_host_env() -> HostEnv:
     root = Path(tempfile.mkdtemp(prefix="netattach-test-"))
+    REGISTERED_DIRS.add(root)
     env = HostEnv(root=root)
     for d in (env.ipam_dir, env.state_dir, env.conf_dir, env.log_dir):
         d.mkdir(mode=0o700)
@@ -138,13 +141,35 @@ def netns_path(name: str) -> str:
 
 
 def leaks() -> list[str]:
-    """Netns and host links made through this module in this process that still exist.
+    """Netns, host links and work dirs made through this module in this process that still
+    exist, and child processes of this process still running (etcd, kube-apiserver, plugins).
 
     Exact to this process, so a second test session on the same machine (a
     developer's, next to CI) neither hides nor causes a leak report.
     """
     out = [f"netns {n}" for n in netns_names() if n in REGISTERED]
     out += [f"link {l['ifname']}" for l in links() if l["ifname"] in REGISTERED]
+    out += [f"dir {d}" for d in sorted(REGISTERED_DIRS) if d.exists()]
+    out += [f"process {pid} {cmd}" for pid, cmd in child_processes()]
+    return out
+
+
+def child_processes() -> list[tuple[int, str]]:
+    """Live (non-zombie) child processes of this process: (pid, command line)."""
+    me, out = os.getpid(), []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may contain spaces, so split after the last ')'
+        state, ppid = text[text.rindex(")") + 2:].split()[:2]
+        if int(ppid) == me and state != "Z":
+            try:
+                cmd = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            except OSError:
+                cmd = "?"
+            out.append((int(stat.parent.name), cmd))
     return out
 
 
