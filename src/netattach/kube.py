@@ -1,15 +1,25 @@
 """The only module that talks to the Kubernetes API server.
 
 Objects travel as plain JSON dicts: the plugin reads a handful of fields of a Pod
-and a NetworkAttachmentDefinition, so the client's typed models (and their
-validation cost on every ADD) are skipped; requests go through the `kubernetes`
-client's transport (kubeconfig loading, TLS, bearer token) as raw REST calls.
+and a NetworkAttachmentDefinition, so no client's typed models (nor their
+validation cost on every ADD) are used. Requests are raw REST calls (method +
+path) on the HTTP client that `lightkube` builds from the kubeconfig:
+`lightkube.config.kubeconfig.KubeConfig` loads it, and
+`lightkube.config.client_adapter.Client` turns its current context into an
+`httpx2.Client` with the server as base URL, TLS verified against the
+kubeconfig's CA (file or data), the client certificate if any, and the bearer
+token (or token file / exec credential). The transport makes no retries; only
+lightkube's token-file and exec credentials re-read themselves once on a 401,
+as client-go does.
 
-The `kubernetes` package is imported lazily, on the first API call, so DEL from
-saved state and CHECK never pay for it.
+`lightkube` is imported lazily, on the first API call, so DEL from saved state
+and CHECK never pay for it. It was chosen over the official `kubernetes` client
+for its import cost, paid on every exec'd ADD: docs/architecture.md (Decisions)
+has the measurements.
 
-Every call is bounded by `timeout` seconds and counted in `Kube.requests`
-(reported by `make bench`). The bearer token is never logged.
+Every wait of a call (connecting, sending, each read) is bounded by `timeout`
+seconds, and every call is counted in `Kube.requests` (reported by `make
+bench`). The bearer token is never logged.
 """
 from __future__ import annotations
 
@@ -67,7 +77,9 @@ def _explain(status: int, what: str, body: bytes, kubeconfig: str | None) -> str
 class Kube:
     """A minimal API client for the plugin.
 
-    kubeconfig: path to a kubeconfig file (None: the client's default lookup).
+    kubeconfig: path to a kubeconfig file (None: lightkube's default lookup: the
+      in-cluster service account, else $KUBECONFIG, else ~/.kube/config); its
+      current context is used.
     timeout: seconds, bound on each request (connect and read).
     """
 
@@ -75,50 +87,63 @@ class Kube:
         self.kubeconfig = kubeconfig
         self.timeout = timeout
         self.requests = 0
-        self._api: Any = None
+        self._http: Any = None
+        self._errors: Any = None
 
     def _client(self) -> Any:
-        if self._api is None:
-            from kubernetes.client import ApiClient, Configuration
-            from kubernetes.config.kube_config import load_kube_config
+        if self._http is None:
+            import httpx2
+            from lightkube.config.client_adapter import Client, ConnectionParams
+            from lightkube.config.kubeconfig import KubeConfig
 
-            cfg = Configuration()
             try:
-                load_kube_config(config_file=self.kubeconfig, client_configuration=cfg,
-                                 persist_config=False)
-            except Exception as e:  # the client raises several unrelated types here
-                raise KubeError(f"cannot load kubeconfig {self.kubeconfig}: {e}") from None
-            cfg.retries = False  # our callers decide about retrying, within their own bound
-            self._api = ApiClient(cfg)
-        return self._api
+                config = (KubeConfig.from_file(self.kubeconfig) if self.kubeconfig
+                          else KubeConfig.from_env()).get()
+                # trust_env=False: no proxy, CA bundle or netrc from the runtime's
+                # environment; the kubeconfig alone says where and how to connect.
+                self._http = Client(config, ConnectionParams(
+                    timeout=httpx2.Timeout(self.timeout), trust_env=False))
+            except Exception as e:  # yaml, msgspec, ssl, OS and lightkube errors alike
+                raise KubeError(f"cannot load kubeconfig {self.kubeconfig or '(default)'}: "
+                                f"{type(e).__name__}: {_short(e)}") from None
+            self._errors = (httpx2.TimeoutException, httpx2.TransportError)
+        return self._http
 
     def request(self, method: str, path: str, body: Any = None,
                 content_type: str | None = None) -> tuple[int, bytes]:
         """One HTTP request to the API server.
 
-        Returns (HTTP status, body bytes); raises KubeError(status=0) when the
-        server cannot be reached in `timeout` seconds.
+        `body` is sent as is when bytes or str, else as JSON. Returns (HTTP
+        status, body bytes); raises KubeError(status=0) when the server cannot
+        be reached in `timeout` seconds.
         """
-        api = self._client()
+        http = self._client()
         headers = {"Accept": "application/json"}
+        content = None
+        if body is not None:
+            content = body if isinstance(body, (bytes, str)) else json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
         if content_type:
             headers["Content-Type"] = content_type
-        method_, url, headers, body_, _ = api.param_serialize(
-            method, path, header_params=headers, body=body, auth_settings=["BearerToken"])
         global _requests_made
         self.requests += 1
         _requests_made += 1
         start = time.monotonic()
+        timed_out, unreachable = self._errors
         try:
-            resp = api.call_api(method_, url, header_params=headers, body=body_,
-                                _request_timeout=(self.timeout, self.timeout))
-        except Exception as e:  # urllib3 connection/timeout errors, ssl errors
-            raise KubeError(f"API server {api.configuration.host} unreachable "
+            resp = http.request(method, path, content=content, headers=headers)
+        except timed_out as e:
+            raise KubeError(f"API server {http.base_url} did not answer within {self.timeout:g} s "
                             f"({type(e).__name__}: {_short(e)})") from None
-        data = resp.read() or b""
-        log.debug("%s %s -> %s in %.1f ms", method, path, resp.status,
+        except unreachable as e:  # connection refused, DNS, TLS verification
+            raise KubeError(f"API server {http.base_url} unreachable "
+                            f"({type(e).__name__}: {_short(e)})") from None
+        except Exception as e:  # credentials: exec plugin or token file failures
+            raise KubeError(f"request to API server {http.base_url} failed "
+                            f"({type(e).__name__}: {_short(e)})") from None
+        log.debug("%s %s -> %s in %.1f ms", method, path, resp.status_code,
                   (time.monotonic() - start) * 1000)
-        return resp.status, data
+        return resp.status_code, resp.content
 
     def _get(self, path: str, what: str) -> dict | None:
         status, data = self.request("GET", path)
