@@ -241,3 +241,15 @@ def test_del_without_state_and_without_api_succeeds_with_warning(scenario, clust
         assert "WARNING" in s.log_text()
     finally:
         cluster.start_apiserver()
+
+
+def test_del_after_the_netns_is_gone(scenario):
+    """DEL succeeds when the sandbox's netns was already removed, and still releases
+    every IP (children get an empty CNI_NETNS and release IPAM)."""
+    s = scenario
+    assert s.run("ADD").code == 0, s.log_text()
+    tb.run("ip", "netns", "del", s.netns)
+    run = s.run("DEL")
+    assert run.code == 0, run.stdout + s.log_text()
+    assert s.env.ipam_allocations() == []
+    assert os.listdir(s.env.state_dir) == []
