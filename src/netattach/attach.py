@@ -143,6 +143,35 @@ def _check_uid(pod: PodRef, obj: dict) -> None:
                        f"{pod.uid} but the API server has {meta.get('uid')} (pod was recreated)")
 
 
+class InvalidSelection(CniError):
+    """The pod's selection annotation is invalid (code 7); the ADD records a Warning event."""
+
+
+def _pod_default_network(conf: NetConf, pod: PodRef | None, kube: Kube | None,
+                         annotations: dict) -> tuple[str, chain.NetworkConfig] | None:
+    """The pod's `v1.multus-cni.io/default-network` choice, replacing the cluster default
+    network for this pod (Multus-compatible): exactly one network selection element,
+    resolved in `multusNamespace` unless namespaced. None when the pod has none."""
+    value = annotations.get(selection.DEFAULT_NETWORK_ANNOTATION, "").strip()
+    if not value or kube is None:
+        return None
+    try:
+        elements = selection.parse_network_selection(value, conf.multus_namespace)
+    except selection.SelectionError as e:
+        raise InvalidSelection(INVALID_CONFIG, f"pod {pod}: {selection.DEFAULT_NETWORK_ANNOTATION}: "
+                               f"{e}") from None
+    if len(elements) != 1:
+        raise InvalidSelection(INVALID_CONFIG, f"pod {pod}: {selection.DEFAULT_NETWORK_ANNOTATION} "
+                               f"must name exactly one network, not {len(elements)}")
+    element = elements[0]
+    try:
+        nad = kube.get_nad(element.namespace, element.name)
+        return element.ref, delegates.resolve_delegate(nad, element.namespace, element.name,
+                                                       conf.conf_dir)
+    except (delegates.DelegateError, KubeError, CniError) as e:
+        raise _fail(pod, f"{element.ref} (pod's default network)", e) from None
+
+
 def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None,
                kube: Kube | None) -> list[planning.Attachment]:
     """Fetch what is needed and plan all attachments. Raises CniError."""
@@ -153,10 +182,13 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None,
         except KubeError as e:
             raise _fail(pod, None, e) from None
         _check_uid(pod, pod_obj)
-    try:
-        default = resolve_cluster_network(conf, kube)
-    except (delegates.DelegateError, KubeError, CniError) as e:
-        raise _fail(pod, f"{conf.cluster_network} (cluster default network)", e) from None
+    annotations = (pod_obj or {}).get("metadata", {}).get("annotations") or {}
+    default = _pod_default_network(conf, pod, kube, annotations)
+    if default is None:
+        try:
+            default = resolve_cluster_network(conf, kube)
+        except (delegates.DelegateError, KubeError, CniError) as e:
+            raise _fail(pod, f"{conf.cluster_network} (cluster default network)", e) from None
 
     own = conf.raw.get("type", "netattach")
     secondaries: list[tuple[selection.NetworkSelectionElement, chain.NetworkConfig]] = []
@@ -166,12 +198,11 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None,
                                                       conf.multus_namespace)
     n_defaults = len(elements)
     if pod_obj is not None:
-        annotation = pod_obj.get("metadata", {}).get("annotations", {}).get(
-            selection.NETWORKS_ANNOTATION, "")
         try:
-            elements += selection.parse_network_selection(annotation, pod.namespace)
+            elements += selection.parse_network_selection(
+                annotations.get(selection.NETWORKS_ANNOTATION, ""), pod.namespace)
         except selection.SelectionError as e:
-            raise CniError(INVALID_CONFIG, f"pod {pod}: {e}") from None
+            raise InvalidSelection(INVALID_CONFIG, f"pod {pod}: {e}") from None
     for i, element in enumerate(elements):
         if (i >= n_defaults and conf.namespace_isolation and element.namespace != pod.namespace
                 and element.namespace not in conf.global_namespaces):
@@ -229,10 +260,46 @@ def cmd_add(req: CniRequest, conf: NetConf) -> dict:
     kube = Kube(conf.kubeconfig, conf.api_timeout) if pod else None
     store = StateStore(conf.cni_dir)
     try:
+        wait_ready(conf)
         with store.lock(req.container_id):
             return _add_locked(req, conf, pod, kube, store)
     except StateError as e:
-        raise _fail(pod, None, e) from None
+        error = _fail(pod, None, e)
+    except InvalidSelection as e:
+        _event(kube, pod, "Warning", "InvalidNetworkSelection", e.msg)
+        raise
+    except CniError as e:
+        error = e
+    _event(kube, pod, "Warning", "ErrorAddingNetwork", error.msg)
+    raise error
+
+
+def wait_ready(conf: NetConf) -> None:
+    """Block until `readinessindicatorfile` exists, at most `readinessTimeout` seconds
+    (multi-net spec §6.1.2: operations wait for the cluster default network).
+    Raises CniError TRY_AGAIN naming the file."""
+    path = conf.readiness_indicator_file
+    if not path or os.path.exists(path):
+        return
+    deadline = time.monotonic() + conf.readiness_timeout
+    log.info("waiting up to %.0f s for readiness indicator file %s", conf.readiness_timeout, path)
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        if os.path.exists(path):
+            return
+    raise CniError(TRY_AGAIN, f"cluster default network not ready: readiness indicator file "
+                   f"{path} did not appear within {conf.readiness_timeout:.0f} s")
+
+
+def _event(kube: Kube | None, pod: PodRef | None, type_: str, reason: str, message: str) -> None:
+    """Record an Event on the pod; best effort (a failure is logged, never fatal)."""
+    if kube is None or pod is None:
+        return
+    try:
+        kube.create_event({"namespace": pod.namespace, "name": pod.name, "uid": pod.uid},
+                          type_, reason, message)
+    except KubeError as e:
+        log.warning("pod %s: cannot record event %s: %s", pod, reason, e)
 
 
 def _add_locked(req: CniRequest, conf: NetConf, pod: PodRef | None, kube: Kube | None,
@@ -259,7 +326,11 @@ def _add_locked(req: CniRequest, conf: NetConf, pod: PodRef | None, kube: Kube |
             log.warning("pod %s: cannot save result of %s: %s", pod, att.network, e)
         log.info("pod %s: attached network %s as %s", pod, att.network, att.ifname)
     if pod and kube:
-        _publish_status(kube, pod, plan, results)
+        entries = _status_entries(plan, results)
+        _publish_status(kube, pod, entries)
+        for att, entry in zip(plan, entries):
+            _event(kube, pod, "Normal", "AddedInterface", f"Add {att.ifname} "
+                   f"{entry.get('ips', [])} from {att.network}")
     default_result = results[0] or {"cniVersion": conf.cni_version}
     return convert_result(default_result, conf.cni_version)
 
@@ -276,13 +347,15 @@ def _rollback(req: CniRequest, conf: NetConf, state: dict, store: StateStore) ->
         store.remove(req.container_id)
 
 
-def _publish_status(kube: Kube, pod: PodRef, plan: list[planning.Attachment],
-                    results: list[dict | None]) -> None:
+def _status_entries(plan: list[planning.Attachment], results: list[dict | None]) -> list[dict]:
+    return [status.status_entry(a.network, r, ifname=a.ifname, default=a.default)
+            for a, r in zip(plan, results)]
+
+
+def _publish_status(kube: Kube, pod: PodRef, entries: list[dict]) -> None:
     """PATCH network-status (spec §5). A failure is logged, not fatal: every interface is
     up and the runtime's sandbox works; failing the ADD here would tear down a working
     pod network over a report. docs/architecture.md records this decision."""
-    entries = [status.status_entry(a.network, r, ifname=a.ifname, default=a.default)
-               for a, r in zip(plan, results)]
     try:
         kube.patch_pod_annotations(pod.namespace, pod.name,
                                    {status.NETWORK_STATUS_ANNOTATION: status.encode_status(entries)})

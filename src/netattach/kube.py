@@ -181,6 +181,35 @@ class Kube:
             raise KubeError(_explain(status, f"patch pod {namespace}/{name} status", data,
                                      self.kubeconfig), status)
 
+    def create_event(self, pod: dict, type_: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event on a pod (what `kubectl describe pod` shows).
+
+        pod: {"namespace", "name", "uid"}; type_: "Normal" or "Warning";
+        reason: CamelCase (e.g. "AddedInterface"); message: <= 1 KiB is kept.
+        Raises KubeError on any non-201 answer.
+        """
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{pod['name']}.{time.time_ns():x}", "namespace": pod["namespace"]},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": pod["namespace"],
+                               "name": pod["name"], "uid": pod.get("uid", "")},
+            "type": type_, "reason": reason, "message": message[:1024],
+            "source": {"component": "netattach", "host": _hostname()},
+            "reportingComponent": "netattach", "reportingInstance": _hostname(),
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        status, data = self.request("POST", f"/api/v1/namespaces/{pod['namespace']}/events",
+                                    body=event, content_type="application/json")
+        if status != 201:
+            raise KubeError(_explain(status, f"create event on pod {pod['namespace']}/{pod['name']}",
+                                     data, self.kubeconfig), status)
+
+
+def _hostname() -> str:
+    import socket
+    return socket.gethostname()
+
 
 def _short(e: Exception) -> str:
     text = str(e)

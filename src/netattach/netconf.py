@@ -5,7 +5,7 @@ Keys are Multus-compatible, so a Multus user switches by changing `type`:
 `logFile`, `logLevel`, `logToStderr`, `multusNamespace`, `systemNamespaces`,
 `namespaceIsolation`, `globalNamespaces`, `readinessindicatorfile`, plus the CNI
 keys `name`, `type`, `cniVersion`, `capabilities`, `runtimeConfig`, `prevResult`.
-netattach adds `apiTimeout` and `delegateTimeout` (seconds). Unknown keys are
+netattach adds `apiTimeout`, `delegateTimeout` and `readinessTimeout` (seconds). Unknown keys are
 ignored (CNI configs carry plugin-specific keys freely); a known key with a bad
 value fails with CNI code 7 naming the key.
 """
@@ -55,6 +55,7 @@ SCHEMA: dict[str, Any] = {
         "prevResult": {"type": "object"},
         "apiTimeout": _SECONDS,
         "delegateTimeout": _SECONDS,
+        "readinessTimeout": _SECONDS,
     },
 }
 
@@ -82,6 +83,7 @@ class NetConf:
     runtime_config: dict[str, Any] = field(default_factory=dict)
     api_timeout: float = 10.0
     delegate_timeout: float = 60.0
+    readiness_timeout: float = 30.0
 
 
 def _validator():
@@ -127,4 +129,5 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         runtime_config=dict(config.get("runtimeConfig", {})),
         api_timeout=float(config.get("apiTimeout", 10.0)),
         delegate_timeout=float(config.get("delegateTimeout", 60.0)),
+        readiness_timeout=float(config.get("readinessTimeout", 30.0)),
     )

@@ -10,15 +10,9 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
 
 from tests.testbed import netns as tb
 from tests.testbed import scenario as sc
-
-
-@pytest.fixture
-def scenario(admin_api, plugin_kubeconfig, host_env, k8s_namespace):
-    return sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace)
 
 
 def pod_links(s: sc.Scenario) -> list[str]:
