@@ -7,6 +7,12 @@ a requested name is used as is and must not repeat an earlier attachment's;
 otherwise `net<N>` where N is the attachment's position among the secondary
 attachments (1-based, as Multus numbers them), skipping any name requested by
 another element so a generated name never collides with a requested one.
+
+runtimeConfig (§4.1.2.1.3 .. §4.1.2.1.11): each selection key becomes its
+runtimeConfig value (RUNTIME_KEYS), checked against the delegate's declared
+capabilities; a bandwidth rate without its burst gets default_burst(); an
+ipam-claim-reference goes to args.cni of every plugin and to runtimeConfig
+"ipamClaimReference" of the plugins that declare it, and never fails the plan.
 """
 from __future__ import annotations
 
@@ -18,7 +24,11 @@ from .cni.chain import NetworkConfig
 from .selection import NetworkSelectionElement
 
 # network selection element attribute -> (runtimeConfig key == capability name, spec section).
-# deviceID is not a spec key (Multus/SR-IOV); it carries no capability check.
+# A key with a section must be declared by some plugin of the delegate or the plan fails;
+# a key without one (None) is passed to the plugins that declare it and otherwise dropped:
+# deviceID is not a spec key (Multus/SR-IOV), and ipamClaimReference is one the spec lets
+# delegates ignore (§4.1.2.1.11: "Delegate CNIs that do not implement this feature will
+# simply ignore this request").
 RUNTIME_KEYS: tuple[tuple[str, str, str | None], ...] = (
     ("ips", "ips", "4.1.2.1.3.2"),
     ("mac", "mac", "4.1.2.1.4.2"),
@@ -26,7 +36,30 @@ RUNTIME_KEYS: tuple[tuple[str, str, str | None], ...] = (
     ("bandwidth", "bandwidth", "4.1.2.1.8.2"),
     ("infiniband_guid", "infinibandGUID", "4.1.2.1.10.2"),
     ("device_id", "deviceID", None),
+    ("ipam_claim_reference", "ipamClaimReference", None),
 )
+
+# ipam-claim-reference (§4.1.2.1.11) leaves the channel to the delegate open. It goes both
+# ways a plugin may look for it:
+# * args.cni["ipam-claim-reference"] of every plugin (CONVENTIONS.md: "args" is optional
+#   metadata that plugins which do not understand it ignore), under the annotation's own
+#   key name, the name the IPAMClaim consumers that read it from the network selection
+#   element use (OVN-Kubernetes' controller reads the element's `ipam-claim-reference`
+#   from the pod annotation; Multus' NetworkSelectionElement type has the same JSON tag);
+# * runtimeConfig["ipamClaimReference"], to plugins that declare that capability. Neither
+#   Multus (its RuntimeConfig has no such field) nor OVN-Kubernetes (which does not take
+#   it from CNI input at all) defines a runtimeConfig key, so there is no de-facto name to
+#   follow; this one is the annotation key in the camelCase of the other runtimeConfig
+#   keys (portMappings, infinibandGUID, deviceID).
+IPAM_CLAIM_ARGS_KEY = "ipam-claim-reference"
+IPAM_CLAIM_CAPABILITY = "ipamClaimReference"
+
+# The reference bandwidth plugin's limits (containernetworking/plugins v1.9.1,
+# plugins/meta/bandwidth), used by default_burst().
+BANDWIDTH_MAX_BURST = (2**32 - 2) * 8          # it refuses burst/8 >= 2**32-1 ("more than 4GB")
+BURST_FLOOR = 64 * 1024 * 8                     # bits: 64 KiB, the largest IP packet
+BURST_RATE_WINDOW_DIVISOR = 10                  # rate / 10 = 100 ms of traffic at the rate
+BURST_MAX_SECONDS = 200                         # stay clear of the 2**32 x 64 ns = 274.9 s overflow
 
 
 class PlanError(Exception):
@@ -56,12 +89,65 @@ def declares(config: NetworkConfig, capability: str) -> bool:
                for p in config.plugins)
 
 
+def default_burst(rate: int) -> int:
+    """A burst in bits for a bandwidth rate in bits/s the selection gave without its burst.
+
+    Spec §4.1.2.1.8.2 lets the delegating plugin choose one, "as some bandwidth
+    management plugins (like the CNI reference "bandwidth" plugin) require these
+    values". The rule, from what the reference bandwidth plugin (v1.9.1,
+    plugins/meta/bandwidth) does with the value and what the kernel's tbf qdisc it
+    installs does with that:
+
+    * the plugin refuses a rate without a burst ("if rate is set, burst must also
+      be set"), and a burst whose byte count (burst / 8) is 2**32-1 or more;
+    * tbf drops every packet longer than the burst (sch_tbf.c tbf_enqueue: a packet
+      over max_size is dropped unless it is a GSO packet whose segments fit), so a
+      burst under one full frame blackholes the interface; a burst under 8 bits is 0
+      bytes and the kernel refuses the qdisc (measured: ADD fails with "create
+      qdisc: invalid argument");
+    * the plugin hands tbf the bucket as the time the burst takes at the rate, in a
+      u32 count of 64 ns scheduler ticks (ifb_creator.go buffer(); /proc/net/psched),
+      so a burst that takes longer than 2**32 x 64 ns = 274.9 s at the rate wraps
+      around to an arbitrary bucket (measured on this project's test bed: 2**31-1
+      bits at 1 Mbit/s gave a tbf burst of 27.9 MB instead of 268 MB, with a
+      latency of 1924 s);
+    * tc-tbf(8): the bucket must at least hold what arrives between two timer runs
+      (rate / HZ; HZ can be as low as 100, i.e. 10 ms), or the rate is not reached.
+
+    So: burst = max(rate x 100 ms, 64 KiB), then at most rate x 200 s (the
+    overflow, with margin) and at most (2**32-2) x 8 bits (the plugin's 4 GB limit).
+    64 KiB is the largest IP packet and a veth's default GSO size, well above any
+    jumbo frame, so whole packets always fit; 100 ms of traffic is ten timer
+    runs at HZ=100 and lets TCP reach the rate. The floor decides below 5.24 Mbit/s,
+    the 100 ms above; the 200 s cap only matters below 2622 bit/s, where no burst
+    can be both a full frame and free of the overflow, and the overflow is the worse.
+    (The burst kubelet's CNI code used to pass, math.MaxInt32 bits, "the equivalent of
+    setting no limit", overflows the bucket at any rate under about 7.8 Mbit/s; the
+    rule above never does.)
+    """
+    burst = max(rate // BURST_RATE_WINDOW_DIVISOR, BURST_FLOOR)
+    return min(burst, rate * BURST_MAX_SECONDS, BANDWIDTH_MAX_BURST)
+
+
+def with_default_bursts(bandwidth: dict[str, int]) -> dict[str, int]:
+    """The bandwidth request with default_burst() filled in where a rate has no burst.
+
+    A burst the selection gave is kept as is, however small or large.
+    """
+    out = dict(bandwidth)
+    for rate_key, burst_key in (("ingressRate", "ingressBurst"), ("egressRate", "egressBurst")):
+        if rate_key in out and burst_key not in out:
+            out[burst_key] = default_burst(out[rate_key])
+    return out
+
+
 def runtime_args_for(element: NetworkSelectionElement, config: NetworkConfig) -> dict[str, Any]:
     """runtimeConfig values a network selection element asks for, checked against capabilities.
 
-    Returns {"ips": [...], "mac": "...", ...}. Raises PlanError when a key is set
-    but no plugin of the delegate declares the capability (§4.1.2.1.3.2 and
-    siblings: "the entire attachment request must fail").
+    Returns {"ips": [...], "mac": "...", ...}; a bandwidth rate without its burst
+    gets default_burst(). Raises PlanError when a spec key is set but no plugin of
+    the delegate declares the capability (§4.1.2.1.3.2 and siblings: "the entire
+    attachment request must fail"); deviceID and ipamClaimReference never fail.
     """
     out: dict[str, Any] = {}
     for attr, key, section in RUNTIME_KEYS:
@@ -73,6 +159,8 @@ def runtime_args_for(element: NetworkSelectionElement, config: NetworkConfig) ->
                 f"network {element.ref}: the selection asks for {key!r} but no plugin of "
                 f"{config.source} declares the capability; add \"capabilities\": "
                 f"{{\"{key}\": true}} to the plugin that handles it (multi-net spec §{section})")
+        if key == "bandwidth":
+            value = with_default_bursts(value)
         out[key] = list(value) if isinstance(value, tuple) else value
     return out
 
@@ -123,8 +211,12 @@ def plan_attachments(
                 n += 1
             ifname = f"net{n}"
         used.add(ifname)
-        if element.cni_args:
-            config = with_cni_args(config, element.cni_args)
+        cni_args = dict(element.cni_args or {})
+        if element.ipam_claim_reference:
+            # the dedicated key beats a same-named entry in the element's cni-args
+            cni_args[IPAM_CLAIM_ARGS_KEY] = element.ipam_claim_reference
+        if cni_args:
+            config = with_cni_args(config, cni_args)
         plan.append(Attachment(element.ref, ifname, False, config,
                                runtime_args_for(element, config), element))
     return plan
