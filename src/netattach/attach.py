@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import delegates, plan as planning, selection, status
+from . import delegates, netnsinfo, plan as planning, selection, status
 from .cni import chain
 from .cni.errors import (CniError, INVALID_CONFIG, IO_FAILURE, TRY_AGAIN, UNKNOWN_CONTAINER,
                          INCOMPATIBLE_VERSION)
@@ -326,7 +326,7 @@ def _add_locked(req: CniRequest, conf: NetConf, pod: PodRef | None, kube: Kube |
             log.warning("pod %s: cannot save result of %s: %s", pod, att.network, e)
         log.info("pod %s: attached network %s as %s", pod, att.network, att.ifname)
     if pod and kube:
-        entries = _status_entries(plan, results)
+        entries = _status_entries(req, plan, results)
         _publish_status(kube, pod, entries)
         for att, entry in zip(plan, entries):
             _event(kube, pod, "Normal", "AddedInterface", f"Add {att.ifname} "
@@ -347,8 +347,12 @@ def _rollback(req: CniRequest, conf: NetConf, state: dict, store: StateStore) ->
         store.remove(req.container_id)
 
 
-def _status_entries(plan: list[planning.Attachment], results: list[dict | None]) -> list[dict]:
-    return [status.status_entry(a.network, r, ifname=a.ifname, default=a.default)
+def _status_entries(req: CniRequest, plan: list[planning.Attachment],
+                    results: list[dict | None]) -> list[dict]:
+    """network-status entries (spec §5), MTUs read from the pod netns in one visit."""
+    mtus = netnsinfo.link_mtus(req.netns, [a.ifname for a in plan])
+    return [status.status_entry(a.network, r, ifname=a.ifname, default=a.default,
+                                mtu=mtus.get(a.ifname))
             for a, r in zip(plan, results)]
 
 

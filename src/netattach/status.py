@@ -182,6 +182,7 @@ def status_entry(
     default: bool,
     default_route: list[str] | None = None,
     device_info: dict | None = None,
+    mtu: int | None = None,
 ) -> dict:
     """One element of the ``network-status`` list (§5.3).
 
@@ -196,6 +197,8 @@ def status_entry(
         default_route: gateways to report under ``default-route``
             (§5.3.7.4), for an attachment selected with that key.
         device_info: the §5.3.8 device information map, if any.
+        mtu: the link MTU read from the pod netns (§5.3.5), used when the
+            result itself gives none (results below CNI 1.1.0 never do).
 
     Returns:
         A dict with keys, in this order and only when they have a value:
@@ -219,6 +222,8 @@ def status_entry(
             fields["dns"] = dns
     else:
         fields["interface"] = ifname
+    if mtu is not None and "mtu" not in fields and fields.get("interface") == ifname:
+        fields["mtu"] = mtu
     if default_route:
         fields["default-route"] = list(default_route)
     if device_info:

@@ -60,6 +60,7 @@ def test_add_three_networks_status_and_del(scenario, admin_api):
     for entry in status:
         assert entry["ips"] == addrs[entry["interface"]]
         assert entry["mac"] == tb.link_mac(s.netns, entry["interface"])
+    assert [e["mtu"] for e in status] == [1500, sc.NET_A_MTU, 1500]  # read from the netns
 
     state_files = os.listdir(s.env.state_dir)
     assert state_files == [f"{s.container_id}.json"]

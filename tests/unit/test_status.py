@@ -383,3 +383,11 @@ def test_property_any_result_gives_a_valid_entry(result, default):
     assert all(isinstance(ip, str) and ip for ip in entry.get("ips", ["x"]))
     assert isinstance(entry.get("mtu", 1), int) and entry.get("mtu", 1) > 0
     assert json.loads(encode_status([entry])) == [entry]
+
+
+def test_mtu_from_netns_only_when_the_result_has_none():
+    r10 = {"cniVersion": "1.0.0", "interfaces": [{"name": "net1", "sandbox": "/ns"}], "ips": []}
+    assert status_entry("n", r10, ifname="net1", default=False, mtu=1400)["mtu"] == 1400
+    r11 = {"cniVersion": "1.1.0", "interfaces": [{"name": "net1", "sandbox": "/ns", "mtu": 9000}]}
+    assert status_entry("n", r11, ifname="net1", default=False, mtu=1400)["mtu"] == 9000
+    assert "mtu" not in status_entry("n", r10, ifname="net1", default=False)
