@@ -73,9 +73,9 @@ def cni_main(environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | No
         setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr)
         log.debug("%s container=%s ifname=%s netns=%s", req.command, req.container_id,
                   req.ifname, req.netns)
-        from . import attach
+        from . import attach, garbage
         commands = {"ADD": attach.cmd_add, "DEL": attach.cmd_del, "CHECK": attach.cmd_check,
-                    "STATUS": attach.cmd_status}
+                    "STATUS": attach.cmd_status, "GC": garbage.cmd_gc}
         if req.command not in commands:
             raise CniError(4, f"command {req.command} is not supported yet by netattach")
         try:

@@ -115,6 +115,22 @@ class StateStore:
                 os.unlink(tmp)
             raise StateError(f"cannot write state file {path}: {e.strerror}") from None
 
+    def container_ids(self) -> list[str]:
+        """IDs of every container with a saved state file, sorted; [] when `cniDir` is absent.
+
+        Only `<id>.json` entries whose <id> is a valid container ID count: lock files,
+        temp files of an interrupted save and anything else in the dir are skipped.
+        Raises StateError when the dir exists but cannot be listed.
+        """
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise StateError(f"cannot list state dir {self.dir}: {e.strerror}") from None
+        ids = (n[:-len(".json")] for n in names if n.endswith(".json"))
+        return sorted(i for i in ids if _CONTAINER_ID.match(i) and len(i) <= 255)
+
     def exists(self, container_id: str) -> bool:
         """True when a state file is saved for the container."""
         return os.path.lexists(self._path(container_id, ".json"))

@@ -108,3 +108,13 @@ def test_saved_json_is_compact_and_versioned(tmp_path):
     store = StateStore(str(tmp_path))
     store.save("abc", {"a": 1})
     assert json.loads((tmp_path / "abc.json").read_text()) == {"a": 1, "format": 1}
+
+
+def test_container_ids_lists_saved_states_only(tmp_path):
+    store = StateStore(str(tmp_path / "cni"))
+    assert store.container_ids() == []  # no dir yet
+    store.save("b2", {})
+    store.save("a1", {})
+    for junk in ("a1.lock", "c3.json.tmp42", ".hidden.json", "notes.txt"):
+        (tmp_path / "cni" / junk).write_text("")
+    assert store.container_ids() == ["a1", "b2"]
