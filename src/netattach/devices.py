@@ -1,0 +1,390 @@
+"""Devices for attachments whose NetworkAttachmentDefinition names a device-plugin resource.
+
+A NAD annotated `k8s.v1.cni.cncf.io/resourceName: <resource>` (for example an
+SR-IOV VF pool) needs, per attachment, one of the devices of that resource that
+the kubelet allocated to the pod. The kubelet tells which through its
+PodResources v1 gRPC API on a unix socket (`pod_devices`, `pod_device_ids`);
+`assign_device_ids` hands them out, one per attachment, in plan order.
+
+Device information (Network Plumbing WG "Device Information Specification"
+v1.1.0, referenced by multi-net spec §5.3.8 "device-info") lives in two places
+under `/var/run/k8s.cni.cncf.io/devinfo`:
+
+* `dp/<resourceName>-<deviceID>-device.json`, written by the device plugin, with
+  every "/" in the resource name (and, defensively, the device ID) turned into "-"
+  (device-info spec §4.1);
+* `cni/<UniqueFileName>`, one per network attachment, which the delegating
+  plugin (us) must fill with a copy of the device plugin's file before calling
+  the CNI plugin, hand to plugins that declare the `CNIDeviceInfoFile`
+  capability, read back after the chain for network-status' "device-info", and
+  delete on DEL (§4.2.1, §5.1.1, §6.1.1). netattach's unique name is
+  `<containerID>_<ifname>`: interface names are unique within a pod's netns.
+
+Imported on the exec'd CNI path, so only the stdlib at module level: grpc and
+protobuf are imported inside the functions that talk to the kubelet, i.e. only
+when some selected NAD has a resourceName.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import time
+from collections import Counter
+from typing import Any, Iterable
+
+from .jsonutil import json_type, loads_strict
+
+log = logging.getLogger("netattach.devices")
+
+RESOURCE_NAME_ANNOTATION = "k8s.v1.cni.cncf.io/resourceName"
+KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEVINFO_DIR = "/var/run/k8s.cni.cncf.io/devinfo"
+# The CNI capability (device-info spec §5.1) whose runtimeConfig value is the
+# attachment's cni_device_info_path().
+DEVICE_INFO_CAPABILITY = "CNIDeviceInfoFile"
+
+# List answers for every pod on the node; a busy node exceeds gRPC's 4 MiB default.
+_MAX_MESSAGE_BYTES = 16 << 20
+# A device-info file is a small JSON object; anything larger is not one.
+_MAX_DEVINFO_BYTES = 1 << 20
+
+
+class DeviceError(Exception):
+    """Devices for an attachment could not be found; the message says which and why."""
+
+
+# --- NAD annotation ---------------------------------------------------------------
+
+
+def nad_resource_name(nad: dict) -> str | None:
+    """The NAD's `k8s.v1.cni.cncf.io/resourceName` annotation, or None when it has none.
+
+    An empty (or blank) value counts as none. Surrounding blanks are dropped.
+    """
+    metadata = nad.get("metadata") if isinstance(nad, dict) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    if not isinstance(annotations, dict):
+        return None
+    value = annotations.get(RESOURCE_NAME_ANNOTATION)
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return value.strip()
+
+
+# --- handing out devices -------------------------------------------------------------
+
+
+def assign_device_ids(requests: list[str | None],
+                      allocated: dict[str, list[str]]) -> list[str | None]:
+    """One device ID per attachment that needs a resource, in plan order.
+
+    requests: per attachment in plan order, the resource name it needs, or None.
+    allocated: resource name -> the pod's device IDs of it, in kubelet order.
+    Returns a list as long as `requests`: the n-th attachment needing resource R
+    gets R's n-th device; None where no resource was requested.
+
+    Raises DeviceError naming each short resource with how many attachments need
+    it and how many devices the pod has.
+    """
+    needed = Counter(r for r in requests if r is not None)
+    short = [(r, n, len(allocated.get(r, ()))) for r, n in needed.items()
+             if n > len(allocated.get(r, ()))]
+    if short:
+        raise DeviceError("; ".join(
+            f"resource {r}: {n} attachment{'s' if n != 1 else ''} need a device, "
+            f"{have} allocated to the pod" for r, n, have in short))
+    used: Counter[str] = Counter()
+    out: list[str | None] = []
+    for r in requests:
+        if r is None:
+            out.append(None)
+        else:
+            out.append(allocated[r][used[r]])
+            used[r] += 1
+    return out
+
+
+# --- kubelet PodResources API ------------------------------------------------------
+
+
+def pod_device_ids(socket_path: str, namespace: str, pod: str, resource_name: str,
+                   timeout: float) -> list[str]:
+    """The device IDs of `resource_name` the kubelet allocated to the pod.
+
+    Order: container order, then the kubelet's order within a container; an ID
+    seen twice is kept once. Raises DeviceError (naming socket, pod and
+    resource) when the kubelet cannot be asked or answers badly, or when no
+    device of the resource is allocated to the pod.
+    """
+    ids = pod_devices(socket_path, namespace, pod, [resource_name], timeout)[resource_name]
+    if not ids:
+        raise DeviceError(f"resource {resource_name} is not allocated to pod {namespace}/{pod} "
+                          f"(kubelet pod-resources socket {socket_path})")
+    return ids
+
+
+def pod_devices(socket_path: str, namespace: str, pod: str, resource_names: Iterable[str],
+                timeout: float) -> dict[str, list[str]]:
+    """For each of `resource_names`, the pod's device IDs of it ([] when none), in one request.
+
+    Same order and errors as `pod_device_ids`, except that a resource with no
+    device is an empty list, not an error (assign_device_ids reports shortages).
+    `timeout` (seconds) bounds the whole exchange, fallback included.
+    """
+    wanted = list(dict.fromkeys(resource_names))
+    label = (f"kubelet pod-resources socket {socket_path}, pod {namespace}/{pod}, "
+             f"resource{'s' if len(wanted) != 1 else ''} {', '.join(wanted) or '(none)'}")
+    containers = _pod_containers(socket_path, namespace, pod, timeout, label)
+    out: dict[str, list[str]] = {r: [] for r in wanted}
+    seen: set[tuple[str, str]] = set()
+    for _container_name, container_devices in containers:
+        for resource, device_ids in container_devices:
+            if resource not in out:
+                continue
+            for device_id in device_ids:
+                if (resource, device_id) not in seen:
+                    seen.add((resource, device_id))
+                    out[resource].append(device_id)
+    return out
+
+
+def _pod_containers(socket_path: str, namespace: str, pod: str, timeout: float,
+                    label: str) -> list[tuple[str, list[tuple[str, list[str]]]]]:
+    """The pod's containers as (name, [(resource_name, [device_id, ...]), ...]).
+
+    Asks `Get` for the one pod; when the kubelet lacks it (UNIMPLEMENTED before
+    1.27; UNKNOWN "... Get method disabled" while the KubeletPodResourcesGet gate
+    is off, the default through 1.33), asks `List` and picks the pod out.
+    """
+    try:
+        import grpc
+        from .podresources import api_pb2, api_pb2_grpc
+    except ImportError as e:  # an install without the runtime dependencies
+        raise DeviceError(f"{label}: cannot load the gRPC client: {e}") from None
+
+    if timeout <= 0:
+        raise DeviceError(f"{label}: timeout must be positive, got {timeout}")
+    deadline = time.monotonic() + timeout
+
+    def remaining() -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise DeviceError(f"{label}: kubelet did not answer within {timeout:g}s")
+        return left
+
+    def failure(e: Any, rpc: str) -> DeviceError:
+        # What the stubs raise is both an RpcError and a grpc.Call (code, details).
+        code, details = e.code(), e.details()
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return DeviceError(f"{label}: kubelet did not answer {rpc} within {timeout:g}s")
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return DeviceError(f"{label}: kubelet unreachable: {details}")
+        return DeviceError(f"{label}: kubelet {rpc} failed: {code.name}: {details}")
+
+    target = "unix://" + os.path.abspath(socket_path)
+    options = [("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+               ("grpc.enable_http_proxy", 0),
+               ("grpc.enable_retries", 0)]
+    with grpc.insecure_channel(target, options=options) as channel:
+        stub = api_pb2_grpc.PodResourcesListerStub(channel)
+        found = None
+        try:
+            reply = stub.Get(api_pb2.GetPodResourcesRequest(pod_name=pod, pod_namespace=namespace),
+                             timeout=remaining())
+            found = reply.pod_resources
+        except grpc.RpcError as e:
+            if not _get_unsupported(grpc, e):
+                raise failure(e, "Get") from None
+            log.debug("%s: kubelet has no usable Get (%s: %s); using List",
+                      label, e.code().name, e.details())
+        if found is None:
+            try:
+                reply = stub.List(api_pb2.ListPodResourcesRequest(), timeout=remaining())
+            except grpc.RpcError as e:
+                raise failure(e, "List") from None
+            for p in reply.pod_resources:
+                if p.namespace == namespace and p.name == pod:
+                    found = p
+                    break
+            else:
+                raise DeviceError(f"{label}: the kubelet lists no such pod")
+        return [(c.name, [(d.resource_name, list(d.device_ids)) for d in c.devices])
+                for c in found.containers]
+
+
+def _get_unsupported(grpc: Any, e: Any) -> bool:
+    code = e.code()
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return True
+    # The kubelet returns a plain Go error (UNKNOWN) when the feature gate is off.
+    return code == grpc.StatusCode.UNKNOWN and "method disabled" in (e.details() or "")
+
+
+# --- device information files -----------------------------------------------------
+
+
+def _component(value: str, what: str) -> str:
+    """`value` made safe as part of one file name: "/" -> "-" (as the spec says for
+    resource names); empty or NUL-bearing values refused."""
+    if not value or "\0" in value:
+        raise DeviceError(f"invalid {what} {value!r} for a device-info file name")
+    return value.replace("/", "-")
+
+
+def dp_device_info_path(resource_name: str, device_id: str, base_dir: str = DEVINFO_DIR) -> str:
+    """Where the device plugin leaves the device's information (device-info spec §4.1)."""
+    name = (f"{_component(resource_name, 'resource name')}-"
+            f"{_component(device_id, 'device ID')}-device.json")
+    return os.path.join(base_dir, "dp", name)
+
+
+def cni_device_info_path(container_id: str, ifname: str, base_dir: str = DEVINFO_DIR) -> str:
+    """The attachment's CNI device-info file (device-info spec §4.2): the value of the
+    `CNIDeviceInfoFile` capability for its plugins, and what DEL removes."""
+    for value, what in ((container_id, "container ID"), (ifname, "interface name")):
+        if value in (".", "..") or "/" in value:
+            raise DeviceError(f"invalid {what} {value!r} for a device-info file name")
+    name = f"{_component(container_id, 'container ID')}_{_component(ifname, 'interface name')}"
+    return os.path.join(base_dir, "cni", name)
+
+
+def _load(path: str) -> dict | None:
+    """The device-info object in `path`; None when absent, or (with a warning) invalid."""
+    try:
+        # O_NONBLOCK: a FIFO planted there must not hang the ADD; checked below.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        log.warning("device-info file %s cannot be opened (%s); ignored", path, e.strerror)
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            log.warning("device-info file %s is not a regular file; ignored", path)
+            return None
+        if st.st_size > _MAX_DEVINFO_BYTES:
+            log.warning("device-info file %s is too large (%d bytes); ignored", path, st.st_size)
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(_MAX_DEVINFO_BYTES + 1)
+    except OSError as e:
+        log.warning("device-info file %s cannot be read (%s); ignored", path, e.strerror)
+        return None
+    finally:
+        os.close(fd)
+    try:
+        info = loads_strict(data)
+    except ValueError as e:
+        log.warning("device-info file %s is not valid JSON (%s); ignored", path, e)
+        return None
+    problem = _invalid(info)
+    if problem:
+        log.warning("device-info file %s is not device information: %s; ignored", path, problem)
+        return None
+    return info
+
+
+def _invalid(info: Any) -> str | None:
+    """Why `info` is not a device-info map (device-info spec §3.1), or None.
+
+    Minimal on purpose: an object with string `type` and `version`; the type's own
+    keys are the producer's business and are passed on as they are.
+    """
+    if not isinstance(info, dict):
+        return f"expected an object, got {json_type(info)}"
+    for key in ("type", "version"):
+        if key not in info:
+            return f"no {key!r} key"
+        if not isinstance(info[key], str) or not info[key]:
+            return f"{key!r} must be a non-empty string, got {json_type(info[key])}"
+    return None
+
+
+def read_device_info(resource_name: str | None, device_id: str | None, container_id: str,
+                     ifname: str, base_dir: str = DEVINFO_DIR) -> dict | None:
+    """The attachment's device information for network-status "device-info" (§6.1.1).
+
+    The attachment's CNI file first (what the plugin chain left, or our copy of
+    the device plugin's); then, when a resource and device ID are given, the
+    device plugin's file. Missing -> None. A file that is not a JSON object with
+    string `type` and `version` is skipped with a warning on `netattach.devices`.
+    """
+    info = _load(cni_device_info_path(container_id, ifname, base_dir))
+    if info is None and resource_name and device_id:
+        info = _load(dp_device_info_path(resource_name, device_id, base_dir))
+    return info
+
+
+def save_device_info(container_id: str, ifname: str, info: dict,
+                     base_dir: str = DEVINFO_DIR) -> str:
+    """Write `info` as the attachment's CNI device-info file (creating `cni/`) and
+    return its path. Atomic: plugins never see half a file.
+
+    Raises DeviceError when `info` is not device information or the file cannot
+    be written.
+    """
+    problem = _invalid(info)
+    if problem:
+        raise DeviceError(f"not device information: {problem}")
+    path = cni_device_info_path(container_id, ifname, base_dir)
+    directory = os.path.dirname(path)
+    data = json.dumps(info, separators=(",", ":")).encode()
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        # Our own temp name (tempfile costs an import on the exec'd path); the
+        # container lock makes pid + name unique, a crash's leftover is replaced.
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)  # whatever the umask
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError as e:
+        raise DeviceError(f"cannot write device-info file {path}: {e.strerror or e}") from None
+    return path
+
+
+def copy_device_info(resource_name: str, device_id: str, container_id: str, ifname: str,
+                     base_dir: str = DEVINFO_DIR) -> dict | None:
+    """Before the attachment's chain runs: copy the device plugin's file for the device
+    into the attachment's CNI file (device-info spec §4.2.1). Returns the copied
+    information, or None when the device plugin left none (or an invalid one):
+    then the CNI plugin may write the file itself.
+
+    Raises DeviceError when the copy cannot be written.
+    """
+    info = _load(dp_device_info_path(resource_name, device_id, base_dir))
+    if info is not None:
+        save_device_info(container_id, ifname, info, base_dir)
+    return info
+
+
+def remove_device_info(container_id: str, ifname: str, base_dir: str = DEVINFO_DIR) -> None:
+    """On DEL: delete the attachment's CNI device-info file (§4.2.1); absent is fine.
+
+    Raises DeviceError when it exists but cannot be removed.
+    """
+    path = cni_device_info_path(container_id, ifname, base_dir)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise DeviceError(f"cannot remove device-info file {path}: {e.strerror}") from None

@@ -1,0 +1,213 @@
+"""pod_device_ids / pod_devices against a real gRPC server on a unix socket.
+
+The server implements v1.PodResourcesLister with the same generated modules the
+client uses (so the method paths and field numbers are exercised over the wire),
+and stands in for the kubelet's three behaviours: Get served, Get UNIMPLEMENTED
+(kubelet < 1.27) and Get UNKNOWN "method disabled" (feature gate off).
+"""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import pytest
+
+from netattach.devices import DeviceError, pod_device_ids, pod_devices
+from netattach.podresources import api_pb2, api_pb2_grpc
+
+SRIOV = "intel.com/sriov_netdevice"
+RDMA = "nvidia.com/rdma"
+NS, POD = "team-a", "dpdk-app"
+
+
+def containers(*specs):
+    return [api_pb2.ContainerResources(name=name, devices=[
+        api_pb2.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in devs])
+        for name, devs in specs]
+
+
+# Two containers, devices of two resources each; IDs deliberately not sorted so the
+# test proves the kubelet's order is kept.
+THE_POD = api_pb2.PodResources(name=POD, namespace=NS, containers=containers(
+    ("app", [(SRIOV, ["0000:18:02.6", "0000:18:02.5"]), (RDMA, ["mlx5_3"])]),
+    ("sidecar", [(RDMA, ["mlx5_4"]), (SRIOV, ["0000:18:0a.2"])]),
+))
+OTHERS = [
+    # same name, other namespace; and another pod of the namespace
+    api_pb2.PodResources(name=POD, namespace="team-b", containers=containers(
+        ("app", [(SRIOV, ["0000:19:00.1"])]))),
+    api_pb2.PodResources(name="web", namespace=NS, containers=containers(
+        ("nginx", [(SRIOV, ["0000:19:00.2"])]))),
+    api_pb2.PodResources(name="plain", namespace=NS, containers=containers(("c", []))),
+]
+
+
+class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):
+    """get: "serve" | "unimplemented" (the base class's answer) | "disabled" | "slow";
+    get_delay: seconds Get takes before answering; list_slow: List never answers."""
+
+    def __init__(self, get: str = "serve", get_delay: float = 0, list_slow: bool = False):
+        self.get_mode = get
+        self.get_delay = get_delay
+        self.list_slow = list_slow
+        self.calls: list[tuple[str, tuple]] = []
+        self.release = threading.Event()  # ends a slow handler at teardown
+
+    def Get(self, request, context):
+        self.calls.append(("Get", (request.pod_namespace, request.pod_name)))
+        self.release.wait(self.get_delay)
+        if self.get_mode == "unimplemented":
+            return super().Get(request, context)
+        if self.get_mode == "disabled":  # what a kubelet returns with the gate off
+            context.abort(grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled")
+        if self.get_mode == "slow":
+            self.release.wait(30)
+        for p in [THE_POD, *OTHERS]:
+            if (p.namespace, p.name) == (request.pod_namespace, request.pod_name):
+                return api_pb2.GetPodResourcesResponse(pod_resources=p)
+        context.abort(grpc.StatusCode.UNKNOWN,
+                      f"pod {request.pod_name} in namespace {request.pod_namespace} not found")
+
+    def List(self, request, context):
+        self.calls.append(("List", ()))
+        if self.list_slow:
+            self.release.wait(30)
+        return api_pb2.ListPodResourcesResponse(pod_resources=[*OTHERS, THE_POD])
+
+
+@pytest.fixture
+def kubelet(tmp_path):
+    """Start a FakeKubelet: kubelet(get=..., list_slow=...) -> (socket path, servicer)."""
+    servers = []
+
+    def start(**kw):
+        path = tmp_path / "kubelet.sock"
+        assert len(str(path)) < 100, "unix socket path too long"
+        servicer = FakeKubelet(**kw)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        api_pb2_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
+        assert server.add_insecure_port(f"unix://{path}") != 0
+        server.start()
+        servers.append((server, servicer))
+        return str(path), servicer
+
+    yield start
+    for server, servicer in servers:
+        servicer.release.set()
+        server.stop(grace=None).wait(5)
+
+
+def test_get_gives_the_pods_devices_in_container_then_kubelet_order(kubelet):
+    sock, fake = kubelet()
+    assert pod_device_ids(sock, NS, POD, SRIOV, 5) == ["0000:18:02.6", "0000:18:02.5",
+                                                       "0000:18:0a.2"]
+    assert pod_device_ids(sock, NS, POD, RDMA, 5) == ["mlx5_3", "mlx5_4"]
+    assert fake.calls == [("Get", (NS, POD)), ("Get", (NS, POD))]
+
+
+def test_all_resources_in_one_request(kubelet):
+    sock, fake = kubelet()
+    got = pod_devices(sock, NS, POD, [RDMA, SRIOV, "example.com/none", SRIOV], 5)
+    assert got == {RDMA: ["mlx5_3", "mlx5_4"],
+                   SRIOV: ["0000:18:02.6", "0000:18:02.5", "0000:18:0a.2"],
+                   "example.com/none": []}
+    assert list(got) == [RDMA, SRIOV, "example.com/none"]
+    assert fake.calls == [("Get", (NS, POD))]
+
+
+@pytest.mark.parametrize("get", ["unimplemented", "disabled"])
+def test_get_unsupported_falls_back_to_list(kubelet, get):
+    sock, fake = kubelet(get=get)
+    assert pod_device_ids(sock, NS, POD, SRIOV, 5) == ["0000:18:02.6", "0000:18:02.5",
+                                                       "0000:18:0a.2"]
+    assert fake.calls == [("Get", (NS, POD)), ("List", ())]
+    # List is filtered by namespace and name
+    assert pod_device_ids(sock, "team-b", POD, SRIOV, 5) == ["0000:19:00.1"]
+
+
+def test_list_without_the_pod(kubelet):
+    sock, _ = kubelet(get="unimplemented")
+    with pytest.raises(DeviceError) as e:
+        pod_device_ids(sock, NS, "gone", SRIOV, 5)
+    msg = str(e.value)
+    assert sock in msg and f"{NS}/gone" in msg and SRIOV in msg and "lists no such pod" in msg
+
+
+def test_get_unknown_pod_is_an_error_not_a_fallback(kubelet):
+    sock, fake = kubelet()
+    with pytest.raises(DeviceError) as e:
+        pod_device_ids(sock, NS, "gone", SRIOV, 5)
+    assert "not found" in str(e.value) and f"{NS}/gone" in str(e.value)
+    assert fake.calls == [("Get", (NS, "gone"))]
+
+
+@pytest.mark.parametrize("pod,resource", [("plain", SRIOV), (POD, "example.com/other")])
+def test_resource_not_allocated_to_the_pod(kubelet, pod, resource):
+    sock, _ = kubelet()
+    with pytest.raises(DeviceError) as e:
+        pod_device_ids(sock, NS, pod, resource, 5)
+    msg = str(e.value)
+    assert "not allocated" in msg and resource in msg and f"{NS}/{pod}" in msg and sock in msg
+
+
+def test_no_socket_fails_fast(tmp_path):
+    sock = str(tmp_path / "missing.sock")
+    t0 = time.monotonic()
+    with pytest.raises(DeviceError) as e:
+        pod_device_ids(sock, NS, POD, SRIOV, 3)
+    assert time.monotonic() - t0 < 3
+    msg = str(e.value)
+    assert "unreachable" in msg and sock in msg and f"{NS}/{POD}" in msg and SRIOV in msg
+
+
+def test_socket_nobody_listens_on(tmp_path):
+    sock = str(tmp_path / "stale.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(sock)  # a stale socket file: bound, never listening -> connection refused
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(DeviceError, match="unreachable"):
+            pod_device_ids(sock, NS, POD, SRIOV, 3)
+        assert time.monotonic() - t0 < 3
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("kw,rpc", [({"get": "slow"}, "Get"),
+                                    ({"get": "unimplemented", "list_slow": True}, "List")])
+def test_slow_kubelet_times_out(kubelet, kw, rpc):
+    sock, fake = kubelet(**kw)
+    t0 = time.monotonic()
+    with pytest.raises(DeviceError) as e:
+        pod_device_ids(sock, NS, POD, SRIOV, 0.5)
+    elapsed = time.monotonic() - t0
+    assert elapsed < 2.5, elapsed
+    msg = str(e.value)
+    assert f"did not answer {rpc} within 0.5s" in msg
+    assert sock in msg and f"{NS}/{POD}" in msg and SRIOV in msg
+
+
+def test_timeout_covers_get_and_list_together(kubelet):
+    """The fallback does not get a fresh timeout: the total stays bounded."""
+    sock, fake = kubelet(get="unimplemented", get_delay=0.7, list_slow=True)
+    t0 = time.monotonic()
+    with pytest.raises(DeviceError, match="did not answer List within 1s"):
+        pod_device_ids(sock, NS, POD, SRIOV, 1.0)
+    assert time.monotonic() - t0 < 1.6  # a fresh 1 s for List would end after 1.7 s
+    assert [c[0] for c in fake.calls] == ["Get", "List"]
+
+
+def test_importing_devices_does_not_load_grpc():
+    p = subprocess.run([sys.executable, "-X", "importtime", "-c", "import netattach.devices"],
+                       capture_output=True, text=True, timeout=60, check=True)
+    loaded = [line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines()
+              if line.startswith("import time:")]
+    assert "netattach.devices" in loaded
+    heavy = [m for m in loaded if m.split(".")[0] in ("grpc", "google")
+             or m.startswith("netattach.podresources")]
+    assert heavy == []

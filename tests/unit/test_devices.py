@@ -1,0 +1,257 @@
+"""devices.py without a kubelet: handing out device IDs, the NAD annotation, device-info files."""
+import json
+import logging
+import os
+import stat
+
+import pytest
+
+from netattach import devices
+from netattach.devices import (
+    DeviceError, RESOURCE_NAME_ANNOTATION, assign_device_ids, cni_device_info_path,
+    copy_device_info, dp_device_info_path, nad_resource_name, read_device_info,
+    remove_device_info, save_device_info,
+)
+
+SRIOV = "intel.com/sriov_netdevice"
+RDMA = "nvidia.com/rdma"
+PCI_INFO = {"type": "pci", "version": "1.1.0",
+            "pci": {"pci-address": "0000:18:02.5", "pf-pci-address": "0000:18:00.0"}}
+
+# --- assign_device_ids ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("requests,allocated,expected", [
+    ([], {}, []),
+    ([None, None], {}, [None, None]),
+    ([SRIOV], {SRIOV: ["0000:18:02.5"]}, ["0000:18:02.5"]),
+    # one per attachment, in plan order
+    ([SRIOV, SRIOV], {SRIOV: ["a", "b"]}, ["a", "b"]),
+    # attachments without a resource are skipped and do not consume devices
+    ([None, SRIOV, None, SRIOV], {SRIOV: ["a", "b"]}, [None, "a", None, "b"]),
+    # resources are counted independently, interleaved
+    ([SRIOV, RDMA, SRIOV, RDMA], {SRIOV: ["s1", "s2"], RDMA: ["r1", "r2"]},
+     ["s1", "r1", "s2", "r2"]),
+    # more devices than attachments: the first ones, the rest unused
+    ([SRIOV], {SRIOV: ["a", "b", "c"]}, ["a"]),
+    # resources nobody asked for do not matter
+    ([None], {RDMA: []}, [None]),
+])
+def test_assign_device_ids(requests, allocated, expected):
+    assert assign_device_ids(requests, allocated) == expected
+
+
+def test_assign_is_pure():
+    allocated = {SRIOV: ["a", "b"]}
+    requests = [SRIOV, None]
+    assign_device_ids(requests, allocated)
+    assert allocated == {SRIOV: ["a", "b"]} and requests == [SRIOV, None]
+
+
+@pytest.mark.parametrize("requests,allocated,fragments", [
+    ([SRIOV, SRIOV, SRIOV], {SRIOV: ["a", "b"]}, [SRIOV, "3 attachments need", "2 allocated"]),
+    ([SRIOV], {}, [SRIOV, "1 attachment need", "0 allocated"]),
+    ([RDMA], {SRIOV: ["a"]}, [RDMA, "0 allocated"]),
+])
+def test_assign_not_enough_devices(requests, allocated, fragments):
+    with pytest.raises(DeviceError) as e:
+        assign_device_ids(requests, allocated)
+    for f in fragments:
+        assert f in str(e.value)
+
+
+def test_assign_reports_every_short_resource():
+    with pytest.raises(DeviceError) as e:
+        assign_device_ids([SRIOV, RDMA, RDMA], {SRIOV: [], RDMA: ["r"]})
+    msg = str(e.value)
+    assert f"resource {SRIOV}: 1 attachment need a device, 0 allocated" in msg
+    assert f"resource {RDMA}: 2 attachments need a device, 1 allocated" in msg
+
+
+# --- nad_resource_name ------------------------------------------------------------------
+
+
+def nad(annotations):
+    return {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+            "metadata": {"name": "sriov-a", "namespace": "ns", "annotations": annotations},
+            "spec": {"config": "{}"}}
+
+
+def test_annotation_name():
+    assert RESOURCE_NAME_ANNOTATION == "k8s.v1.cni.cncf.io/resourceName"
+
+
+@pytest.mark.parametrize("obj,expected", [
+    (nad({RESOURCE_NAME_ANNOTATION: SRIOV}), SRIOV),
+    (nad({RESOURCE_NAME_ANNOTATION: f"  {SRIOV}\n"}), SRIOV),
+    (nad({RESOURCE_NAME_ANNOTATION: ""}), None),
+    (nad({RESOURCE_NAME_ANNOTATION: "  "}), None),
+    (nad({"other": "x"}), None),
+    (nad(None), None),
+    (nad({RESOURCE_NAME_ANNOTATION: 3}), None),
+    ({"metadata": {"name": "x"}}, None),
+    ({}, None),
+    ({"metadata": "junk"}, None),
+])
+def test_nad_resource_name(obj, expected):
+    assert nad_resource_name(obj) == expected
+
+
+# --- device-info paths ------------------------------------------------------------------
+
+
+def test_paths_follow_the_device_info_spec():
+    assert devices.DEVINFO_DIR == "/var/run/k8s.cni.cncf.io/devinfo"
+    # §4.1: "/" in the resource name becomes "-"
+    assert dp_device_info_path(SRIOV, "0000:18:02.5") == \
+        "/var/run/k8s.cni.cncf.io/devinfo/dp/intel.com-sriov_netdevice-0000:18:02.5-device.json"
+    # §4.2: one file per attachment in cni/
+    assert cni_device_info_path("abc123", "net1") == \
+        "/var/run/k8s.cni.cncf.io/devinfo/cni/abc123_net1"
+    assert cni_device_info_path("abc", "net1", "/b") != cni_device_info_path("abc", "net2", "/b")
+
+
+@pytest.mark.parametrize("resource,device", [("", "x"), ("r", ""), ("r\x00", "x")])
+def test_dp_path_refuses_unusable_names(resource, device):
+    with pytest.raises(DeviceError):
+        dp_device_info_path(resource, device)
+
+
+def test_dp_path_never_leaves_its_dir():
+    p = dp_device_info_path("a/../../b", "../../etc/x", "/base")
+    assert os.path.dirname(p) == "/base/dp"
+
+
+@pytest.mark.parametrize("cid,ifname", [("..", "net1"), ("abc", ".."), ("a/b", "net1"),
+                                        ("abc", "x/y"), ("", "net1"), ("abc", "")])
+def test_cni_path_refuses_unusable_names(cid, ifname):
+    with pytest.raises(DeviceError):
+        cni_device_info_path(cid, ifname)
+
+
+# --- reading ----------------------------------------------------------------------------
+
+
+def write(path, content):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return path
+
+
+def dp_file(base, resource=SRIOV, device="0000:18:02.5"):
+    return base / "dp" / f"{resource.replace('/', '-')}-{device}-device.json"
+
+
+def cni_file(base, cid="abc123", ifname="net1"):
+    return base / "cni" / f"{cid}_{ifname}"
+
+
+def test_read_missing_everything(tmp_path):
+    assert read_device_info(SRIOV, "0000:18:02.5", "abc123", "net1", str(tmp_path)) is None
+    assert read_device_info(None, "", "abc123", "net1", str(tmp_path / "nonexistent")) is None
+
+
+def test_read_device_plugin_file(tmp_path):
+    write(dp_file(tmp_path), PCI_INFO)
+    assert read_device_info(SRIOV, "0000:18:02.5", "abc123", "net1", str(tmp_path)) == PCI_INFO
+    # another device of the resource has no file
+    assert read_device_info(SRIOV, "0000:18:02.6", "abc123", "net1", str(tmp_path)) is None
+    # without a resource only the CNI file is looked at
+    assert read_device_info(None, "0000:18:02.5", "abc123", "net1", str(tmp_path)) is None
+
+
+def test_read_cni_file_wins_over_device_plugin_file(tmp_path):
+    write(dp_file(tmp_path), PCI_INFO)
+    vhost = {"type": "vhost-user", "version": "1.1.0",
+             "vhost-user": {"mode": "server", "path": "/var/run/vhost.sock"}}
+    write(cni_file(tmp_path), vhost)
+    assert read_device_info(SRIOV, "0000:18:02.5", "abc123", "net1", str(tmp_path)) == vhost
+    # keyed by container and ifname
+    assert read_device_info(None, None, "abc123", "net2", str(tmp_path)) is None
+    assert read_device_info(None, None, "other", "net1", str(tmp_path)) is None
+
+
+@pytest.mark.parametrize("content,why", [
+    ("{not json", "not valid JSON"),
+    ("", "not valid JSON"),
+    ('{"type": "pci", "version": NaN}', "not valid JSON"),
+    ("[1, 2]", "expected an object, got a list"),
+    ('"pci"', "expected an object, got a string"),
+    ('{"version": "1.1.0"}', "no 'type' key"),
+    ('{"type": "pci"}', "no 'version' key"),
+    ('{"type": "pci", "version": 1}', "'version' must be a non-empty string, got a number"),
+    ('{"type": "", "version": "1.1.0"}', "'type' must be a non-empty string"),
+])
+def test_read_corrupt_file_is_none_and_warned(tmp_path, caplog, content, why):
+    f = write(dp_file(tmp_path), content)
+    with caplog.at_level(logging.WARNING, logger="netattach.devices"):
+        assert read_device_info(SRIOV, "0000:18:02.5", "abc123", "net1", str(tmp_path)) is None
+    [rec] = [r for r in caplog.records if r.name == "netattach.devices"]
+    assert rec.levelno == logging.WARNING
+    assert str(f) in rec.getMessage() and why in rec.getMessage()
+
+
+def test_corrupt_cni_file_falls_back_to_device_plugin_file(tmp_path, caplog):
+    write(cni_file(tmp_path), "{truncated")
+    write(dp_file(tmp_path), PCI_INFO)
+    with caplog.at_level(logging.WARNING, logger="netattach.devices"):
+        assert read_device_info(SRIOV, "0000:18:02.5", "abc123", "net1", str(tmp_path)) == PCI_INFO
+    assert any(str(cni_file(tmp_path)) in r.getMessage() for r in caplog.records)
+
+
+def test_read_refuses_fifo_and_directory_without_hanging(tmp_path, caplog):
+    f = cni_file(tmp_path)
+    f.parent.mkdir(parents=True)
+    os.mkfifo(f)
+    d = dp_file(tmp_path)
+    d.mkdir(parents=True)
+    with caplog.at_level(logging.WARNING, logger="netattach.devices"):
+        assert read_device_info(SRIOV, "0000:18:02.5", "abc123", "net1", str(tmp_path)) is None
+    assert "not a regular file" in caplog.text
+
+
+def test_read_refuses_huge_file(tmp_path, caplog):
+    write(dp_file(tmp_path), json.dumps({**PCI_INFO, "pad": "x" * (devices._MAX_DEVINFO_BYTES)}))
+    with caplog.at_level(logging.WARNING, logger="netattach.devices"):
+        assert read_device_info(SRIOV, "0000:18:02.5", "c", "net1", str(tmp_path)) is None
+    assert "too large" in caplog.text
+
+
+# --- writing (the delegating plugin's duty, device-info spec §4.2.1) --------------------
+
+
+def test_save_read_remove(tmp_path):
+    base = str(tmp_path / "devinfo")
+    path = save_device_info("abc123", "net1", PCI_INFO, base)
+    assert path == cni_device_info_path("abc123", "net1", base) == str(cni_file(tmp_path / "devinfo"))
+    assert json.loads(open(path).read()) == PCI_INFO
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+    assert os.listdir(os.path.dirname(path)) == ["abc123_net1"]  # no temp file left
+    assert read_device_info(None, None, "abc123", "net1", base) == PCI_INFO
+    # overwrite (an ADD retried after a failure)
+    save_device_info("abc123", "net1", {"type": "pci", "version": "1.0.0"}, base)
+    assert read_device_info(None, None, "abc123", "net1", base)["version"] == "1.0.0"
+    remove_device_info("abc123", "net1", base)
+    assert not os.path.exists(path)
+    remove_device_info("abc123", "net1", base)  # idempotent
+
+
+def test_save_refuses_non_device_info(tmp_path):
+    with pytest.raises(DeviceError, match="no 'version' key"):
+        save_device_info("abc123", "net1", {"type": "pci"}, str(tmp_path))
+    assert not (tmp_path / "cni").exists()
+
+
+def test_save_into_unwritable_place_is_device_error(tmp_path):
+    (tmp_path / "cni").write_text("a file where the dir should be")
+    with pytest.raises(DeviceError, match="cannot write device-info file"):
+        save_device_info("abc123", "net1", PCI_INFO, str(tmp_path))
+
+
+def test_copy_device_plugin_file_for_the_attachment(tmp_path):
+    write(dp_file(tmp_path), PCI_INFO)
+    assert copy_device_info(SRIOV, "0000:18:02.5", "abc123", "net1", str(tmp_path)) == PCI_INFO
+    assert json.loads(cni_file(tmp_path).read_text()) == PCI_INFO
+    # no device plugin file: nothing written, the CNI plugin may write its own
+    assert copy_device_info(SRIOV, "0000:18:02.6", "abc123", "net2", str(tmp_path)) is None
+    assert not cni_file(tmp_path, ifname="net2").exists()
