@@ -141,11 +141,23 @@ def with_default_bursts(bandwidth: dict[str, int]) -> dict[str, int]:
     return out
 
 
+def port_mappings_for_runtime(mappings: Sequence[dict]) -> list[dict]:
+    """The selection's port mappings in the shape of CONVENTIONS.md's portMappings.
+
+    The protocol is lower case, as in CONVENTIONS.md's example ("tcp") and as kubelet
+    sends it: the reference portmap plugin writes it verbatim into its rules, and its
+    nftables backend (v1.9.1) fails the ADD on "TCP" (nft only knows `tcp dport`).
+    The selection parser normalizes protocols to upper case; this undoes that.
+    """
+    return [{**m, "protocol": m["protocol"].lower()} if isinstance(m.get("protocol"), str)
+            else dict(m) for m in mappings]
+
+
 def runtime_args_for(element: NetworkSelectionElement, config: NetworkConfig) -> dict[str, Any]:
     """runtimeConfig values a network selection element asks for, checked against capabilities.
 
     Returns {"ips": [...], "mac": "...", ...}; a bandwidth rate without its burst
-    gets default_burst(). Raises PlanError when a spec key is set but no plugin of
+    gets default_burst(), port mapping protocols are lower case. Raises PlanError when a spec key is set but no plugin of
     the delegate declares the capability (§4.1.2.1.3.2 and siblings: "the entire
     attachment request must fail"); deviceID and ipamClaimReference never fail.
     """
@@ -161,6 +173,8 @@ def runtime_args_for(element: NetworkSelectionElement, config: NetworkConfig) ->
                 f"{{\"{key}\": true}} to the plugin that handles it (multi-net spec §{section})")
         if key == "bandwidth":
             value = with_default_bursts(value)
+        elif key == "portMappings":
+            value = port_mappings_for_runtime(value)
         out[key] = list(value) if isinstance(value, tuple) else value
     return out
 

@@ -145,6 +145,22 @@ def test_bandwidth_rate_without_burst_gets_the_default(requested, passed):
     assert p[1].element.bandwidth == requested          # the element is not modified
 
 
+@pytest.mark.parametrize("mapping,passed", [
+    ({"hostPort": 8080, "containerPort": 80}, {"hostPort": 8080, "containerPort": 80,
+                                               "protocol": "tcp"}),
+    ({"hostPort": 53, "containerPort": 53, "protocol": "UDP"},
+     {"hostPort": 53, "containerPort": 53, "protocol": "udp"}),
+    ({"hostPort": 1, "containerPort": 2, "protocol": "Sctp", "hostIP": "198.18.0.1"},
+     {"hostPort": 1, "containerPort": 2, "protocol": "sctp", "hostIP": "198.18.0.1"}),
+])
+def test_port_mappings_in_the_conventions_shape(mapping, passed):
+    """Lower-case protocols, as CONVENTIONS.md and kubelet: portmap's nftables backend
+    writes the protocol verbatim into an nft rule, which only knows `tcp`."""
+    c = conf("a", capabilities={"portMappings": True})
+    p = plan(json.dumps([{"name": "a", "portMappings": [mapping]}]), {"a": c})
+    assert p[1].capability_args == {"portMappings": [passed]}
+
+
 def test_runtime_bandwidth_of_the_default_network_is_passed_unchanged():
     rc = {"bandwidth": {"ingressRate": 1000}}
     assert plan("", runtime_config=rc)[0].capability_args == rc
