@@ -87,8 +87,30 @@ def cni_main(environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | No
         return e.to_dict(cni_version), 1
     except Exception as e:  # last resort: the runtime must still get one CNI error
         log.exception("internal error")
-        return CniError(INTERNAL_ERROR, f"netattach internal error: {type(e).__name__}: {e}",
-                        "see the netattach log for the traceback").to_dict(cni_version), 1
+        return _unwrapped(e).to_dict(cni_version), 1
+
+
+def _unwrapped(e: Exception) -> CniError:
+    """The CNI error for an exception no command turned into a CniError.
+
+    Failures of a known kind keep the code their kind has everywhere else (see
+    docs/architecture.md "Errors"): state and any OS-level I/O error 5, the API
+    server 11, a delegate's config or the plan 7. Anything else is a bug: 999.
+    The traceback is in the log either way.
+    """
+    from .cni.errors import INVALID_CONFIG, IO_FAILURE, TRY_AGAIN
+    from .delegates import DelegateError
+    from .kube import KubeError
+    from .plan import PlanError
+    from .state import StateError
+    details = "see the netattach log for the traceback"
+    if isinstance(e, (StateError, OSError)):
+        return CniError(IO_FAILURE, f"netattach I/O failure: {e}", details)
+    if isinstance(e, KubeError):
+        return CniError(TRY_AGAIN, f"netattach: {e}", details)
+    if isinstance(e, (DelegateError, PlanError)):
+        return CniError(INVALID_CONFIG, f"netattach: {e}", details)
+    return CniError(INTERNAL_ERROR, f"netattach internal error: {type(e).__name__}: {e}", details)
 
 
 def _log_timing(command: str, started: float) -> None:
