@@ -5,13 +5,15 @@ Every failure leaves here as one CniError whose message names the pod
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import delegates, netnsinfo, plan as planning, selection, status
+from . import delegates, devices, netnsinfo, plan as planning, routes, selection, status
 from .cni import chain
 from .cni.errors import (CniError, INVALID_CONFIG, IO_FAILURE, TRY_AGAIN, UNKNOWN_CONTAINER,
                          INCOMPATIBLE_VERSION)
@@ -143,6 +145,29 @@ def _check_uid(pod: PodRef, obj: dict) -> None:
                        f"{pod.uid} but the API server has {meta.get('uid')} (pod was recreated)")
 
 
+@dataclass(frozen=True)
+class Plan:
+    """Everything an ADD will do, decided before any child runs.
+
+    attachments: in order, the cluster default network first.
+    devices: attachment index -> (resourceName, deviceID) for NADs annotated
+      k8s.v1.cni.cncf.io/resourceName (devices from the kubelet's PodResources API).
+    default_route: the validated default-route choice (spec §4.1.2.1.9), if any.
+    """
+    attachments: list[planning.Attachment]
+    devices: dict[int, tuple[str, str]]
+    default_route: routes.DefaultRoutePlan | None
+
+
+def _with_device_id(config: chain.NetworkConfig, device_id: str) -> chain.NetworkConfig:
+    """The delegate with `deviceID` set in every plugin's config, as Multus injects it
+    (SR-IOV-style plugins read it there; runtimeConfig.deviceID carries it too)."""
+    raw = copy.deepcopy(config.raw)
+    for plugin in raw["plugins"] if config.is_list else [raw]:
+        plugin["deviceID"] = device_id
+    return chain.NetworkConfig.from_dict(raw, config.source)
+
+
 class InvalidSelection(CniError):
     """The pod's selection annotation is invalid (code 7); the ADD records a Warning event."""
 
@@ -173,8 +198,8 @@ def _pod_default_network(conf: NetConf, pod: PodRef | None, kube: Kube | None,
 
 
 def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None,
-               kube: Kube | None) -> list[planning.Attachment]:
-    """Fetch what is needed and plan all attachments. Raises CniError."""
+               kube: Kube | None) -> Plan:
+    """Fetch what is needed (pod, NADs, devices) and plan all attachments. Raises CniError."""
     pod_obj = None
     if pod and kube:
         try:
@@ -192,6 +217,7 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None,
 
     own = conf.raw.get("type", "netattach")
     secondaries: list[tuple[selection.NetworkSelectionElement, chain.NetworkConfig]] = []
+    resources: list[str | None] = []
     elements: list[selection.NetworkSelectionElement] = []
     if conf.default_networks and not (pod and pod.namespace in conf.system_namespaces):
         elements += selection.parse_network_selection(",".join(conf.default_networks),
@@ -219,16 +245,51 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None,
         except (delegates.DelegateError, KubeError, CniError) as e:
             raise _fail(pod, element.ref, e) from None
         secondaries.append((element, config))
+        resources.append(devices.nad_resource_name(nad) if nad and element.device_id is None
+                         else None)
+    device_map = _assign_devices(conf, pod, resources, secondaries)
     try:
-        return planning.plan_attachments(default, req.ifname, conf.runtime_config, secondaries)
-    except (planning.PlanError, CniError) as e:
+        attachments = planning.plan_attachments(default, req.ifname, conf.runtime_config,
+                                                secondaries)
+        route_plan = routes.plan_default_routes(
+            [(a.ifname, a.element.default_route if a.element else None, a.network)
+             for a in attachments])
+    except (planning.PlanError, routes.RouteError, CniError) as e:
         raise _fail(pod, None, e) from None
+    for index, (resource, device_id) in device_map.items():
+        attachments[index].capability_args[devices.DEVICE_INFO_CAPABILITY] = \
+            devices.cni_device_info_path(req.container_id, attachments[index].ifname,
+                                         conf.device_info_dir)
+    return Plan(attachments, device_map, route_plan)
+
+
+def _assign_devices(conf: NetConf, pod: PodRef | None, resources: list[str | None],
+                    secondaries: list) -> dict[int, tuple[str, str]]:
+    """Give each secondary whose NAD names a resource one of the pod's devices of it (in
+    place, into its selection element and config). Returns attachment index (secondary
+    position + 1) -> (resourceName, deviceID). Raises CniError TRY_AGAIN naming the
+    resource when the kubelet cannot be asked or allocated too few devices."""
+    if not any(resources) or pod is None:
+        return {}
+    try:
+        allocated = devices.pod_devices(conf.pod_resources_socket, pod.namespace, pod.name,
+                                        {r for r in resources if r}, conf.api_timeout)
+        ids = devices.assign_device_ids(resources, allocated)
+    except devices.DeviceError as e:
+        raise CniError(TRY_AGAIN, f"pod {pod}: devices: {e}") from None
+    out = {}
+    for i, (resource, device_id) in enumerate(zip(resources, ids)):
+        if resource and device_id:
+            element, config = secondaries[i]
+            secondaries[i] = (dataclasses.replace(element, device_id=device_id),
+                              _with_device_id(config, device_id))
+            out[i + 1] = (resource, device_id)
+    return out
 
 
 # ---------------------------------------------------------------- ADD
 
-def _state_of(req: CniRequest, conf: NetConf, pod: PodRef | None,
-              plan: list[planning.Attachment]) -> dict[str, Any]:
+def _state_of(req: CniRequest, conf: NetConf, pod: PodRef | None, plan: Plan) -> dict[str, Any]:
     return {
         "containerID": req.container_id,
         "netns": req.netns,
@@ -245,7 +306,9 @@ def _state_of(req: CniRequest, conf: NetConf, pod: PodRef | None,
             "capabilityArgs": a.capability_args,
             "attempted": False,
             "result": None,
-        } for a in plan],
+            **({"device": {"resourceName": plan.devices[i][0], "deviceID": plan.devices[i][1]}}
+               if i in plan.devices else {}),
+        } for i, a in enumerate(plan.attachments)],
     }
 
 
@@ -308,12 +371,15 @@ def _add_locked(req: CniRequest, conf: NetConf, pod: PodRef | None, kube: Kube |
     state = _state_of(req, conf, pod, plan)
     store.save(req.container_id, state)  # before any child runs
     results: list[dict | None] = []
-    for i, att in enumerate(plan):
+    for i, att in enumerate(plan.attachments):
         state["attachments"][i]["attempted"] = True
         try:
             store.save(req.container_id, state)
+            if i in plan.devices:
+                devices.copy_device_info(*plan.devices[i], req.container_id, att.ifname,
+                                         conf.device_info_dir)
             result = chain.add(att.config, runtime_conf(req, conf, att))
-        except (CniError, StateError) as e:
+        except (CniError, StateError, devices.DeviceError) as e:
             log.error("pod %s: ADD of network %s (%s) failed: %s", pod, att.network, att.ifname, e)
             state["attachments"][i]["addFailed"] = True
             _rollback(req, conf, state, store)
@@ -325,10 +391,12 @@ def _add_locked(req: CniRequest, conf: NetConf, pod: PodRef | None, kube: Kube |
         except StateError as e:
             log.warning("pod %s: cannot save result of %s: %s", pod, att.network, e)
         log.info("pod %s: attached network %s as %s", pod, att.network, att.ifname)
+    if plan.default_route is not None:
+        results = _apply_default_route(req, conf, plan, results, state, store, pod)
     if pod and kube:
-        entries = _status_entries(req, plan, results)
+        entries = _status_entries(req, conf, plan, results)
         _publish_status(kube, pod, entries)
-        for att, entry in zip(plan, entries):
+        for att, entry in zip(plan.attachments, entries):
             _event(kube, pod, "Normal", "AddedInterface", f"Add {att.ifname} "
                    f"{entry.get('ips', [])} from {att.network}")
     default_result = results[0] or {"cniVersion": conf.cni_version}
@@ -347,13 +415,41 @@ def _rollback(req: CniRequest, conf: NetConf, state: dict, store: StateStore) ->
         store.remove(req.container_id)
 
 
-def _status_entries(req: CniRequest, plan: list[planning.Attachment],
+def _status_entries(req: CniRequest, conf: NetConf, plan: Plan,
                     results: list[dict | None]) -> list[dict]:
-    """network-status entries (spec §5), MTUs read from the pod netns in one visit."""
-    mtus = netnsinfo.link_mtus(req.netns, [a.ifname for a in plan])
-    return [status.status_entry(a.network, r, ifname=a.ifname, default=a.default,
-                                mtu=mtus.get(a.ifname))
-            for a, r in zip(plan, results)]
+    """network-status entries (spec §5): MTUs read from the pod netns in one visit,
+    `default-route` on the chosen attachment, `device-info` for attachments with a device."""
+    mtus = netnsinfo.link_mtus(req.netns, [a.ifname for a in plan.attachments])
+    chosen = plan.default_route
+    entries = []
+    for i, (a, r) in enumerate(zip(plan.attachments, results)):
+        info = None
+        if i in plan.devices:
+            info = devices.read_device_info(*plan.devices[i], req.container_id, a.ifname,
+                                            conf.device_info_dir)
+        entries.append(status.status_entry(
+            a.network, r, ifname=a.ifname, default=a.default, mtu=mtus.get(a.ifname),
+            default_route=list(chosen.gateways) if chosen and chosen.index == i else None,
+            device_info=info))
+    return entries
+
+
+def _apply_default_route(req: CniRequest, conf: NetConf, plan: Plan, results: list,
+                         state: dict, store: StateStore, pod: PodRef | None) -> list:
+    """Install the chosen default route(s) in the pod netns and save the rewritten results
+    (so CHECK and DEL see what the netns holds). On failure every attachment is rolled
+    back and CniError INVALID_CONFIG names the gateway problem."""
+    targets = [routes.RouteTarget(a.ifname, r, a.element.default_route if a.element else None,
+                                  a.network) for a, r in zip(plan.attachments, results)]
+    try:
+        results = routes.apply_default_routes(req.netns, targets)
+    except routes.RouteError as e:
+        _rollback(req, conf, state, store)
+        raise _fail(pod, f"{plan.default_route.network} (default-route)", e) from None
+    for att_state, result in zip(state["attachments"], results):
+        att_state["result"] = result
+    store.save(req.container_id, state)
+    return results
 
 
 def _publish_status(kube: Kube, pod: PodRef, entries: list[dict]) -> None:
@@ -386,8 +482,10 @@ def _delete_attachments(req: CniRequest, conf: NetConf, state: dict) -> list[str
         try:
             config = chain.NetworkConfig.from_dict(att["config"], att.get("source", att["network"]))
             chain.delete(config, runtime_conf(req, conf, att, netns), att.get("result"))
-        except CniError as e:
-            message = f"network {att['network']} (interface {att['ifname']}): {e.msg}"
+            if att.get("device"):
+                devices.remove_device_info(req.container_id, att["ifname"], conf.device_info_dir)
+        except (CniError, devices.DeviceError) as e:
+            message = f"network {att['network']} (interface {att['ifname']}): {e}"
             if att.get("addFailed"):
                 # Its ADD returned an error, so the child already undid what it could; a
                 # DEL that fails the same way (e.g. macvlan's master is missing) would
@@ -439,7 +537,7 @@ def _load_or_rebuild(req: CniRequest, conf: NetConf, pod: PodRef | None,
                     "(%s); nothing to DEL", req.container_id, pod, e.msg)
         return None
     log.warning("container %s (pod %s): no saved state; DEL rebuilt from the API (%d attachments)",
-                req.container_id, pod, len(plan))
+                req.container_id, pod, len(plan.attachments))
     state = _state_of(req, conf, pod, plan)
     for att in state["attachments"]:
         att["attempted"] = True

@@ -5,7 +5,10 @@ Keys are Multus-compatible, so a Multus user switches by changing `type`:
 `logFile`, `logLevel`, `logToStderr`, `multusNamespace`, `systemNamespaces`,
 `namespaceIsolation`, `globalNamespaces`, `readinessindicatorfile`, plus the CNI
 keys `name`, `type`, `cniVersion`, `capabilities`, `runtimeConfig`, `prevResult`.
-netattach adds `apiTimeout`, `delegateTimeout` and `readinessTimeout` (seconds). Unknown keys are
+netattach adds `apiTimeout`, `delegateTimeout` and `readinessTimeout` (seconds),
+`podResourcesSocket` (the kubelet's PodResources API, for NADs annotated
+`k8s.v1.cni.cncf.io/resourceName`) and `deviceInfoDir` (Device Information
+Specification files). Unknown keys are
 ignored (CNI configs carry plugin-specific keys freely); a known key with a bad
 value fails with CNI code 7 naming the key.
 """
@@ -15,11 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .cni.errors import CniError, INVALID_CONFIG
+from .devices import DEVINFO_DIR, KUBELET_SOCKET
 
 DEFAULT_CONF_DIR = "/etc/cni/net.d"
 DEFAULT_CNI_DIR = "/var/lib/cni/netattach"
 DEFAULT_BIN_DIR = "/opt/cni/bin"
 DEFAULT_NAMESPACE = "kube-system"
+DEFAULT_POD_RESOURCES_SOCKET = KUBELET_SOCKET
+DEFAULT_DEVICE_INFO_DIR = DEVINFO_DIR
 
 _DNS1123_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _STR = {"type": "string"}
@@ -56,6 +62,8 @@ SCHEMA: dict[str, Any] = {
         "apiTimeout": _SECONDS,
         "delegateTimeout": _SECONDS,
         "readinessTimeout": _SECONDS,
+        "podResourcesSocket": _PATH,
+        "deviceInfoDir": _PATH,
     },
 }
 
@@ -84,6 +92,8 @@ class NetConf:
     api_timeout: float = 10.0
     delegate_timeout: float = 60.0
     readiness_timeout: float = 30.0
+    pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
+    device_info_dir: str = DEFAULT_DEVICE_INFO_DIR
 
 
 def _validator():
@@ -130,4 +140,6 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         api_timeout=float(config.get("apiTimeout", 10.0)),
         delegate_timeout=float(config.get("delegateTimeout", 60.0)),
         readiness_timeout=float(config.get("readinessTimeout", 30.0)),
+        pod_resources_socket=config.get("podResourcesSocket", DEFAULT_POD_RESOURCES_SOCKET),
+        device_info_dir=config.get("deviceInfoDir", DEFAULT_DEVICE_INFO_DIR),
     )

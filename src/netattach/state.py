@@ -32,6 +32,14 @@ class StateError(Exception):
     """State could not be read or written; the message names the file and the cause."""
 
 
+def _well_formed(state: dict) -> bool:
+    """True when every attachment has what DEL and CHECK read (network, ifname, config)."""
+    atts = state.get("attachments")
+    return isinstance(atts, list) and all(
+        isinstance(a, dict) and isinstance(a.get("network"), str)
+        and isinstance(a.get("ifname"), str) and isinstance(a.get("config"), dict) for a in atts)
+
+
 class StateStore:
     """State files of one `cniDir`.
 
@@ -86,6 +94,8 @@ class StateStore:
             raise StateError(f"state file {path} is corrupt: {e}") from None
         if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
             raise StateError(f"state file {path} has an unknown format")
+        if not _well_formed(data):
+            raise StateError(f"state file {path} is corrupt: attachments are missing or malformed")
         return data
 
     def save(self, container_id: str, state: dict[str, Any]) -> None:

@@ -242,9 +242,6 @@ def test_a_state_path_that_is_a_directory_is_5_not_999(bed, command):
     assert "Is a directory" in run.doc["msg"]
 
 
-@pytest.mark.xfail(strict=True, reason="proposal: StateStore.load should check the state's "
-                   "shape and raise StateError; today a JSON state without 'attachments' "
-                   "(or an attachment without 'config') ends as KeyError -> 999")
 @pytest.mark.parametrize("command,code", [("DEL", 0), ("CHECK", 5)])
 def test_a_state_of_the_wrong_shape_is_classified(bed, command, code):
     conf = bed.conf(debian_bridge(bed, "0.3.1"), "1.0.0", "10-cluster.conf")

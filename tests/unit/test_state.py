@@ -12,10 +12,11 @@ from netattach.state import StateError, StateStore
 
 def test_save_load_remove_modes(tmp_path):
     store = StateStore(str(tmp_path / "cni"))
-    store.save("abc", {"attachments": [1]})
+    att = {"network": "n", "ifname": "eth0", "config": {"type": "bridge"}}
+    store.save("abc", {"attachments": [att]})
     assert stat.S_IMODE(os.stat(tmp_path / "cni").st_mode) == 0o700
     assert stat.S_IMODE(os.stat(tmp_path / "cni" / "abc.json").st_mode) == 0o600
-    assert store.load("abc")["attachments"] == [1]
+    assert store.load("abc")["attachments"] == [att]
     assert store.exists("abc")
     store.remove("abc")
     assert store.load("abc") is None and not store.exists("abc")
@@ -47,7 +48,8 @@ def test_state_dir_that_is_a_symlink_is_refused(tmp_path):
         StateStore(str(tmp_path / "cni")).save("abc", {})
 
 
-@pytest.mark.parametrize("content", [b"{trunc", b"[]", b'{"format": 99}', b""])
+@pytest.mark.parametrize("content", [b"{trunc", b"[]", b'{"format": 99}', b"", b'{"format": 1}',
+                                     b'{"format": 1, "attachments": [{"network": "n"}]}'])
 def test_corrupt_state_is_reported(tmp_path, content):
     store = StateStore(str(tmp_path))
     (tmp_path / "abc.json").write_bytes(content)
@@ -106,8 +108,8 @@ def test_lock_is_exclusive_across_many_waiters(tmp_path):
 
 def test_saved_json_is_compact_and_versioned(tmp_path):
     store = StateStore(str(tmp_path))
-    store.save("abc", {"a": 1})
-    assert json.loads((tmp_path / "abc.json").read_text()) == {"a": 1, "format": 1}
+    store.save("abc", {"attachments": []})
+    assert json.loads((tmp_path / "abc.json").read_text()) == {"attachments": [], "format": 1}
 
 
 def test_container_ids_lists_saved_states_only(tmp_path):
