@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 from kubernetes.client import CoreV1Api
 
@@ -115,3 +116,86 @@ def test_readiness_indicator_file(scenario):
     assert run.code == 0, run.stdout + s.log_text()
     assert s.run("DEL", conf).code == 0
     assert_clean(s)
+
+
+RECORDER = """#!{python}
+import json, os, sys
+conf = json.load(sys.stdin)
+with open({log!r}, "a") as f:
+    f.write(json.dumps({{"command": os.environ["CNI_COMMAND"], "conf": conf}}) + "\\n")
+if os.environ["CNI_COMMAND"] == "ADD":
+    print(json.dumps(conf.get("prevResult") or {{"cniVersion": conf["cniVersion"]}}))
+"""
+
+
+def recorder(bin_dir, log):
+    import sys
+    path = bin_dir / "recorder"
+    path.write_text(RECORDER.format(python=sys.executable, log=str(log)))
+    path.chmod(0o755)
+
+
+def test_default_route_on_a_selected_network(admin_api, plugin_kubeconfig, host_env,
+                                              k8s_namespace):
+    """§4.1.2.1.9: the default route moves to net-a's gateway; the pod has exactly one
+    default route; network-status carries default-route; CHECK and DEL still pass."""
+    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace,
+                 networks='[{"name": "net-a", "default-route": ["198.18.2.1"]}]')
+    run = s.run("ADD")
+    assert run.code == 0, run.stdout + s.log_text()
+    routes = json.loads(tb.run("ip", "-j", "-n", s.netns, "route", "show", "default").stdout)
+    assert [(r["gateway"], r["dev"]) for r in routes] == [("198.18.2.1", "net1")]
+    status = json.loads(sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)[sc.STATUS])
+    assert "default-route" not in status[0]
+    assert status[1]["default-route"] == ["198.18.2.1"]
+    assert s.run("CHECK").code == 0, s.log_text()
+    assert s.run("DEL").code == 0
+    assert_clean(s)
+
+
+def test_device_from_kubelet_reaches_the_delegate_and_status(
+        admin_api, plugin_kubeconfig, host_env, k8s_namespace):
+    """A NAD annotated k8s.v1.cni.cncf.io/resourceName: the pod's allocated devices come
+    from the kubelet PodResources API (gRPC), one per attachment in order, as deviceID in
+    the delegate's config and runtimeConfig; the device plugin's device-info lands in
+    network-status and the attachment's device-info file is gone after DEL."""
+    from netattach import devices
+    from tests.testbed import kubelet
+
+    resource = "example.com/nic"
+    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, networks="dev-net,dev-net")
+    log = host_env.root / "recorder.log"
+    recorder(s.bin_dir, log)
+    nad = sc.nad(k8s_namespace, "dev-net", {"cniVersion": "1.0.0", "name": "dev-net", "plugins": [
+        {"type": "macvlan", "master": s.master, "mode": "bridge",
+         "ipam": {"type": "host-local", "subnet": "198.18.6.0/24", "dataDir": str(host_env.ipam_dir)}},
+        {"type": "recorder", "capabilities": {"deviceID": True, "CNIDeviceInfoFile": True}}]})
+    nad["metadata"]["annotations"] = {devices.RESOURCE_NAME_ANNOTATION: resource}
+    sc.apply_nad(admin_api, nad)
+    devinfo = host_env.root / "devinfo"
+    info = {"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:18:02.5"}}
+    for dev in ("0000:18:02.5", "0000:18:02.6"):
+        path = devices.dp_device_info_path(resource, dev, str(devinfo))
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps({**info, "pci": {"pci-address": dev}}))
+    sock = str(host_env.root / "kubelet.sock")
+    server = kubelet.serve(sock, kubelet.PodResourcesServer([kubelet.pod_resources(
+        k8s_namespace, s.pod_name, ("app", [(resource, ["0000:18:02.5", "0000:18:02.6"])]))]))
+    conf = {**s.netconf, "podResourcesSocket": sock, "deviceInfoDir": str(devinfo)}
+    try:
+        run = s.run("ADD", conf)
+        assert run.code == 0, run.stdout + s.log_text()
+        adds = [json.loads(l)["conf"] for l in log.read_text().splitlines()
+                if json.loads(l)["command"] == "ADD"]
+        assert [a["deviceID"] for a in adds] == ["0000:18:02.5", "0000:18:02.6"]
+        assert [a["runtimeConfig"]["deviceID"] for a in adds] == ["0000:18:02.5", "0000:18:02.6"]
+        assert adds[0]["runtimeConfig"]["CNIDeviceInfoFile"].endswith(f"{s.container_id}_net1")
+        status = json.loads(sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)[sc.STATUS])
+        assert [e.get("device-info", {}).get("pci", {}).get("pci-address") for e in status] == [
+            None, "0000:18:02.5", "0000:18:02.6"]
+        assert len(list((devinfo / "cni").iterdir())) == 2
+        assert s.run("DEL", conf).code == 0, s.log_text()
+        assert list((devinfo / "cni").iterdir()) == []
+        assert_clean(s)
+    finally:
+        server.stop(None)

@@ -12,23 +12,17 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent import futures
 
 import grpc
 import pytest
 
 from netattach.devices import DeviceError, pod_device_ids, pod_devices
 from netattach.podresources import api_pb2, api_pb2_grpc
+from tests.testbed.kubelet import containers, serve
 
 SRIOV = "intel.com/sriov_netdevice"
 RDMA = "nvidia.com/rdma"
 NS, POD = "team-a", "dpdk-app"
-
-
-def containers(*specs):
-    return [api_pb2.ContainerResources(name=name, devices=[
-        api_pb2.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in devs])
-        for name, devs in specs]
 
 
 # Two containers, devices of two resources each; IDs deliberately not sorted so the
@@ -89,10 +83,7 @@ def kubelet(tmp_path):
         path = tmp_path / "kubelet.sock"
         assert len(str(path)) < 100, "unix socket path too long"
         servicer = FakeKubelet(**kw)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        api_pb2_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
-        assert server.add_insecure_port(f"unix://{path}") != 0
-        server.start()
+        server = serve(str(path), servicer)
         servers.append((server, servicer))
         return str(path), servicer
 
