@@ -199,3 +199,61 @@ def test_device_from_kubelet_reaches_the_delegate_and_status(
         assert_clean(s)
     finally:
         server.stop(None)
+
+
+def test_status_fields_and_mixed_versions_in_one_pod(admin_api, plugin_kubeconfig, host_env,
+                                                     k8s_namespace, cni_testbin):
+    """One pod, delegates at 0.2.0, 0.3.1, 1.0.0 and 1.1.0 (reference plugins v1.9.1),
+    and the network-status fields each produces (spec §5.3): a 0.2.0 result gives the
+    interface from CNI_IFNAME and ips from ip4 (§5.3.2.1, §5.3.3.1); dns from IPAM's
+    resolvConf (§5.3.7); mtu on every entry; mac from the sandbox interface."""
+    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace,
+                 networks="net-a,other/net-b@data0,net-old,net-dns")
+    resolv = host_env.root / "resolv.conf"
+    resolv.write_text("nameserver 198.18.7.53\nsearch corp.example example\ndomain corp.example\n")
+    old_bridge, dns_bridge = host_env.bridge_name(), host_env.bridge_name()
+    sc.apply_nad(admin_api, sc.nad(k8s_namespace, "net-old", sc.bridge_conf(
+        old_bridge, "198.18.8.0/24", host_env.ipam_dir, name="net-old", version="0.2.0",
+        gateway=False)))
+    dns_conf = {"cniVersion": "1.1.0", "name": "net-dns", "plugins": [sc.bridge_conf(
+        dns_bridge, "198.18.7.0/24", host_env.ipam_dir, name=None, version="1.1.0", gateway=False)]}
+    del dns_conf["plugins"][0]["cniVersion"]
+    dns_conf["plugins"][0]["ipam"]["resolvConf"] = str(resolv)
+    sc.apply_nad(admin_api, sc.nad(k8s_namespace, "net-dns", dns_conf))
+    env = {"CNI_PATH": f"{s.bin_dir}:{cni_testbin}"}  # reference plugins speak 0.1.0 .. 1.1.0
+    run = s.run("ADD", env_overrides=env)
+    assert run.code == 0, run.stdout + s.log_text()
+    status = json.loads(sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)[sc.STATUS])
+    by_if = {e["interface"]: e for e in status}
+    assert list(by_if) == ["eth0", "net1", "data0", "net3", "net4"]
+    for ifname, entry in by_if.items():
+        assert entry["ips"] == tb.addresses(s.netns, ifname)
+        assert entry["mtu"] == json.loads(tb.run("ip", "-j", "-n", s.netns, "link", "show",
+                                                 ifname).stdout)[0]["mtu"]
+    assert "mac" not in by_if["net3"]  # a 0.2.0 result has no interfaces (§5.3.4.1)
+    for ifname in ("eth0", "net1", "data0", "net4"):
+        assert by_if[ifname]["mac"] == tb.link_mac(s.netns, ifname)
+    assert by_if["net4"]["dns"] == {"nameservers": ["198.18.7.53"], "domain": "corp.example",
+                                    "search": ["corp.example", "example"]}
+    assert [e["default"] for e in status] == [True, False, False, False, False]
+    assert s.run("CHECK", env_overrides=env).code == 0, s.log_text()
+    assert s.run("DEL", env_overrides=env).code == 0, s.log_text()
+    assert_clean(s)
+
+
+def test_default_networks_skipped_in_system_namespaces(admin_api, plugin_kubeconfig, host_env,
+                                                       k8s_namespace):
+    """defaultNetworks attach to every pod except those in systemNamespaces."""
+    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, networks="")
+    everyone = host_env.bridge_name()
+    sc.apply_nad(admin_api, sc.nad(k8s_namespace, "everyone", sc.bridge_conf(
+        everyone, "198.18.4.0/24", host_env.ipam_dir, name="everyone", version="1.0.0",
+        gateway=False)))
+    conf = {**s.netconf, "defaultNetworks": [f"{k8s_namespace}/everyone"]}
+    assert s.run("ADD", conf).code == 0, s.log_text()
+    assert links(s) == ["eth0", "lo", "net1"]
+    assert s.run("DEL", conf).code == 0
+    assert s.run("ADD", {**conf, "systemNamespaces": [k8s_namespace]}).code == 0, s.log_text()
+    assert links(s) == ["eth0", "lo"]
+    assert s.run("DEL", conf).code == 0
+    assert_clean(s)
