@@ -15,8 +15,8 @@ from typing import Any
 
 from . import delegates, devices, netnsinfo, plan as planning, routes, selection, status
 from .cni import chain
-from .cni.errors import (CniError, INVALID_CONFIG, IO_FAILURE, TRY_AGAIN, UNKNOWN_CONTAINER,
-                         INCOMPATIBLE_VERSION)
+from .cni.errors import (CniError, INCOMPATIBLE_VERSION, INVALID_CONFIG, IO_FAILURE, NOT_AVAILABLE,
+                         TRY_AGAIN, UNKNOWN_CONTAINER)
 from .cni.request import CniRequest
 from .cni.result import convert_result, version_at_least
 from .kube import Kube, KubeError
@@ -70,6 +70,19 @@ def runtime_conf(req: CniRequest, conf: NetConf, att: dict | planning.Attachment
         bin_dirs=(conf.bin_dir,), timeout=conf.delegate_timeout)
 
 
+def error_code(e: Exception, default: int) -> int:
+    """The documented CNI code of a failure kind (docs/architecture.md "Errors"): a CniError
+    keeps its own (a child's included), the API server 11, state and OS-level I/O 5,
+    anything else `default`."""
+    if isinstance(e, CniError):
+        return e.code
+    if isinstance(e, KubeError):
+        return TRY_AGAIN
+    if isinstance(e, (StateError, OSError)):
+        return IO_FAILURE
+    return default
+
+
 def _fail(pod: PodRef | None, network: str | None, e: Exception, code: int = INVALID_CONFIG) -> CniError:
     """Wrap any error into one CniError naming pod, network and cause (child code kept)."""
     where = f"pod {pod}" if pod else "request"
@@ -77,17 +90,20 @@ def _fail(pod: PodRef | None, network: str | None, e: Exception, code: int = INV
         where += f": network {network}"
     if isinstance(e, CniError):
         return CniError(e.code, f"{where}: {e.msg}", e.details)
-    if isinstance(e, KubeError):
-        return CniError(TRY_AGAIN, f"{where}: {e}")
-    if isinstance(e, StateError):
-        return CniError(IO_FAILURE, f"{where}: {e}")
-    return CniError(code, f"{where}: {e}")
+    return CniError(error_code(e, code), f"{where}: {e}")
 
 
 # ---------------------------------------------------------------- resolution
 
-def _is_own(config: chain.NetworkConfig, own_type: str) -> bool:
-    return any(p.get("type") == own_type for p in config.plugins)
+def _is_own(config: chain.NetworkConfig, conf: NetConf) -> bool:
+    """True when a plugin of `config` is netattach itself (its own `type`)."""
+    own = conf.raw.get("type", "netattach")
+    return any(p.get("type") == own for p in config.plugins)
+
+
+def saved_config(att: dict) -> chain.NetworkConfig:
+    """The delegate of a saved attachment, as the ADD ran it. Raises CniError (7)."""
+    return chain.NetworkConfig.from_dict(att["config"], att.get("source", att["network"]))
 
 
 def resolve_cluster_network(conf: NetConf, kube: Kube | None) -> tuple[str, chain.NetworkConfig]:
@@ -100,7 +116,6 @@ def resolve_cluster_network(conf: NetConf, kube: Kube | None) -> tuple[str, chai
     common case needs no request. Raises DelegateError, KubeError, CniError.
     """
     value = conf.cluster_network
-    own = conf.raw.get("type", "netattach")
     if value.startswith("/"):
         if os.path.isdir(value):
             for path in delegates.list_conf_files(value):
@@ -109,12 +124,12 @@ def resolve_cluster_network(conf: NetConf, kube: Kube | None) -> tuple[str, chai
                 except (CniError, delegates.DelegateError) as e:
                     log.warning("skipping %s: %s", path, e)
                     continue
-                if not _is_own(config, own):
+                if not _is_own(config, conf):
                     return config.name, config
             raise delegates.DelegateError(value, f"no CNI config for the cluster default network in {value}")
         return (c := delegates.load_conf_file(value)).name, c
     on_disk = delegates.find_on_disk(conf.conf_dir, value)
-    if on_disk is not None and not _is_own(on_disk, own):
+    if on_disk is not None and not _is_own(on_disk, conf):
         return on_disk.name, on_disk
     ns, _, name = value.rpartition("/")
     ns = ns or conf.multus_namespace
@@ -215,7 +230,6 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None,
         except (delegates.DelegateError, KubeError, CniError) as e:
             raise _fail(pod, f"{conf.cluster_network} (cluster default network)", e) from None
 
-    own = conf.raw.get("type", "netattach")
     secondaries: list[tuple[selection.NetworkSelectionElement, chain.NetworkConfig]] = []
     resources: list[str | None] = []
     elements: list[selection.NetworkSelectionElement] = []
@@ -239,7 +253,7 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None,
         try:
             nad = kube.get_nad(element.namespace, element.name) if kube else None
             config = delegates.resolve_delegate(nad, element.namespace, element.name, conf.conf_dir)
-            if _is_own(config, own):
+            if _is_own(config, conf):
                 raise delegates.DelegateError(element.ref, f"{config.source} names netattach "
                                               "itself as a plugin; a delegate must be another plugin")
         except (delegates.DelegateError, KubeError, CniError) as e:
@@ -252,8 +266,7 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None,
         attachments = planning.plan_attachments(default, req.ifname, conf.runtime_config,
                                                 secondaries)
         route_plan = routes.plan_default_routes(
-            [(a.ifname, a.element.default_route if a.element else None, a.network)
-             for a in attachments])
+            [(a.ifname, a.default_route, a.network) for a in attachments])
     except (planning.PlanError, routes.RouteError, CniError) as e:
         raise _fail(pod, None, e) from None
     for index, (resource, device_id) in device_map.items():
@@ -439,8 +452,8 @@ def _apply_default_route(req: CniRequest, conf: NetConf, plan: Plan, results: li
     """Install the chosen default route(s) in the pod netns and save the rewritten results
     (so CHECK and DEL see what the netns holds). On failure every attachment is rolled
     back and CniError INVALID_CONFIG names the gateway problem."""
-    targets = [routes.RouteTarget(a.ifname, r, a.element.default_route if a.element else None,
-                                  a.network) for a, r in zip(plan.attachments, results)]
+    targets = [routes.RouteTarget(a.ifname, r, a.default_route, a.network)
+               for a, r in zip(plan.attachments, results)]
     try:
         results = routes.apply_default_routes(req.netns, targets)
     except routes.RouteError as e:
@@ -480,8 +493,7 @@ def _delete_attachments(req: CniRequest, conf: NetConf, state: dict) -> list[str
         if not att.get("attempted", True):
             continue
         try:
-            config = chain.NetworkConfig.from_dict(att["config"], att.get("source", att["network"]))
-            chain.delete(config, runtime_conf(req, conf, att, netns), att.get("result"))
+            chain.delete(saved_config(att), runtime_conf(req, conf, att, netns), att.get("result"))
             if att.get("device"):
                 devices.remove_device_info(req.container_id, att["ifname"], conf.device_info_dir)
         except (CniError, devices.DeviceError) as e:
@@ -568,7 +580,7 @@ def cmd_check(req: CniRequest, conf: NetConf) -> None:
                        f"{req.container_id}: it was never added on this node")
     for att in state["attachments"]:
         try:
-            config = chain.NetworkConfig.from_dict(att["config"], att.get("source", att["network"]))
+            config = saved_config(att)
             if not version_at_least(config.cni_version, "0.4.0"):
                 # CHECK does not exist before 0.4.0 (SPEC.md); such a delegate has nothing to check.
                 log.debug("CHECK skipped for %s: cniVersion %s", att["network"], config.cni_version)
@@ -588,12 +600,13 @@ def cmd_status(req: CniRequest, conf: NetConf) -> None:
     Raises CniError.
     """
     if conf.readiness_indicator_file and not os.path.exists(conf.readiness_indicator_file):
-        raise CniError(50, f"cluster default network not ready: readiness indicator file "
+        raise CniError(NOT_AVAILABLE, f"cluster default network not ready: readiness indicator file "
                        f"{conf.readiness_indicator_file} does not exist")
     try:
         _, config = resolve_cluster_network(conf, None)
     except (delegates.DelegateError, CniError) as e:
-        raise _fail(None, f"{conf.cluster_network} (cluster default network)", e, code=50) from None
+        raise _fail(None, f"{conf.cluster_network} (cluster default network)", e,
+                    code=NOT_AVAILABLE) from None
     chain.status(config, chain.RuntimeConf(
         container_id="", netns="", ifname="", args=(), capability_args={}, cni_path=req.path,
         bin_dirs=(conf.bin_dir,), timeout=conf.delegate_timeout))

@@ -14,12 +14,11 @@ import time
 from typing import Any, NoReturn
 
 from . import __version__
-from .cni.errors import CniError
+from .cni.errors import INTERNAL as INTERNAL_ERROR, INVALID_ENV, CniError
+from .cni.result import SUPPORTED_VERSIONS
 
 log = logging.getLogger("netattach")
 
-SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
-INTERNAL_ERROR = 999  # CNI SPEC.md: codes 100+ are the plugin's own; Multus uses 999 too
 _LEVELS = {"panic": logging.CRITICAL, "error": logging.ERROR, "warning": logging.WARNING,
            "info": logging.INFO, "debug": logging.DEBUG, "verbose": logging.DEBUG}
 
@@ -73,11 +72,14 @@ def cni_main(environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | No
         setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr)
         log.debug("%s container=%s ifname=%s netns=%s", req.command, req.container_id,
                   req.ifname, req.netns)
-        from . import attach, garbage
+        from . import attach
         commands = {"ADD": attach.cmd_add, "DEL": attach.cmd_del, "CHECK": attach.cmd_check,
-                    "STATUS": attach.cmd_status, "GC": garbage.cmd_gc}
+                    "STATUS": attach.cmd_status}
+        if req.command == "GC":  # only GC needs garbage.py
+            from .garbage import cmd_gc
+            commands["GC"] = cmd_gc
         if req.command not in commands:
-            raise CniError(4, f"command {req.command} is not supported yet by netattach")
+            raise CniError(INVALID_ENV, f"command {req.command} is not supported yet by netattach")
         try:
             return commands[req.command](req, conf), 0
         finally:
@@ -98,19 +100,18 @@ def _unwrapped(e: Exception) -> CniError:
     server 11, a delegate's config or the plan 7. Anything else is a bug: 999.
     The traceback is in the log either way.
     """
-    from .cni.errors import INVALID_CONFIG, IO_FAILURE, TRY_AGAIN
+    from .attach import error_code
+    from .cni.errors import INVALID_CONFIG, IO_FAILURE
     from .delegates import DelegateError
-    from .kube import KubeError
     from .plan import PlanError
-    from .state import StateError
     details = "see the netattach log for the traceback"
-    if isinstance(e, (StateError, OSError)):
-        return CniError(IO_FAILURE, f"netattach I/O failure: {e}", details)
-    if isinstance(e, KubeError):
-        return CniError(TRY_AGAIN, f"netattach: {e}", details)
-    if isinstance(e, (DelegateError, PlanError)):
-        return CniError(INVALID_CONFIG, f"netattach: {e}", details)
-    return CniError(INTERNAL_ERROR, f"netattach internal error: {type(e).__name__}: {e}", details)
+    code = error_code(e, INVALID_CONFIG if isinstance(e, (DelegateError, PlanError))
+                      else INTERNAL_ERROR)
+    if code == IO_FAILURE:
+        return CniError(code, f"netattach I/O failure: {e}", details)
+    if code == INTERNAL_ERROR:
+        return CniError(code, f"netattach internal error: {type(e).__name__}: {e}", details)
+    return CniError(code, f"netattach: {e}", details)
 
 
 def _log_timing(command: str, started: float) -> None:

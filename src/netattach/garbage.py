@@ -79,19 +79,14 @@ def del_request(state: dict, cni_path: tuple[str, ...]) -> CniRequest:
 
 def _load_locked(store: StateStore, container_id: str) -> dict | None:
     """The saved state, read under the container's lock so that an ADD or DEL running
-    now is finished first. Raises StateError (also for a state without the keys DEL needs)."""
+    now is finished first. Raises StateError (also for a state without the keys DEL needs:
+    StateStore.load checks them)."""
     with store.lock(container_id):
         try:
             state = store.load(container_id)
         except OSError as e:  # e.g. `<id>.json` is a directory
             raise StateError(f"cannot read the state of container {container_id}: "
                              f"{e.strerror or e}") from None
-    if state is None:
-        return None
-    if not (isinstance(state.get("ifname"), str) and isinstance(state.get("attachments"), list)
-            and state.get("containerID") == container_id):
-        raise StateError(f"state file of container {container_id} lacks containerID, ifname "
-                         "or attachments")
     return state
 
 
@@ -186,8 +181,7 @@ def _delegates(conf: NetConf, states: dict[str, dict]) -> tuple[list[chain.Netwo
             if key in found:
                 continue
             try:
-                found[key] = chain.NetworkConfig.from_dict(att.get("config"),
-                                                           att.get("source", att.get("network")))
+                found[key] = attach.saved_config(att)
             except CniError as e:
                 errors.append(CniError(e.code, f"container {cid}: network {att.get('network')}: "
                                        f"saved config: {e.msg}", e.details))

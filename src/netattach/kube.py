@@ -46,13 +46,12 @@ class KubeError(Exception):
     """An API request failed.
 
     `status` is the HTTP status (0 when the server could not be reached or the
-    request timed out); `reason` a short phrase; the message says what to fix.
+    request timed out); the message says what to fix.
     """
 
-    def __init__(self, message: str, status: int = 0, reason: str = ""):
+    def __init__(self, message: str, status: int = 0):
         super().__init__(message)
         self.status = status
-        self.reason = reason
 
     @property
     def unreachable(self) -> bool:

@@ -82,6 +82,11 @@ class Attachment:
     capability_args: dict[str, Any] = field(default_factory=dict)
     element: NetworkSelectionElement | None = None
 
+    @property
+    def default_route(self) -> tuple[str, ...] | None:
+        """The gateways its selection element asks for (spec §4.1.2.1.9), if any."""
+        return self.element.default_route if self.element else None
+
 
 def declares(config: NetworkConfig, capability: str) -> bool:
     """True when some plugin of the delegate sets `capabilities.<capability>` to true."""

@@ -9,7 +9,7 @@ CHECK, which compares ``prevResult.routes`` with the namespace (the reference
 bridge and macvlan plugins do), and DEL still pass.
 
 Pure helpers (no netlink): `plan_default_routes`, `with_default_routes`.
-Touching the netns: `apply_default_routes`, `read_mtu`, `read_mtus`.
+Touching the netns: `apply_default_routes`.
 pyroute2 is imported inside those functions only (about 250 ms of imports),
 so an ADD without ``default-route`` never pays for it.
 
@@ -79,8 +79,6 @@ __all__ = [
     "plan_default_routes",
     "with_default_routes",
     "apply_default_routes",
-    "read_mtu",
-    "read_mtus",
 ]
 
 MAIN_TABLE = 254  # RT_TABLE_MAIN
@@ -519,29 +517,3 @@ def apply_default_routes(netns_path: str,
                         f"{r.get_attr('RTA_GATEWAY') or 'multipath'} on {', '.join(names)} "
                         f"in {netns_path}: {_netlink_reason(e)}") from e
     return results
-
-
-def read_mtus(netns_path: str, ifnames: Sequence[str]) -> dict[str, int | None]:
-    """{ifname: MTU} of links in the netns (spec §5.3.5); None for a missing link.
-
-    One netlink socket for all names. Raises RouteError when the netns cannot
-    be opened or the links cannot be listed.
-    """
-    from pyroute2.netlink.exceptions import NetlinkError
-
-    with _rtnl(netns_path) as ipr:
-        try:
-            links = _links(ipr)
-        except (NetlinkError, OSError) as e:
-            raise RouteError(f"cannot list links in {netns_path}: {_netlink_reason(e)}") from e
-    return {name: (links[name][1] if name in links else None) for name in ifnames}
-
-
-def read_mtu(netns_path: str, ifname: str) -> int | None:
-    """The MTU of link `ifname` in the netns at `netns_path` (spec §5.3.5 ``mtu``).
-
-    For network-status entries whose result does not carry the interface MTU
-    (results before CNI 1.1.0). Returns None when the link does not exist.
-    Raises RouteError when the netns cannot be opened.
-    """
-    return read_mtus(netns_path, [ifname])[ifname]

@@ -32,10 +32,12 @@ class StateError(Exception):
     """State could not be read or written; the message names the file and the cause."""
 
 
-def _well_formed(state: dict) -> bool:
-    """True when every attachment has what DEL and CHECK read (network, ifname, config)."""
+def _well_formed(state: dict, container_id: str) -> bool:
+    """True when the state is this container's and has what DEL, CHECK and GC read: the
+    runtime's ifname and, per attachment, network, ifname and config."""
     atts = state.get("attachments")
-    return isinstance(atts, list) and all(
+    return (state.get("containerID") == container_id and isinstance(state.get("ifname"), str)
+            and isinstance(atts, list)) and all(
         isinstance(a, dict) and isinstance(a.get("network"), str)
         and isinstance(a.get("ifname"), str) and isinstance(a.get("config"), dict) for a in atts)
 
@@ -94,8 +96,9 @@ class StateStore:
             raise StateError(f"state file {path} is corrupt: {e}") from None
         if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
             raise StateError(f"state file {path} has an unknown format")
-        if not _well_formed(data):
-            raise StateError(f"state file {path} is corrupt: attachments are missing or malformed")
+        if not _well_formed(data, container_id):
+            raise StateError(f"state file {path} is corrupt: containerID, ifname or "
+                             "attachments are missing or malformed")
         return data
 
     def save(self, container_id: str, state: dict[str, Any]) -> None:

@@ -18,7 +18,8 @@ import pytest
 
 from netattach.cni import chain
 from netattach.cni.errors import CniError
-from netattach.routes import RouteError, RouteTarget, apply_default_routes, read_mtu, read_mtus
+from netattach.netnsinfo import link_mtus
+from netattach.routes import RouteError, RouteTarget, apply_default_routes
 from tests.testbed import netns as tb
 
 pytestmark = pytest.mark.integration
@@ -256,15 +257,13 @@ def test_missing_chosen_interface(host_env):
         apply_default_routes(tb.netns_path(ns), targets)
 
 
-def test_read_mtu(host_env):
+def test_link_mtus(host_env):
+    """The network-status MTU reader (netnsinfo) on links made by real plugins."""
     pod = Pod(host_env, DEBIAN_BIN, "1.0.0", mtu=1400)
     path = tb.netns_path(pod.ns)
-    assert read_mtu(path, "eth0") == 1500
-    assert read_mtu(path, "net1") == 1400
-    assert read_mtu(path, "net9") is None
-    assert read_mtus(path, ["lo", "net1", "net9"]) == {"lo": 65536, "net1": 1400, "net9": None}
+    assert link_mtus(path, ["eth0"]) == {"eth0": 1500}
+    assert link_mtus(path, ["net1"]) == {"net1": 1400}
+    assert link_mtus(path, ["lo", "net1", "net9"]) == {"lo": 65536, "net1": 1400}  # net9: none
     pod.delete(pod.results)
-    with pytest.raises(RouteError, match="cannot open network namespace"):
-        read_mtu(str(host_env.root / "no-such-netns"), "eth0")
-    with pytest.raises(RouteError, match="is it a network namespace"):
-        read_mtu(str(host_env.ipam_dir), "eth0")
+    assert link_mtus(str(host_env.root / "no-such-netns"), ["eth0"]) == {}  # never raises
+    assert link_mtus(str(host_env.ipam_dir), ["eth0"]) == {}

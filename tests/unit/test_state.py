@@ -13,7 +13,7 @@ from netattach.state import StateError, StateStore
 def test_save_load_remove_modes(tmp_path):
     store = StateStore(str(tmp_path / "cni"))
     att = {"network": "n", "ifname": "eth0", "config": {"type": "bridge"}}
-    store.save("abc", {"attachments": [att]})
+    store.save("abc", {"containerID": "abc", "ifname": "eth0", "attachments": [att]})
     assert stat.S_IMODE(os.stat(tmp_path / "cni").st_mode) == 0o700
     assert stat.S_IMODE(os.stat(tmp_path / "cni" / "abc.json").st_mode) == 0o600
     assert store.load("abc")["attachments"] == [att]
@@ -108,8 +108,9 @@ def test_lock_is_exclusive_across_many_waiters(tmp_path):
 
 def test_saved_json_is_compact_and_versioned(tmp_path):
     store = StateStore(str(tmp_path))
-    store.save("abc", {"attachments": []})
-    assert json.loads((tmp_path / "abc.json").read_text()) == {"attachments": [], "format": 1}
+    state = {"containerID": "abc", "ifname": "eth0", "attachments": []}
+    store.save("abc", state)
+    assert json.loads((tmp_path / "abc.json").read_text()) == {**state, "format": 1}
 
 
 def test_container_ids_lists_saved_states_only(tmp_path):
