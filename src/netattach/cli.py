@@ -123,18 +123,41 @@ def _log_timing(command: str, started: float) -> None:
              time.monotonic() - started, child_seconds(), requests_made())
 
 
+# Operator subcommands: name -> (module, one-line help). Each module exposes
+# add_arguments(parser) and run(args) -> exit status, and is imported only when chosen,
+# so the CNI path never pays for them.
+SUBCOMMANDS = {
+    "install": ("install", "DaemonSet entry point: install the binary, kubeconfig and conflist "
+                           "on the node and keep them current"),
+    "validate": ("validate", "lint NetworkAttachmentDefinition and pod YAML before applying it"),
+    "status": ("podstatus", "show a pod's attachments from its network-status annotation"),
+}
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console script `netattach`."""
+    """Console script `netattach`: CNI mode when CNI_COMMAND is set, else a subcommand."""
     if "CNI_COMMAND" in os.environ:
         logging.getLogger("netattach").addHandler(logging.NullHandler())
         doc, code = cni_main(dict(os.environ), sys.stdin.buffer.read())
         _emit(doc, code)
     import argparse
+    import importlib
     parser = argparse.ArgumentParser(prog="netattach", description=(
         "CNI delegating meta-plugin for Kubernetes. Invoked by the container runtime with "
         "CNI_COMMAND set; the subcommands below are for people."))
     parser.add_argument("--version", action="version",
                         version=f"netattach {__version__} (CNI {', '.join(SUPPORTED_VERSIONS)})")
-    parser.parse_args(argv)
-    parser.print_help()
-    sys.exit(0)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, (_module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:  # only the chosen module is imported
+            module = importlib.import_module(f".{SUBCOMMANDS[name][0]}", __package__)
+            module.add_arguments(p)
+            p.set_defaults(run=module.run)
+    args = parser.parse_args(argv)
+    if getattr(args, "run", None) is None:
+        parser.print_help()
+        sys.exit(0 if args.command is None else 2)
+    sys.exit(args.run(args))
