@@ -62,19 +62,26 @@ class PluginEnv:
     path: str = ""
 
 
-def find_plugin(plugin_type: str, dirs: Sequence[str]) -> str:
-    """Path of the executable named `plugin_type` in the first of `dirs` that has one.
-
-    SPEC.md: the runtime uses the network "type" as the executable name and looks
-    for it in its plugin directories (libcni invoke.FindInPath). A type that is
-    empty, "." or "..", or contains '/' or NUL could name a file outside those
-    directories and raises CniError INVALID_CONFIG (7) "invalid plugin type";
-    no regular executable file found raises INVALID_CONFIG naming the type and dirs.
-    """
+def check_plugin_type(plugin_type: object) -> None:
+    """Raise CniError INVALID_CONFIG (7) "invalid plugin type" unless `plugin_type` is a
+    plain file name: not empty, ".", "..", no '/' or NUL (SPEC.md "Plugin configuration
+    objects": `type` "must not contain characters disallowed in file paths"). Anything
+    else could name a file outside the plugin directories."""
     if (not isinstance(plugin_type, str) or not plugin_type or plugin_type in (".", "..")
             or "/" in plugin_type or "\0" in plugin_type):
         raise CniError(INVALID_CONFIG, f"invalid plugin type {plugin_type!r}",
                        "a plugin type is a file name: not empty, '.', '..', no '/' or NUL")
+
+
+def find_plugin(plugin_type: str, dirs: Sequence[str]) -> str:
+    """Path of the executable named `plugin_type` in the first of `dirs` that has one.
+
+    SPEC.md: the runtime uses the network "type" as the executable name and looks
+    for it in its plugin directories (libcni invoke.FindInPath). A type that is not a
+    plain file name raises CniError INVALID_CONFIG (7) (check_plugin_type);
+    no regular executable file found raises INVALID_CONFIG naming the type and dirs.
+    """
+    check_plugin_type(plugin_type)
     for d in dirs:
         if not d:
             continue
