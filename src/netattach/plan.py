@@ -199,6 +199,36 @@ def with_cni_args(config: NetworkConfig, cni_args: dict[str, Any]) -> NetworkCon
     return NetworkConfig.from_dict(raw, config.source)
 
 
+def interface_names(runtime_ifname: str,
+                    elements: Sequence[NetworkSelectionElement]) -> list[str]:
+    """CNI_IFNAME of each secondary attachment, in order (§4.1.2.1.5, §4.2.1).
+
+    runtime_ifname: the cluster default network's (the runtime's CNI_IFNAME).
+    elements: defaultNetworks entries then the pod's selection, in attachment order.
+    Returns one name per element: the requested `interface`, else `net<N>` with N the
+    element's 1-based position, counted up past names used or requested elsewhere.
+    Raises PlanError when a requested name is already used by an earlier attachment
+    (the runtime's included).
+    """
+    used = {runtime_ifname}
+    requested = {e.interface for e in elements if e.interface}
+    out = []
+    for position, element in enumerate(elements, start=1):
+        if element.interface:
+            ifname = element.interface
+            if ifname in used:
+                raise PlanError(f"network {element.ref}: interface {ifname!r} is already used "
+                                f"by an earlier attachment (multi-net spec §4.1.2.1.5)")
+        else:
+            n = position
+            while f"net{n}" in used or f"net{n}" in requested:
+                n += 1
+            ifname = f"net{n}"
+        used.add(ifname)
+        out.append(ifname)
+    return out
+
+
 def plan_attachments(
     default_network: tuple[str, NetworkConfig],
     runtime_ifname: str,
@@ -216,20 +246,8 @@ def plan_attachments(
     """
     name, config = default_network
     plan = [Attachment(name, runtime_ifname, True, config, dict(runtime_config))]
-    used = {runtime_ifname}
-    requested = {e.interface for e, _ in secondaries if e.interface}
-    for position, (element, config) in enumerate(secondaries, start=1):
-        if element.interface:
-            ifname = element.interface
-            if ifname in used:
-                raise PlanError(f"network {element.ref}: interface {ifname!r} is already used "
-                                f"by an earlier attachment (multi-net spec §4.1.2.1.5)")
-        else:
-            n = position
-            while f"net{n}" in used or f"net{n}" in requested:
-                n += 1
-            ifname = f"net{n}"
-        used.add(ifname)
+    ifnames = interface_names(runtime_ifname, [e for e, _ in secondaries])
+    for (element, config), ifname in zip(secondaries, ifnames):
         cni_args = dict(element.cni_args or {})
         if element.ipam_claim_reference:
             # the dedicated key beats a same-named entry in the element's cni-args
