@@ -88,6 +88,7 @@ class Kube:
         self.requests = 0
         self._http: Any = None
         self._errors: Any = None
+        self._namespace = "default"
 
     def _client(self) -> Any:
         if self._http is None:
@@ -102,11 +103,21 @@ class Kube:
                 # environment; the kubeconfig alone says where and how to connect.
                 self._http = Client(config, ConnectionParams(
                     timeout=httpx2.Timeout(self.timeout), trust_env=False))
+                self._namespace = config.namespace
             except Exception as e:  # yaml, msgspec, ssl, OS and lightkube errors alike
                 raise KubeError(f"cannot load kubeconfig {self.kubeconfig or '(default)'}: "
                                 f"{type(e).__name__}: {_short(e)}") from None
             self._errors = (httpx2.TimeoutException, httpx2.TransportError)
         return self._http
+
+    def namespace(self) -> str:
+        """The current context's namespace: the kubeconfig context's `namespace`, the
+        ServiceAccount's namespace in-cluster, else "default" (what kubectl uses).
+
+        Loads the kubeconfig if no request did yet; raises KubeError when it cannot.
+        """
+        self._client()
+        return self._namespace
 
     def request(self, method: str, path: str, body: Any = None,
                 content_type: str | None = None) -> tuple[int, bytes]:
