@@ -1,0 +1,660 @@
+"""`netattach install` as the DaemonSet runs it: real files in temp dirs stand for the
+host's CNI bin and conf dirs and the pod's ServiceAccount volume; the installer is a
+real subprocess (the console script, or the PyInstaller artifact when NETATTACH_EXE is
+set, see tests.testbed.scenario.netattach_command). Waits poll with deadlines."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from netattach import install
+from netattach.netconf import parse_netconf
+from tests.testbed.scenario import netattach_command
+
+POLL = "0.1"
+CA = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+PRIMARY = {"cniVersion": "0.3.1", "name": "k8s-pod-network", "plugins": [
+    {"type": "bridge", "bridge": "cni0", "ipam": {"type": "host-local"},
+     "capabilities": {"ips": True}},
+    {"type": "portmap", "capabilities": {"portMappings": True, "bandwidth": False}},
+    {"type": "bandwidth", "capabilities": {"bandwidth": True}}]}
+
+
+def wait_for(predicate, what: str, timeout: float = 10.0):
+    """Poll `predicate` every 20 ms until it returns something truthy; fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    pytest.fail(f"timed out after {timeout} s waiting for {what}")
+
+
+def write_sa(sa: Path, token: str, generation: int, ca: bytes = CA) -> None:
+    """Fill a ServiceAccount volume the way kubelet's AtomicWriter does: a new
+    `..<timestamp>` dir, a `..data_tmp` symlink to it renamed over `..data`, the
+    top-level names linking through `..data`, the old generation removed."""
+    sa.mkdir(exist_ok=True)
+    gen = sa / f"..2026_01_01_00_00_00.{generation:09d}"
+    gen.mkdir()
+    (gen / "token").write_text(token)
+    (gen / "ca.crt").write_bytes(ca)
+    (gen / "namespace").write_text("kube-system")
+    old = os.readlink(sa / "..data") if (sa / "..data").is_symlink() else None
+    (sa / "..data_tmp").symlink_to(gen.name)
+    os.rename(sa / "..data_tmp", sa / "..data")
+    for name in ("token", "ca.crt", "namespace"):
+        if not (sa / name).is_symlink():
+            (sa / name).symlink_to(f"..data/{name}")
+    if old:
+        shutil.rmtree(sa / old)
+
+
+def write_atomically(path: Path, doc: dict) -> None:
+    tmp = path.parent / f".{path.name}.test-tmp"
+    tmp.write_text(json.dumps(doc))
+    os.rename(tmp, path)
+
+
+def artifact_file(path: Path, tag: str, size: int = 4 << 20) -> bytes:
+    """A fake single-file artifact: a real ELF executable (readlink; the kernel ignores
+    bytes after its segments, as PyInstaller's onefile appends its archive) followed by
+    `tag` and padding to `size` bytes, so that a torn copy would show."""
+    elf = Path(shutil.which("readlink")).read_bytes()
+    data = elf + tag.encode() + b"#" * (size - len(elf) - len(tag))
+    path.write_bytes(data)
+    path.chmod(0o755)
+    return data
+
+
+def artifact_dir(path: Path, tag: str) -> bytes:
+    """A fake PyInstaller onedir: `netattach` is a real ELF executable (a copy of
+    readlink: `netattach -f /proc/self/exe` prints the file the kernel exec'd, which is
+    how the bootloader finds `_internal/` beside it), `_internal/` differs per `tag`.
+    Returns the executable's bytes."""
+    (path / "_internal" / "lib").mkdir(parents=True)
+    shutil.copy(shutil.which("readlink"), path / "netattach")
+    (path / "_internal" / "version").write_text(tag + "\n")
+    (path / "_internal" / "lib" / "libfake.so").write_bytes(tag.encode() * 100_000)
+    (path / "_internal" / "lib" / "libfake.so.1").symlink_to("libfake.so")
+    return (path / "netattach").read_bytes()
+
+
+def is_frozen_command() -> bool:
+    with open(netattach_command(), "rb") as f:
+        return f.read(2) != b"#!"
+
+
+class Node:
+    """The host paths of one test and the installer's command line for them."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.bin = root / "host/opt/cni/bin"
+        self.conf = root / "host/etc/cni/net.d"
+        self.sa = root / "serviceaccount"
+        self.conf.mkdir(parents=True)
+        self.bin.mkdir(parents=True)
+        write_sa(self.sa, "token-generation-1-3f9a", 1)
+        self.source = root / "artifact"
+        self.source_bytes = artifact_file(self.source, "v1", size=64 << 10)
+        self.procs: list[tuple[subprocess.Popen, Path, Path]] = []
+
+    @property
+    def ours(self) -> Path:
+        return self.conf / "00-netattach.conflist"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.conf / "netattach.d/netattach.kubeconfig"
+
+    def argv(self, *extra: str, source: bool = True) -> list[str]:
+        return [netattach_command(), "install", "--bin-dir", str(self.bin),
+                "--conf-dir", str(self.conf), "--service-account-dir", str(self.sa),
+                "--api-server", "https://10.96.0.1:443", "--poll-interval", POLL,
+                *(("--source", str(self.source)) if source else ()), *extra]
+
+    def run(self, *extra: str, source: bool = True, env: dict | None = None
+            ) -> tuple[int, str]:
+        """Run to completion; returns (exit status, stderr). stdout must stay empty."""
+        p = subprocess.run(self.argv(*extra, source=source), capture_output=True, timeout=30,
+                           env=env)
+        assert p.stdout == b"", f"stdout is not empty: {p.stdout!r}"
+        return p.returncode, p.stderr.decode()
+
+    def start(self, *extra: str) -> subprocess.Popen:
+        """Start the watching installer; its output goes to files (no pipe to fill)."""
+        n = len(self.procs)
+        out, err = self.root / f"stdout{n}", self.root / f"stderr{n}"
+        with open(out, "wb") as o, open(err, "wb") as e:
+            proc = subprocess.Popen(self.argv(*extra), stdout=o, stderr=e)
+        self.procs.append((proc, out, err))
+        return proc
+
+    def stderr(self, proc: subprocess.Popen) -> str:
+        return next(e for p, _o, e in self.procs if p is proc).read_text()
+
+    def stop(self, proc: subprocess.Popen, sig: int = signal.SIGTERM) -> tuple[int, str]:
+        """Signal, wait; returns (exit status, stderr). stdout must stay empty."""
+        proc.send_signal(sig)
+        code = proc.wait(timeout=10)
+        out = next(o for p, o, _e in self.procs if p is proc).read_bytes()
+        assert out == b"", f"stdout is not empty: {out!r}"
+        return code, self.stderr(proc)
+
+    def conf_doc(self) -> dict | None:
+        try:
+            return json.loads(self.ours.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def plugin(self) -> dict | None:
+        doc = self.conf_doc()
+        return doc.get("plugins", [None])[0] if doc else None
+
+    def netattach_leftovers(self) -> list[str]:
+        """Anything of ours in the conf dir: the conflist or a temp file of it."""
+        return sorted(n for n in os.listdir(self.conf) if "netattach" in n and
+                      n != "netattach.d")
+
+
+@pytest.fixture
+def node(tmp_path):
+    n = Node(tmp_path)
+    yield n
+    for proc, _o, _e in n.procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every entry under `root` with its kind, mode, size, mtime and link target."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            out[p] = (st.st_mode, st.st_size, st.st_mtime_ns,
+                      os.readlink(p) if os.path.islink(p) else None)
+    return out
+
+
+# ---------------------------------------------------------------- one pass
+
+def test_help_documents_every_flag():
+    p = subprocess.run([netattach_command(), "install", "--help"], capture_output=True,
+                       timeout=30)
+    assert p.returncode == 0
+    text = p.stdout.decode()
+    for flag in ("--bin-dir", "--conf-dir", "--host-conf-dir", "--host-bin-dir", "--source",
+                 "--service-account-dir", "--api-server", "--kubeconfig-name",
+                 "--primary-config", "--primary-timeout", "--poll-interval",
+                 "--namespace-isolation", "--global-namespaces", "--multus-namespace",
+                 "--system-namespaces", "--log-level", "--log-file", "--installer-log-level",
+                 "--readiness-indicator-file", "--no-cleanup-on-exit", "--cni-dir",
+                 "--once", "--check"):
+        assert flag in text, flag
+
+
+def test_once_installs_binary_kubeconfig_and_conflist(node):
+    write_atomically(node.conf / "10-k8s.conflist", PRIMARY)
+    env = {**os.environ, "KUBERNETES_SERVICE_HOST": "fd00:10:96::1",
+           "KUBERNETES_SERVICE_PORT": "6443"}
+    code, err = node.run("--once", "--namespace-isolation", "--global-namespaces", "default,shared",
+                         "--log-file", "/var/log/netattach.log", "--log-level", "debug",
+                         "--readiness-indicator-file", "/run/flannel/subnet.env",
+                         "--cni-dir", "/var/lib/cni/na", "--api-server", "", env=env)
+    assert code == 0, err
+
+    installed = node.bin / "netattach"
+    assert installed.read_bytes() == node.source_bytes
+    assert installed.stat().st_mode & 0o777 == 0o755
+
+    assert node.kubeconfig.stat().st_mode & 0o777 == 0o600
+    assert node.kubeconfig.parent.stat().st_mode & 0o777 == 0o700
+    kc = yaml.safe_load(node.kubeconfig.read_text())
+    cluster = kc["clusters"][0]["cluster"]
+    assert cluster["server"] == "https://[fd00:10:96::1]:6443"
+    assert base64.b64decode(cluster["certificate-authority-data"]) == CA
+    assert kc["users"][0]["user"]["token"] == "token-generation-1-3f9a"
+    assert kc["current-context"] == kc["contexts"][0]["name"]
+    from lightkube.config.kubeconfig import KubeConfig  # the plugin's own loader
+    loaded = KubeConfig.from_file(node.kubeconfig).get()
+    assert loaded.cluster.server == "https://[fd00:10:96::1]:6443"
+    assert loaded.user.token == "token-generation-1-3f9a"
+
+    doc = node.conf_doc()
+    assert doc["cniVersion"] == "0.3.1" and doc["name"] == "netattach-cni-network"
+    assert doc["plugins"] == [{
+        "type": "netattach", "name": "netattach-cni-network",
+        "kubeconfig": "/etc/cni/net.d/netattach.d/netattach.kubeconfig",
+        "clusterNetwork": "/etc/cni/net.d/10-k8s.conflist",
+        "confDir": "/etc/cni/net.d", "cniDir": "/var/lib/cni/na", "binDir": "/opt/cni/bin",
+        "logLevel": "debug", "logFile": "/var/log/netattach.log",
+        "namespaceIsolation": True, "globalNamespaces": "default,shared",
+        "readinessindicatorfile": "/run/flannel/subnet.env",
+        "capabilities": {"bandwidth": True, "ips": True, "portMappings": True}}]
+    conf = parse_netconf({**doc["plugins"][0], "cniVersion": doc["cniVersion"]})
+    assert conf.cluster_network == "/etc/cni/net.d/10-k8s.conflist"
+    assert conf.global_namespaces == ("default", "shared")
+
+    assert node.netattach_leftovers() == ["00-netattach.conflist"]
+    assert sorted(os.listdir(node.bin)) == ["netattach"]
+    assert "token-generation-1" not in err
+
+
+@pytest.mark.parametrize("extra", [
+    {},
+    {"log_file": "/var/log/na.log", "namespace_isolation": True, "global_namespaces": "a,b",
+     "multus_namespace": "netattach", "system_namespaces": "kube-system, infra",
+     "readiness_indicator_file": "/run/ready"},
+])
+@pytest.mark.parametrize("primary", [
+    {"cniVersion": "1.0.0", "name": "one", "type": "ptp", "capabilities": {"mac": True}},
+    {"name": "legacy", "type": "bridge"},
+    {"cniVersion": "1.3.0", "name": "future", "plugins": [{"type": "x"}]},
+    PRIMARY,
+])
+def test_generated_conf_passes_parse_netconf(primary, extra):
+    settings = install.PluginSettings(
+        conf_dir="/etc/cni/net.d", bin_dir="/opt/cni/bin", cni_dir="/var/lib/cni/netattach",
+        kubeconfig="/etc/cni/net.d/netattach.d/netattach.kubeconfig", log_level="verbose",
+        **extra)
+    doc = json.loads(install.render_conflist(
+        "/etc/cni/net.d/10-x.conf", install.Primary("/host/10-x.conf", primary), settings))
+    assert doc["cniVersion"] in install.SUPPORTED_VERSIONS
+    conf = parse_netconf({**doc["plugins"][0], "cniVersion": doc["cniVersion"]})
+    assert conf.cluster_network == "/etc/cni/net.d/10-x.conf"
+    assert conf.kubeconfig == settings.kubeconfig and conf.log_level == "verbose"
+    if extra:
+        assert conf.system_namespaces == ("kube-system", "infra")
+        assert conf.multus_namespace == "netattach"
+        assert conf.readiness_indicator_file == "/run/ready"
+
+
+def test_cni_version_and_capabilities_of_the_primary():
+    def primary(**config):
+        return install.Primary("/x", config)
+    assert primary(cniVersion="1.1.0").cni_version() == "1.1.0"
+    assert primary().cni_version() == "0.1.0"  # libcni's reading of a missing version
+    assert primary(cniVersion="2.0.0").cni_version() == "1.1.0"
+    assert primary(cniVersion="0.3.5").cni_version() == "0.3.1"
+    assert install.Primary("/x", PRIMARY).capabilities() == {
+        "bandwidth": True, "ips": True, "portMappings": True}
+    assert primary(type="x").capabilities() == {}
+
+
+def test_meta_plugin_configs_are_not_the_primary(node):
+    write_atomically(node.conf / "00-multus.conf",
+                     {"cniVersion": "0.3.1", "name": "multus-cni-network", "type": "multus"})
+    write_atomically(node.conf / "05-old-netattach.conflist", {
+        "cniVersion": "1.0.0", "name": "x", "plugins": [{"type": "netattach"}]})
+    (node.conf / "07-dir.conf").mkdir()  # directories are not configs (libcni)
+    write_atomically(node.conf / "10-flannel.conflist", PRIMARY)
+    write_atomically(node.conf / "99-loopback.conf",
+                     {"cniVersion": "1.0.0", "name": "lo", "type": "loopback"})
+    code, err = node.run("--once")
+    assert code == 0, err
+    assert node.plugin()["clusterNetwork"] == "/etc/cni/net.d/10-flannel.conflist"
+    assert "00-multus.conf sorts before 00-netattach.conflist" in err
+
+
+def test_explicit_primary_config(node):
+    write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
+    write_atomically(node.conf / "20-b.conf", {"cniVersion": "1.1.0", "name": "b", "type": "b"})
+    code, err = node.run("--once", "--primary-config", "20-b.conf")
+    assert code == 0, err
+    assert node.plugin()["clusterNetwork"] == "/etc/cni/net.d/20-b.conf"
+    assert node.conf_doc()["cniVersion"] == "1.1.0"
+
+
+def test_timeout_waiting_for_the_primary_exits_1(node):
+    write_atomically(node.conf / "README.txt", {})
+    started = time.monotonic()
+    code, err = node.run("--primary-timeout", "0.5")
+    assert code == 1
+    assert time.monotonic() - started < 10
+    assert "--primary-timeout" in err and str(node.conf) in err
+    assert "waiting: no CNI config" in err
+    assert node.netattach_leftovers() == []
+
+
+def test_missing_service_account_token_exits_1(node):
+    write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
+    (node.sa / "token").unlink()
+    code, err = node.run("--once")
+    assert code == 1
+    assert str(node.sa / "token") in err
+    assert not node.ours.exists()
+
+
+# ---------------------------------------------------------------- the binary
+
+def test_binary_replaced_atomically_under_concurrent_readers(node):
+    """Readers open and exec <bin>/netattach in a loop while the installer replaces it,
+    file and onedir sources in turn: every read is one whole version, every exec works."""
+    files = {tag: artifact_file(node.root / f"file-{tag}", tag) for tag in ("fa", "fb")}
+    dirs = {tag: artifact_dir(node.root / f"dir-{tag}", tag) for tag in ("da", "db")}
+    target = node.bin / "netattach"
+    assert node.run("--once", "--source", str(node.root / "file-fa"), "--primary-timeout",
+                    "0.1")[0] == 1  # no primary: binary and kubeconfig only
+    assert target.read_bytes() == files["fa"]
+
+    stop = threading.Event()
+    bad: list[str] = []
+    reads = execs = 0
+
+    def reader():
+        nonlocal reads
+        valid = set(files.values()) | set(dirs.values())
+        while not stop.is_set():
+            try:
+                data = target.read_bytes()
+            except FileNotFoundError:
+                bad.append("target missing")
+                continue
+            reads += 1
+            if data not in valid:
+                bad.append(f"torn read of {len(data)} bytes")
+
+    # what `netattach -f /proc/self/exe` prints: the file the kernel exec'd, " (deleted)"
+    # when a copy replaced it while it ran (the process runs on, from the old inode)
+    exec_says = re.compile(rf"^{re.escape(str(node.bin))}/(\.netattach-[0-9a-f]{{12}}/)?"
+                           r"netattach( \(deleted\))?$")
+
+    def executor():
+        nonlocal execs
+        while not stop.is_set():
+            p = subprocess.run([str(target), "-f", "/proc/self/exe"], capture_output=True)
+            execs += 1
+            if p.returncode != 0 or not exec_says.match(p.stdout.decode().strip()):
+                bad.append(f"exec: {p.returncode} {p.stdout!r} {p.stderr!r}")
+
+    threads = [threading.Thread(target=reader), threading.Thread(target=executor)]
+    for t in threads:
+        t.start()
+    try:
+        for source in ["file-fb", "dir-da", "dir-db", "file-fa", "dir-da", "file-fb",
+                       "dir-db", "dir-da"]:
+            code, err = node.run("--once", "--source", str(node.root / source),
+                                 "--primary-timeout", "0.1")
+            assert code == 1 and ("copied" in err or "pointed" in err), err
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not bad, bad[:5]
+    assert reads > 10 and execs > 5
+    assert os.readlink(target).endswith("/netattach")
+    exe = subprocess.run([str(target), "-f", "/proc/self/exe"], capture_output=True).stdout
+    assert exe.decode().strip() == os.path.realpath(target)
+    assert (Path(os.path.realpath(target)).parent / "_internal/version").read_text() == "da\n"
+    # the current version and the one just replaced (an ADD may still run from it)
+    versions = sorted(n for n in os.listdir(node.bin) if n.startswith(".netattach-"))
+    assert len(versions) == 2
+    assert {os.readlink(target).split("/")[0]} < set(versions)
+    assert sorted(os.listdir(node.bin)) == sorted(versions + ["netattach"])  # no temps
+
+
+def test_onedir_copy_is_identical_and_skipped_when_current(node):
+    artifact_dir(node.root / "dir-a", "a")
+    artifact_dir(node.root / "dir-b", "b")
+    artifact_dir(node.root / "dir-c", "c")
+    for tag in "abc":
+        assert node.run("--once", "--source", str(node.root / f"dir-{tag}"),
+                        "--primary-timeout", "0.1")[0] == 1
+    link = node.bin / "netattach"
+    current = node.bin / os.readlink(link).split("/")[0]
+    src = node.root / "dir-c"
+    for path in src.rglob("*"):
+        copy = current / path.relative_to(src)
+        if path.is_symlink():
+            assert os.readlink(copy) == os.readlink(path)
+        elif path.is_file():
+            assert copy.read_bytes() == path.read_bytes()
+            assert copy.stat().st_mode & 0o777 == (0o755 if os.access(path, os.X_OK) else 0o644)
+    assert len([n for n in os.listdir(node.bin) if n.startswith(".netattach-")]) == 2  # a pruned
+    before = snapshot(node.bin)
+    code, err = node.run("--once", "--source", str(src), "--primary-timeout", "0.1")
+    assert "already the artifact" in err
+    after = snapshot(node.bin)
+    assert all(after[p] == before[p] for p in after)  # nothing copied or relinked
+    gone = {os.path.relpath(p, node.bin).split("/")[0] for p in set(before) - set(after)}
+    assert len(gone) == 1 and gone != {current.name}  # only the replaced version (b)
+
+
+def test_default_source_is_the_frozen_artifact(node):
+    write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
+    code, err = node.run("--once", source=False)
+    assert code == 0, err
+    installed = node.bin / "netattach"
+    if is_frozen_command():
+        artifact = Path(os.path.realpath(netattach_command()))
+        assert Path(os.path.realpath(installed)).read_bytes() == artifact.read_bytes()
+        if (artifact.parent / "_internal").is_dir():  # onedir: the whole bundle beside it
+            assert (Path(os.path.realpath(installed)).parent / "_internal").is_dir()
+        p = subprocess.run([str(installed), "--version"], capture_output=True, timeout=30)
+        assert p.returncode == 0 and p.stdout.startswith(b"netattach ")
+    else:
+        assert "not a frozen build and no --source" in err
+        assert not os.path.lexists(installed)
+
+
+def test_refuses_a_directory_as_the_binary_and_never_follows_planted_temps(node):
+    victim = node.root / "victim"
+    victim.write_text("untouched")
+    (node.bin / ".netattach.tmp-99999").symlink_to(victim)
+    (node.conf / ".00-netattach.conflist.tmp-99999").symlink_to(victim)
+    (node.conf / "netattach.d").mkdir(mode=0o700)
+    (node.conf / "netattach.d/.netattach.kubeconfig.tmp-99999").symlink_to(victim)
+    write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
+    code, err = node.run("--once")
+    assert code == 0, err
+    assert victim.read_text() == "untouched"
+    assert sorted(os.listdir(node.bin)) == ["netattach"]
+    assert node.netattach_leftovers() == ["00-netattach.conflist"]
+    assert os.listdir(node.conf / "netattach.d") == ["netattach.kubeconfig"]
+
+    (node.bin / "netattach").unlink()
+    (node.bin / "netattach").mkdir()
+    code, err = node.run("--once")
+    assert code == 1
+    assert f"{node.bin / 'netattach'} is a directory" in err
+
+
+# ---------------------------------------------------------------- watching
+
+def test_kubeconfig_follows_token_rotation(node):
+    write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
+    proc = node.start()
+
+    def token():
+        try:
+            return yaml.safe_load(node.kubeconfig.read_text())["users"][0]["user"]["token"]
+        except (FileNotFoundError, TypeError):
+            return None
+    assert wait_for(token, "the first kubeconfig") == "token-generation-1-3f9a"
+    write_sa(node.sa, "token-generation-2-77c1", 2)
+    wait_for(lambda: token() == "token-generation-2-77c1", "the rotated token")
+    assert node.kubeconfig.stat().st_mode & 0o777 == 0o600
+    write_sa(node.sa, "token-generation-3-0b2e", 3, ca=CA + CA)
+    wait_for(lambda: token() == "token-generation-3-0b2e", "the second rotation")
+    node.kubeconfig.unlink()
+    wait_for(lambda: token() == "token-generation-3-0b2e", "the deleted kubeconfig rewritten")
+
+    code, err = node.stop(proc)
+    assert code == 0
+    assert err.count("ServiceAccount token rotated") == 2
+    assert "was deleted or edited" in err
+    assert "token-generation" not in err  # never the token itself
+    assert node.kubeconfig.exists()  # kept: DEL of running pods needs it
+
+
+def test_conflist_follows_the_primary(node):
+    proc = node.start()
+    wait_for(lambda: "waiting: no CNI config" in node.stderr(proc), "the installer waiting")
+    assert not node.ours.exists()  # §6.1: nothing before the default network
+
+    write_atomically(node.conf / "10-calico.conflist", PRIMARY)
+    plugin = wait_for(node.plugin, "our conflist after the primary")
+    assert plugin["clusterNetwork"] == "/etc/cni/net.d/10-calico.conflist"
+    assert plugin["capabilities"] == {"bandwidth": True, "ips": True, "portMappings": True}
+    assert node.conf_doc()["cniVersion"] == "0.3.1"
+
+    changed = {**PRIMARY, "cniVersion": "1.0.0",
+               "plugins": [{"type": "calico", "capabilities": {"mac": True}}]}
+    write_atomically(node.conf / "10-calico.conflist", changed)
+    wait_for(lambda: node.conf_doc() and node.conf_doc()["cniVersion"] == "1.0.0",
+             "the primary's new cniVersion")
+    assert node.plugin()["capabilities"] == {"mac": True}
+
+    write_atomically(node.conf / "05-cilium.conf", {"cniVersion": "1.1.0", "name": "c",
+                                                    "type": "cilium-cni"})
+    wait_for(lambda: node.plugin()["clusterNetwork"] == "/etc/cni/net.d/05-cilium.conf",
+             "the switch to the earlier-sorting primary")
+    assert "capabilities" not in node.plugin()
+    (node.conf / "05-cilium.conf").unlink()
+    wait_for(lambda: node.plugin()["clusterNetwork"] == "/etc/cni/net.d/10-calico.conflist",
+             "the switch back")
+
+    node.ours.unlink()
+    wait_for(node.plugin, "our deleted conflist rewritten")
+    node.ours.write_text('{"edited": true}')
+    wait_for(lambda: node.plugin() and node.plugin()["type"] == "netattach",
+             "our edited conflist rewritten")
+
+    (node.conf / "10-calico.conflist").unlink()
+    wait_for(lambda: not node.ours.exists(), "our conflist removed with the primary")
+    write_atomically(node.conf / "20-again.conf", {"cniVersion": "1.0.0", "name": "a",
+                                                   "type": "a"})
+    wait_for(node.plugin, "our conflist for the next primary")
+
+    code, err = node.stop(proc)
+    assert code == 0
+    assert node.netattach_leftovers() == []
+    for said in ("is now", "changed: rewrote", "was deleted: rewrote",
+                 "was edited by someone else", "there is no cluster default network config"):
+        assert said in err, said
+
+
+def test_half_written_primary_is_ignored_until_valid(node):
+    write_atomically(node.conf / "99-loopback.conf",
+                     {"cniVersion": "1.0.0", "name": "lo", "type": "loopback"})
+    full = json.dumps(PRIMARY)
+    primary = node.conf / "10-flannel.conflist"
+    primary.write_text(full[:40])  # written in place, not yet complete
+    proc = node.start()
+    wait_for(lambda: "10-flannel.conflist, is not valid JSON yet" in node.stderr(proc),
+             "the installer waiting for the half-written file")
+    time.sleep(0.5)  # five polls: still nothing, and never the later loopback conf
+    assert not node.ours.exists()
+    with open(primary, "a") as f:
+        f.write(full[40:])
+    plugin = wait_for(node.plugin, "our conflist once the primary is whole")
+    assert plugin["clusterNetwork"] == "/etc/cni/net.d/10-flannel.conflist"
+
+    primary.write_text(full[:10])  # rewritten in place again: ours stays as it is
+    time.sleep(0.5)
+    assert node.plugin()["clusterNetwork"] == "/etc/cni/net.d/10-flannel.conflist"
+    code, _err = node.stop(proc)
+    assert code == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_with_cleanup_leaves_no_conflist(node, sig):
+    """SIGTERM while the primary churns: at the end no 00-netattach.* and no temp file;
+    the binary and the kubeconfig stay."""
+    primary = node.conf / "10-a.conflist"
+    write_atomically(primary, PRIMARY)
+    proc = node.start()
+    wait_for(node.plugin, "our conflist")
+    stop = threading.Event()
+
+    def churn():
+        n = 0
+        while not stop.is_set():
+            n += 1
+            write_atomically(primary, {**PRIMARY, "name": f"n{n}",
+                                       "cniVersion": ("0.3.1", "1.0.0")[n % 2]})
+            time.sleep(0.005)
+    t = threading.Thread(target=churn)
+    t.start()
+    try:
+        time.sleep(0.4)
+        code, err = node.stop(proc, sig)
+    finally:
+        stop.set()
+        t.join()
+    assert code == 0, err
+    assert node.netattach_leftovers() == []
+    assert (node.bin / "netattach").read_bytes() == node.source_bytes
+    assert node.kubeconfig.exists()
+    assert f"{signal.Signals(sig).name} received, cleanup on exit" in err
+
+
+def test_sigterm_without_cleanup_keeps_the_conflist(node):
+    write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
+    proc = node.start("--no-cleanup-on-exit")
+    wait_for(node.plugin, "our conflist")
+    code, err = node.stop(proc)
+    assert code == 0, err
+    assert node.netattach_leftovers() == ["00-netattach.conflist"]
+    assert "--no-cleanup-on-exit" in err
+
+
+def test_sigterm_while_waiting_for_the_primary(node):
+    proc = node.start()
+    wait_for(lambda: "waiting:" in node.stderr(proc), "the installer waiting")
+    code, _err = node.stop(proc)
+    assert code == 0
+    assert node.netattach_leftovers() == []
+
+
+# ---------------------------------------------------------------- --check
+
+def test_check_exit_codes_and_no_writes(node):
+    write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
+    before = snapshot(node.root)
+    code, err = node.run("--check")
+    assert code == 1 and "not ready" in err
+    assert snapshot(node.root) == before  # --check writes nothing
+
+    assert node.run("--once")[0] == 0
+    assert node.run("--check") == (0, "")
+
+    write_sa(node.sa, "token-generation-2-aaaa", 2)  # rotated, nobody rewrote it
+    code, err = node.run("--check")
+    assert code == 1 and "kubeconfig" in err and "token-generation" not in err
+    assert node.run("--once")[0] == 0 and node.run("--check")[0] == 0
+
+    write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.1.0", "name": "a", "type": "a"})
+    code, err = node.run("--check")
+    assert code == 1 and "00-netattach.conflist is missing or not current" in err
+    assert node.run("--once")[0] == 0 and node.run("--check")[0] == 0
+
+    artifact_file(node.source, "v2", size=64 << 10)  # a new image
+    code, err = node.run("--check")
+    assert code == 1 and "differs from the artifact" in err
+    assert node.run("--once")[0] == 0 and node.run("--check")[0] == 0
+
+    artifact_dir(node.root / "onedir", "d")
+    assert node.run("--once", "--source", str(node.root / "onedir"))[0] == 0
+    assert node.run("--check", "--source", str(node.root / "onedir"))[0] == 0
+    assert node.run("--check")[0] == 1  # the file artifact is not what is installed
+
+    (node.conf / "10-a.conf").unlink()
+    code, err = node.run("--check", "--source", str(node.root / "onedir"))
+    assert code == 1 and "no CNI config" in err
