@@ -1,0 +1,680 @@
+"""`netattach validate FILE...`: lint NetworkAttachmentDefinitions and pod manifests
+before `kubectl apply`, with the rules the plugin itself applies at ADD time.
+
+Nothing here reimplements a rule of the plugin: a NAD's config goes through
+`delegates.config_from_nad` (spec §3.4.1 step 1, §3.4.2, CNI SPEC.md section 1 via
+`NetworkConfig.from_dict`), plugin types through `invoke.check_plugin_type`, network
+names through `request.validate_network_name`, the selection annotation through
+`selection.parse_network_selection` (§4.1), interface names through
+`plan.interface_names` (§4.1.2.1.5), capabilities through `plan.runtime_args_for`
+(§4.1.2.1.3.2 and siblings) and `default-route` through `routes.plan_default_routes`
+(§4.1.2.1.9). The messages are the plugin's own where it has one. What is added on
+top is what only a linter can say (a field the API server would drop, a NAD that is
+not among the files, a gateway outside every subnet, a burst too small for a frame).
+
+Input: files (`-` is stdin, a directory means its *.yaml, *.yml and *.json), each a
+YAML stream of documents separated by `---` (JSON is YAML). Documents checked:
+NetworkAttachmentDefinition; Pod and the pod template of Deployment, StatefulSet,
+DaemonSet, ReplicaSet, ReplicationController, Job, CronJob and PodTemplate; the
+`items` of a `List` (or any `...List` kind). Other kinds are skipped; empty
+documents too.
+
+Findings: severity `error` (the API server refuses it, or the plugin fails the ADD),
+`warning` (accepted, but probably not what was meant), `note` (information: e.g. a
+selected NAD that is not in the files, which the cluster may have). Each has the
+file, the 0-based document index in its file (`None` when the file itself failed),
+the object's kind, name and namespace as written, and a key: the path of the field
+(`spec.config.plugins[1].type`, `metadata.annotations[k8s.v1.cni.cncf.io/networks][0].mac`;
+`items[2].` in front for List items).
+
+Exit status: 0 without errors, 1 with errors, 2 when a file could not be read or on a
+usage error (argparse's); a YAML syntax error is a finding (1), not a read failure.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import ipaddress
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import yaml
+
+from . import delegates, plan, routes, selection
+from .cni import invoke, request
+from .cni.chain import DEFAULT_VERSION, NetworkConfig
+from .cni.errors import CniError
+from .devices import DEVICE_INFO_CAPABILITY
+from .jsonutil import json_type
+from .netconf import DEFAULT_NAMESPACE as MULTUS_NAMESPACE
+from .status import NETWORK_STATUS_ANNOTATION
+
+__all__ = ["Finding", "lint_sources", "format_text", "add_arguments", "run"]
+
+ERROR, WARNING, NOTE = "error", "warning", "note"
+
+NAD_API_VERSION = "k8s.cni.cncf.io/v1"
+NAD_KIND = "NetworkAttachmentDefinition"
+
+RUNTIME_IFNAME = "eth0"
+"""CNI_IFNAME kubelet gives the pod's cluster default network, which netattach keeps
+for it (plan.plan_attachments); a selection may not request it (§4.1.2.1.5)."""
+
+# Kind -> path from the object to its pod template (the object that has `metadata`
+# and `spec` of a pod).
+POD_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "Pod": (),
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "ReplicationController": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+    "PodTemplate": ("template",),
+}
+
+# Selection element attribute -> its key in the annotation (§4.1.2.1).
+_SELECTION_KEYS = {"ips": "ips", "mac": "mac", "port_mappings": "portMappings",
+                   "bandwidth": "bandwidth", "infiniband_guid": "infiniband-guid",
+                   "device_id": "deviceID", "ipam_claim_reference": "ipam-claim-reference"}
+
+# Capabilities of CNI CONVENTIONS.md "Well-known Capabilities", the runtimeConfig keys
+# the plan passes, and the device-info file path of devices.py; used only to catch a
+# wrong case ("portmappings"), since plugins may define their own.
+KNOWN_CAPABILITIES = frozenset(
+    {"portMappings", "ipRanges", "bandwidth", "dns", "ips", "mac", "infinibandGUID",
+     "deviceID", "aliases", "cgroupPath", DEVICE_INFO_CAPABILITY}
+    | {cap for _, cap, _ in plan.RUNTIME_KEYS})
+
+MIN_BURST_BITS = 1500 * 8
+"""A bandwidth burst below one 1500-byte frame: tbf drops every larger packet
+(plan.default_burst explains the mechanism)."""
+
+_YAML_SUFFIXES = (".yaml", ".yml", ".json")
+
+Report = Callable[[str, "str | None", str], None]
+"""report(severity, key, message): records a Finding about the object being checked."""
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem found.
+
+    file: the path as given (`<stdin>` for `-`); document: 0-based index of the YAML
+    document in the file, None when the file as a whole failed; kind, name,
+    namespace: of the object, as written (None when absent); key: the field path, or
+    None for the document as a whole; severity: "error", "warning" or "note".
+    """
+    file: str
+    document: int | None
+    kind: str | None
+    name: str | None
+    namespace: str | None
+    key: str | None
+    severity: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: every field under its own name."""
+        return dataclasses.asdict(self)
+
+    def text(self) -> str:
+        """`FILE:DOC (Kind ns/name): severity: key: message` (parts left out when unknown)."""
+        where = self.file if self.document is None else f"{self.file}:{self.document}"
+        if self.kind or self.name:
+            ref = "/".join(p for p in (self.namespace, self.name) if p) or "(no name)"
+            where += f" ({self.kind or '(no kind)'} {ref})"
+        key = f"{self.key}: " if self.key else ""
+        return f"{where}: {self.severity}: {key}{self.message}"
+
+
+@dataclass
+class _Doc:
+    """One object to check and where it came from; `prefix` is "items[N]." for List items."""
+    file: str
+    index: int
+    obj: Any
+    prefix: str = ""
+
+    def _meta(self, field: str) -> str | None:
+        meta = self.obj.get("metadata") if isinstance(self.obj, dict) else None
+        value = meta.get(field) if isinstance(meta, dict) else None
+        return value if isinstance(value, str) else None
+
+    @property
+    def kind(self) -> str | None:
+        kind = self.obj.get("kind") if isinstance(self.obj, dict) else None
+        return kind if isinstance(kind, str) else None
+
+    def reporter(self, findings: list[Finding]) -> Report:
+        """report(severity, key, message) appending a Finding about this object."""
+        kind, name, namespace = self.kind, self._meta("name"), self._meta("namespace")
+
+        def report(severity: str, key: str | None, message: str) -> None:
+            full_key = f"{self.prefix}{key}" if key else (self.prefix.rstrip(".") or None)
+            findings.append(Finding(self.file, self.index, kind, name, namespace, full_key,
+                                    severity, message))
+        return report
+
+
+@dataclass
+class _Nad:
+    """A NAD met in the files: its config (None when absent or invalid) and where."""
+    where: str
+    config: NetworkConfig | None
+    on_disk: bool
+
+
+# ---------------------------------------------------------------- documents
+
+def _documents(label: str, data: bytes, findings: list[Finding]) -> list[_Doc]:
+    """The objects of one file, List items expanded. A YAML error is an error finding
+    at the document it is in; the documents before it are still checked."""
+    docs: list[_Doc] = []
+    last = -1
+    try:
+        for last, obj in enumerate(yaml.load_all(data, Loader=_Loader)):
+            if obj is not None:
+                docs.append(_Doc(label, last, obj))
+    except yaml.YAMLError as e:  # raised while composing the document after `last`
+        findings.append(Finding(label, last + 1, None, None, None, None, ERROR,
+                                f"not valid YAML: {_yaml_error(e)}"))
+    except RecursionError:
+        findings.append(Finding(label, last + 1, None, None, None, None, ERROR,
+                                "not valid YAML: nested too deeply"))
+    out: list[_Doc] = []
+    for doc in docs:
+        kind = doc.kind
+        items = doc.obj.get("items") if isinstance(doc.obj, dict) else None
+        if kind and kind.endswith("List") and isinstance(items, list):
+            out += [_Doc(label, doc.index, item, f"items[{i}].") for i, item in enumerate(items)
+                    if item is not None]
+        else:
+            out.append(doc)
+    return out
+
+
+def _yaml_error(e: yaml.YAMLError) -> str:
+    """`line L, column C: problem (context at line L, column C)`, lines of the file."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None)
+    if mark is None or not problem:
+        return " ".join(str(e).split())
+    text = f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    context, where = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if context and where is not None:
+        text += f" ({context} at line {where.line + 1}, column {where.column + 1})"
+    return text
+
+
+# ---------------------------------------------------------------- NADs
+
+def _check_metadata(obj: dict, report: Report, *, what: str) -> tuple[str | None, str | None]:
+    """metadata of a NAD: name and namespace DNS-1123 labels (spec §3.3), annotation
+    values strings. Returns (name, namespace) when usable, else None in their place."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        report(ERROR, "metadata", f"required, an object with at least a name (not {json_type(meta)})")
+        return None, None
+    _check_annotation_values(meta, "metadata", report)
+    name = meta.get("name")
+    if name is None:
+        hint = " (generateName gives a name nobody can select by)" if "generateName" in meta else ""
+        report(ERROR, "metadata.name", f"required: pods select a {what} by name{hint}")
+        name = None
+    elif not isinstance(name, str):
+        report(ERROR, "metadata.name", f"must be a string, not {json_type(name)}")
+        name = None
+    elif not selection.is_dns1123_label(name):
+        report(ERROR, "metadata.name", _label_message(name, what))
+        name = None
+    namespace = meta.get("namespace")
+    if namespace is not None and not selection.is_dns1123_label(namespace):
+        report(ERROR, "metadata.namespace", _label_message(namespace, "namespace"))
+        namespace = None
+    return name, namespace
+
+
+def _label_message(value: Any, what: str) -> str:
+    """Why `value` is not a DNS-1123 label (spec §3.3), with the subdomain case explained."""
+    rule = ("a DNS-1123 label: at most 63 lower-case alphanumerics or '-', starting and "
+            "ending alphanumeric (§3.3)")
+    if (what == NAD_KIND and isinstance(value, str) and "." in value
+            and all(selection.is_dns1123_label(p) for p in value.split("."))):
+        return (f"{value!r} is a DNS-1123 subdomain: the API server accepts it for a custom "
+                f"resource, but the k8s.v1.cni.cncf.io/networks annotation (and netattach) "
+                f"only take {rule}")
+    return f"{json.dumps(value)} is not {rule}"
+
+
+def _check_annotation_values(meta: dict, where: str, report: Report) -> None:
+    annotations = meta.get("annotations")
+    if annotations is None:
+        return
+    if not isinstance(annotations, dict):
+        report(ERROR, f"{where}.annotations", f"must be a map of strings, not {json_type(annotations)}")
+        return
+    for key, value in annotations.items():
+        if not isinstance(value, str):
+            report(ERROR, f"{where}.annotations[{key}]",
+                   f"annotation values must be strings, not {json_type(value)}: the API server "
+                   "refuses it; quote the value or write it as a block scalar (|)")
+
+
+def _lint_nad(doc: _Doc, report: Report) -> tuple[str | None, str | None, _Nad | None]:
+    """Check one NetworkAttachmentDefinition (spec §3). Returns (name, namespace as
+    written, its _Nad) or None in place of a name that cannot be selected."""
+    obj = doc.obj
+    if obj.get("apiVersion") != NAD_API_VERSION:
+        report(ERROR, "apiVersion", f"must be {NAD_API_VERSION!r} (the only version the CRD "
+               f"serves, spec §3.1), not {json.dumps(obj.get('apiVersion'))}")
+    if obj.get("kind") != NAD_KIND:
+        report(ERROR, "kind", f"{json.dumps(obj.get('kind'))}: did you mean {NAD_KIND}?")
+    for key in obj:
+        if key not in ("apiVersion", "kind", "metadata", "spec"):
+            report(WARNING, str(key), "unknown field: a NetworkAttachmentDefinition has only "
+                   "apiVersion, kind, metadata and spec (§3.2); the API server drops it "
+                   "(kubectl's strict field validation refuses it)")
+    name, namespace = _check_metadata(obj, report, what=NAD_KIND)
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        for key in spec:
+            if key != "config":
+                report(WARNING, f"spec.{key}", "unknown field: kubectl's strict field "
+                       "validation refuses it, else the CRD (deploy/crd.yaml) prunes "
+                       "everything under spec but config; netattach reads only spec.config "
+                       "(§3.2)")
+    config = None
+    try:
+        written = _at(obj, ("metadata", "name"))  # injected as the plugin would (§3.4.2)
+        config = delegates.config_from_nad(
+            obj, default_name=written if isinstance(written, str) and written else "unnamed")
+    except delegates.DelegateError as e:
+        key = "spec" if not isinstance(spec, dict) else "spec.config"
+        hint = ("; write the JSON as a YAML string, e.g. a block scalar (config: |)"
+                if isinstance(spec, dict) and isinstance(spec.get("config"), (dict, list)) else "")
+        report(ERROR, key, f"{e}{hint}")
+        return name, namespace, _Nad(_where(doc), None, False)
+    if config is None:
+        empty = isinstance(spec, dict) and isinstance(spec.get("config"), str)
+        report(NOTE, "spec.config" if isinstance(spec, dict) else "spec",
+               ("is empty, which netattach reads as absent" if empty else "absent")
+               + f": netattach uses the on-disk CNI config whose \"name\" is "
+               f"{json.dumps(name)} in its confDir on each node (.conflist first, then "
+               ".conf/.json, §3.2.4, §3.4.1 steps 2-3); a node without one fails the ADD")
+        return name, namespace, _Nad(_where(doc), None, True)
+    if name is not None:
+        _lint_config(config, name, report)
+    return name, namespace, _Nad(_where(doc), config, False)
+
+
+def _where(doc: _Doc) -> str:
+    """`FILE:DOC` (plus the List item) of a document, for cross references."""
+    return f"{doc.file}:{doc.index}" + (f" {doc.prefix.rstrip('.')}" if doc.prefix else "")
+
+
+def _lint_config(config: NetworkConfig, nad_name: str, report: Report) -> None:
+    """What a loaded config still holds for the ADD: CNI SPEC.md section 1 rules the
+    loader leaves to the exec (network name, plugin types) and likely mistakes."""
+    raw, base = config.raw, "spec.config"
+    if "cniVersion" not in raw and "cniVersions" not in raw:
+        report(WARNING, f"{base}.cniVersion",
+               f"absent: netattach, like libcni, reads it as {DEFAULT_VERSION}, whose results "
+               "carry no interfaces or MAC for network-status; set the version the plugins "
+               "support, e.g. \"1.0.0\"")
+    if config.name != nad_name:
+        report(NOTE, f"{base}.name",
+               f"{json.dumps(config.name)} differs from the NAD's name {json.dumps(nad_name)}: "
+               "the spec strongly recommends they match (§3.4.3); plugins get the former")
+    try:
+        request.validate_network_name(config.name)
+    except CniError as e:
+        report(ERROR, f"{base}.name", f"{e} (CNI SPEC.md: network name; the ADD fails)")
+    if config.is_list and "type" in raw:
+        report(WARNING, f"{base}.type", "next to \"plugins\": netattach (like Multus) runs the "
+               "config as a list and ignores the top-level \"type\"")
+    for i, plugin in enumerate(config.plugins):
+        where = f"{base}.plugins[{i}]" if config.is_list else base
+        _lint_plugin(plugin, where, report)
+
+
+def _lint_plugin(plugin: dict, where: str, report: Report) -> None:
+    types = [(f"{where}.type", plugin.get("type"))]
+    ipam = plugin.get("ipam")
+    if isinstance(ipam, dict) and "type" in ipam:
+        types.append((f"{where}.ipam.type", ipam.get("type")))
+    for key, ptype in types:
+        try:
+            invoke.check_plugin_type(ptype)
+        except CniError as e:
+            report(ERROR, key, str(e))
+    if plugin.get("type") == "netattach":
+        report(ERROR, f"{where}.type", "names netattach itself as a plugin; a delegate must be "
+               "another plugin (the ADD fails)")
+    caps = plugin.get("capabilities")
+    for cap, on in (caps.items() if isinstance(caps, dict) else ()):
+        if not isinstance(on, bool):
+            report(WARNING, f"{where}.capabilities.{cap}",
+                   f"is {json_type(on)}: only JSON true declares a capability, so this "
+                   "declares nothing (CNI SPEC.md \"Deriving runtimeConfig\")")
+        elif cap not in KNOWN_CAPABILITIES:
+            same = [k for k in KNOWN_CAPABILITIES if k.lower() == str(cap).lower()]
+            if same:
+                report(WARNING, f"{where}.capabilities.{cap}",
+                       f"did you mean {same[0]!r}? Capability names are case-sensitive "
+                       "(CNI CONVENTIONS.md)")
+    if "runtimeConfig" in plugin:
+        report(WARNING, f"{where}.runtimeConfig", "a key reserved for the runtime (CNI SPEC.md "
+               "\"Plugin configuration objects\"): netattach replaces it with the values of "
+               "the declared capabilities")
+    for key in plugin:
+        if isinstance(key, str) and key.startswith("cni.dev/"):
+            report(WARNING, f"{where}.{key}", "cni.dev/ keys are reserved for the runtime "
+                   "(CNI SPEC.md \"Plugin configuration objects\")")
+
+
+# ---------------------------------------------------------------- pods
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
+
+
+def _lint_pod(doc: _Doc, report: Report, nads: dict[tuple[str, str], _Nad], namespace: str,
+              strict: bool) -> None:
+    """Check the selection annotations of a pod or of a workload's pod template (§4)."""
+    path = POD_TEMPLATES[doc.kind or ""]
+    prefix = ".".join(path + ("metadata",))
+    meta = _at(doc.obj, path + ("metadata",))
+    if not isinstance(meta, dict):
+        return
+    _check_annotation_values(meta, prefix, report)
+    own = _at(doc.obj, ("metadata", "namespace"))
+    namespace = own if selection.is_dns1123_label(own) else namespace
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    akey = f"{prefix}.annotations"
+    value = annotations.get(selection.NETWORKS_ANNOTATION)
+    if isinstance(value, str):
+        _lint_selection(value, f"{akey}[{selection.NETWORKS_ANNOTATION}]", namespace, nads,
+                        strict, report)
+    value = annotations.get(selection.DEFAULT_NETWORK_ANNOTATION)
+    if isinstance(value, str) and value.strip():
+        _lint_default_network(value, f"{akey}[{selection.DEFAULT_NETWORK_ANNOTATION}]", nads,
+                              strict, report)
+    if NETWORK_STATUS_ANNOTATION in annotations:
+        report(NOTE, f"{akey}[{NETWORK_STATUS_ANNOTATION}]", "is written by the plugin after "
+               "the ADD (§5); a value given here is replaced")
+
+
+def _lint_default_network(value: str, key: str, nads: dict[tuple[str, str], _Nad],
+                          strict: bool, report: Report) -> None:
+    """Multus' pod default-network annotation, read as attach._pod_default_network does:
+    one element, unqualified names in multusNamespace (default kube-system)."""
+    try:
+        elements = selection.parse_network_selection(value, MULTUS_NAMESPACE)
+    except selection.SelectionError as e:
+        report(ERROR, _element_key(key, e.index, e.key), str(e))
+        return
+    if len(elements) != 1:
+        report(ERROR, key, f"must name exactly one network, not {len(elements)}")
+        return
+    if (elements[0].namespace, elements[0].name) not in nads:
+        _report_missing(elements[0], f"{key}[0]", strict, report,
+                        f" (a name without namespace is looked up in {MULTUS_NAMESPACE}, "
+                        "netattach's default multusNamespace)")
+
+
+def _element_key(key: str, index: int | None, field: str | None) -> str:
+    return key + (f"[{index}]" if index is not None else "") + (f".{field}" if field else "")
+
+
+def _report_missing(element: selection.NetworkSelectionElement, key: str, strict: bool,
+                    report: Report, extra: str = "") -> None:
+    """A note (an error with --strict) that the files do not hold the NAD selected."""
+    report(ERROR if strict else NOTE, f"{key}.name",
+           f"NetworkAttachmentDefinition {element.ref} is not in the files given: it must "
+           f"exist in the cluster when the pod starts, or the ADD fails (§3.4.1 step 4){extra}")
+
+
+def _lint_selection(value: str, key: str, namespace: str, nads: dict[tuple[str, str], _Nad],
+                    strict: bool, report: Report) -> None:
+    """The selection annotation (§4.1) as the ADD reads it: parse, interface names,
+    default-route, then per element its NAD, capabilities, gateways and bursts."""
+    try:
+        elements = selection.parse_network_selection(value, namespace)
+    except selection.SelectionError as e:
+        report(ERROR, _element_key(key, e.index, e.key), str(e))
+        return
+    try:
+        ifnames = plan.interface_names(RUNTIME_IFNAME, elements)
+    except plan.PlanError as e:
+        bad = next(i for i in range(len(elements)) if _ifnames_fail(elements[:i + 1]))
+        report(ERROR, f"{key}[{bad}].interface", f"{e}; the runtime's {RUNTIME_IFNAME} is the "
+               "cluster default network's")
+        return
+    try:
+        routes.plan_default_routes([(RUNTIME_IFNAME, None, "the cluster default network")]
+                                   + [(n, e.default_route, e.ref) for n, e in zip(ifnames, elements)])
+    except routes.RouteError as e:
+        bad = next(el.index for el in elements if el.default_route is not None)
+        report(ERROR, f"{key}[{bad}].default-route", str(e))
+    noted: set[str] = set()
+    for element, ifname in zip(elements, ifnames):
+        ekey = f"{key}[{element.index}]"
+        nad = nads.get((element.namespace, element.name))
+        if nad is None and element.ref not in noted:  # once per NAD (§4.2: a,a is fine)
+            noted.add(element.ref)
+            _report_missing(element, ekey, strict, report)
+        asked = [attr for attr, _, section in plan.RUNTIME_KEYS
+                 if section and getattr(element, attr) is not None]
+        if nad is not None and nad.config is not None:
+            _lint_capabilities(element, nad.config, asked, ekey, report)
+        elif nad is not None and nad.on_disk and asked:
+            report(NOTE, ekey, f"capabilities for {', '.join(_SELECTION_KEYS[a] for a in asked)} "
+                   f"not checked: {element.ref} has its config on the nodes' disk")
+        if element.default_route:
+            _lint_gateways(element, nad.config if nad else None, ifname, ekey, report)
+        for burst in ("ingressBurst", "egressBurst"):
+            bits = (element.bandwidth or {}).get(burst)
+            if bits is not None and bits < MIN_BURST_BITS:
+                report(WARNING, f"{ekey}.bandwidth.{burst}",
+                       f"{bits} bits is less than one 1500-byte frame ({MIN_BURST_BITS} bits): "
+                       "the bandwidth plugin's tbf qdisc drops every larger packet; leave the "
+                       "burst out and netattach picks one (plan.default_burst)")
+
+
+def _ifnames_fail(elements: list[selection.NetworkSelectionElement]) -> bool:
+    try:
+        plan.interface_names(RUNTIME_IFNAME, elements)
+    except plan.PlanError:
+        return True
+    return False
+
+
+def _lint_capabilities(element, config: NetworkConfig, asked: list[str], ekey: str,
+                       report: Report) -> None:
+    """Each key the element sets against the NAD's capabilities, one at a time, through
+    the plan's own check (so every missing one is reported, not only the first)."""
+    for attr in asked:
+        only = dataclasses.replace(element, **{a: None for a, _, _ in plan.RUNTIME_KEYS
+                                               if a != attr})
+        try:
+            plan.runtime_args_for(only, config)
+        except plan.PlanError as e:
+            report(ERROR, f"{ekey}.{_SELECTION_KEYS[attr]}", str(e))
+
+
+def _ipam_subnets(config: NetworkConfig | None) -> list[Any]:
+    """Subnets the config's IPAM hands out: host-local `subnet` and `ranges`, static
+    `addresses`, whereabouts-style `range`; whatever does not parse is left out."""
+    texts: list[Any] = []
+    for plugin in config.plugins if config else ():
+        ipam = plugin.get("ipam")
+        if not isinstance(ipam, dict):
+            continue
+        texts += [ipam.get("subnet"), ipam.get("range")]
+        ranges = ipam.get("ranges") if isinstance(ipam.get("ranges"), list) else []
+        texts += [r.get("subnet") for rs in ranges if isinstance(rs, list)
+                  for r in rs if isinstance(r, dict)]
+        addresses = ipam.get("addresses") if isinstance(ipam.get("addresses"), list) else []
+        texts += [a.get("address") for a in addresses if isinstance(a, dict)]
+    return [net for net in map(_network, texts) if net is not None]
+
+
+def _network(text: Any) -> Any:
+    if not isinstance(text, str) or "/" not in text:
+        return None
+    try:
+        return ipaddress.ip_interface(text).network
+    except ValueError:
+        return None
+
+
+def _lint_gateways(element, config: NetworkConfig | None, ifname: str, ekey: str,
+                   report: Report) -> None:
+    """default-route gateways against the subnets the attachment gets (§4.1.2.1.9): the
+    element's own ips and the NAD's IPAM. The plugin installs the route via `ifname`,
+    which the kernel refuses for a gateway it cannot reach."""
+    subnets = list(dict.fromkeys(
+        [n for n in map(_network, element.ips or ()) if n is not None] + _ipam_subnets(config)))
+    own = {ip.split("/")[0] for ip in element.ips or ()}
+    for gw in element.default_route or ():
+        address = ipaddress.ip_address(gw)
+        family = [n for n in subnets if n.version == address.version]
+        if gw in own:
+            report(WARNING, f"{ekey}.default-route", f"gateway {gw} is the pod's own address "
+                   "on this attachment")
+        elif family and not any(address in n for n in family):
+            report(WARNING, f"{ekey}.default-route",
+                   f"gateway {gw} is outside every subnet this attachment gets "
+                   f"({', '.join(map(str, family))}): the default route via {ifname} fails "
+                   "unless a plugin adds a route to the gateway")
+
+
+# ---------------------------------------------------------------- the whole run
+
+def lint_sources(sources: list[tuple[str, bytes]], *, namespace: str = "default",
+                 strict: bool = False) -> list[Finding]:
+    """Lint the documents of every (label, content) source together.
+
+    namespace: where objects without metadata.namespace go (what `kubectl apply -n`
+    would use). strict: a selected NAD missing from the sources is an error, not a
+    note. NADs of every source are known to the pods of every source.
+    Returns the findings in source and document order (NADs and pods interleaved as
+    the documents are). Never raises for any content.
+    """
+    findings: list[Finding] = []
+    docs = [d for label, data in sources for d in _documents(label, data, findings)]
+    nads: dict[tuple[str, str], _Nad] = {}
+    by_doc: dict[int, list[Finding]] = {}
+    pods = []
+    for n, doc in enumerate(docs):
+        out = by_doc.setdefault(n, [])
+        report = doc.reporter(out)
+        if not isinstance(doc.obj, dict):
+            report(ERROR, None, f"not a Kubernetes object (a mapping with apiVersion and kind), "
+                   f"but {json_type(doc.obj)}")
+            continue
+        kind, api = doc.kind, doc.obj.get("apiVersion")
+        if kind is None:
+            report(ERROR, "kind", "required: every Kubernetes object has a kind")
+        elif kind == NAD_KIND or (api == NAD_API_VERSION
+                                  and difflib.get_close_matches(kind, [NAD_KIND], cutoff=0.8)):
+            name, ns, nad = _lint_nad(doc, report)
+            if name is not None and nad is not None:
+                ref = (ns or namespace, name)
+                if ref in nads:
+                    report(WARNING, "metadata.name", f"NetworkAttachmentDefinition {'/'.join(ref)} "
+                           f"is also defined at {nads[ref].where}; kubectl apply keeps the last one")
+                nads[ref] = nad
+        elif kind in POD_TEMPLATES:
+            pods.append((n, doc, report))
+    for n, doc, report in pods:
+        _lint_pod(doc, report, nads, namespace, strict)
+    ordered = [f for n in range(len(docs)) for f in by_doc.get(n, ())]
+    return _sorted(findings + ordered, sources)
+
+
+def _sorted(findings: list[Finding], sources: list[tuple[str, bytes]]) -> list[Finding]:
+    order = {label: i for i, (label, _) in enumerate(sources)}
+    return sorted(findings, key=lambda f: (order.get(f.file, -1),
+                                           -1 if f.document is None else f.document))
+
+
+def format_text(findings: list[Finding]) -> str:
+    """One line per finding (Finding.text), newline-terminated; "" for none."""
+    return "".join(f.text() + "\n" for f in findings)
+
+
+def summary(findings: list[Finding]) -> dict[str, int]:
+    """{"errors": n, "warnings": n, "notes": n}."""
+    return {f"{s}s": sum(f.severity == s for f in findings) for s in (ERROR, WARNING, NOTE)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `netattach validate` options."""
+    parser.description = (
+        "Lint NetworkAttachmentDefinition and pod manifests (also the pod templates of "
+        "workloads) with the rules netattach applies when it attaches a pod. Exit status: "
+        "0 no errors, 1 errors found, 2 a file could not be read or a usage error.")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="YAML or JSON manifests, several documents each; '-' reads "
+                             "stdin; a directory means its *.yaml, *.yml and *.json files")
+    parser.add_argument("-n", "--namespace", default="default",
+                        help="namespace of objects that set none, as with kubectl apply -n "
+                             "(default: %(default)s)")
+    parser.add_argument("--strict", action="store_true",
+                        help="a selected NetworkAttachmentDefinition missing from the files "
+                             "is an error (default: a note, the cluster may have it)")
+    parser.add_argument("-o", "--output", choices=("text", "json"), default="text",
+                        help="text: one line per finding; json: {\"findings\": [...], "
+                             "\"summary\": {...}} on stdout (default: %(default)s)")
+
+
+def _read(paths: list[str]) -> tuple[list[tuple[str, bytes]], list[Finding]]:
+    sources: list[tuple[str, bytes]] = []
+    failed: list[Finding] = []
+    for path in paths:
+        if path == "-":
+            sources.append(("<stdin>", sys.stdin.buffer.read()))
+            continue
+        try:
+            if os.path.isdir(path):
+                names = sorted(n for n in os.listdir(path) if n.endswith(_YAML_SUFFIXES))
+                sources.extend(_read([os.path.join(path, n) for n in names])[0])
+                continue
+            with open(path, "rb") as fh:
+                sources.append((path, fh.read()))
+        except OSError as e:
+            failed.append(Finding(path, None, None, None, None, None, ERROR,
+                                  f"cannot read: {e.strerror or e}"))
+    return sources, failed
+
+
+def run(args: argparse.Namespace) -> int:
+    """`netattach validate`: findings on stdout (text or JSON), a count on stderr.
+
+    Returns 2 when a file could not be read, else 1 when there is an error, else 0.
+    """
+    sources, failed = _read(args.files)
+    findings = failed + lint_sources(sources, namespace=args.namespace, strict=args.strict)
+    counts = summary(findings)
+    if args.output == "json":
+        json.dump({"findings": [f.to_dict() for f in findings],
+                   "summary": {**counts, "files": len(sources)}}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(format_text(findings))
+        print(f"netattach validate: {counts['errors']} error(s), {counts['warnings']} "
+              f"warning(s), {counts['notes']} note(s) in {len(sources)} file(s)", file=sys.stderr)
+    if failed:
+        return 2
+    return 1 if counts["errors"] else 0
+
