@@ -29,6 +29,36 @@ the object's kind, name and namespace as written, and a key: the path of the fie
 
 Exit status: 0 without errors, 1 with errors, 2 when a file could not be read or on a
 usage error (argparse's); a YAML syntax error is a finding (1), not a read failure.
+
+The checks, by severity (source in brackets):
+
+* error: YAML syntax; a document that is not an object or has no kind; NAD apiVersion
+  other than k8s.cni.cncf.io/v1, a kind close to NetworkAttachmentDefinition [§3.1];
+  metadata.name missing or not a DNS-1123 label (a dotted subdomain included: the API
+  accepts it, no pod can select it), a namespace not a label [§3.3]; annotation
+  values that are not strings [the API]; spec not an object, spec.config not a
+  string, not JSON, not an object, not a valid conf/conflist (plugins empty, a plugin
+  without type, capabilities not an object, unsupported cniVersion), a non-string
+  name [delegates.config_from_nad, NetworkConfig.from_dict: §3.4.2, CNI SPEC.md 1];
+  an invalid network name [request.validate_network_name]; a plugin or IPAM type that
+  is not a plain file name [invoke.check_plugin_type]; a plugin of type netattach
+  [attach]. Pods: the networks annotation not parsing [selection, §4.1], a requested
+  interface already used (eth0 included) [plan.interface_names, §4.1.2.1.5], a bad
+  default-route [routes.plan_default_routes, §4.1.2.1.9], each of ips, mac,
+  portMappings, bandwidth, infiniband-guid without the capability in the NAD found
+  in the files [plan.runtime_args_for, §4.1.2.1.3.2 and siblings]; Multus'
+  default-network annotation not one valid element; with --strict a selected NAD
+  not in the files.
+* warning: unknown fields at the top or under spec [CRD pruning, kubectl strict
+  validation]; no cniVersion (read as 0.1.0); "type" next to "plugins"; a capability
+  that is not a boolean, or a known one in the wrong case; runtimeConfig or cni.dev/
+  keys in a plugin [CNI SPEC.md reserved keys]; a NAD defined twice; a default-route
+  gateway outside every subnet of the attachment or equal to its own address; a
+  bandwidth burst under one 1500-byte frame [plan.default_burst].
+* note: no spec / no or empty spec.config (on-disk config, §3.2.4, §3.4.1); a config
+  name that differs from the NAD's [§3.4.3]; a selected NAD not in the files; the
+  capabilities of an on-disk NAD not checkable; a network-status annotation in a
+  manifest (the plugin writes it, §5).
 """
 from __future__ import annotations
 
@@ -291,10 +321,10 @@ def _lint_nad(doc: _Doc, report: Report) -> tuple[str | None, str | None, _Nad |
                        "everything under spec but config; netattach reads only spec.config "
                        "(§3.2)")
     config = None
-    try:
-        written = _at(obj, ("metadata", "name"))  # injected as the plugin would (§3.4.2)
-        config = delegates.config_from_nad(
-            obj, default_name=written if isinstance(written, str) and written else "unnamed")
+    written = _at(obj, ("metadata", "name"))
+    written = written if isinstance(written, str) and written else None
+    try:  # the name is injected as the plugin would (§3.4.2), even when invalid
+        config = delegates.config_from_nad(obj, default_name=written or "unnamed")
     except delegates.DelegateError as e:
         key = "spec" if not isinstance(spec, dict) else "spec.config"
         hint = ("; write the JSON as a YAML string, e.g. a block scalar (config: |)"
@@ -309,8 +339,7 @@ def _lint_nad(doc: _Doc, report: Report) -> tuple[str | None, str | None, _Nad |
                f"{json.dumps(name)} in its confDir on each node (.conflist first, then "
                ".conf/.json, §3.2.4, §3.4.1 steps 2-3); a node without one fails the ADD")
         return name, namespace, _Nad(_where(doc), None, True)
-    if name is not None:
-        _lint_config(config, name, report)
+    _lint_config(config, written, report)
     return name, namespace, _Nad(_where(doc), config, False)
 
 
@@ -319,16 +348,17 @@ def _where(doc: _Doc) -> str:
     return f"{doc.file}:{doc.index}" + (f" {doc.prefix.rstrip('.')}" if doc.prefix else "")
 
 
-def _lint_config(config: NetworkConfig, nad_name: str, report: Report) -> None:
+def _lint_config(config: NetworkConfig, nad_name: str | None, report: Report) -> None:
     """What a loaded config still holds for the ADD: CNI SPEC.md section 1 rules the
-    loader leaves to the exec (network name, plugin types) and likely mistakes."""
+    loader leaves to the exec (network name, plugin types) and likely mistakes.
+    nad_name: metadata.name as written (None when absent)."""
     raw, base = config.raw, "spec.config"
     if "cniVersion" not in raw and "cniVersions" not in raw:
         report(WARNING, f"{base}.cniVersion",
                f"absent: netattach, like libcni, reads it as {DEFAULT_VERSION}, whose results "
                "carry no interfaces or MAC for network-status; set the version the plugins "
                "support, e.g. \"1.0.0\"")
-    if config.name != nad_name:
+    if nad_name is not None and config.name != nad_name:
         report(NOTE, f"{base}.name",
                f"{json.dumps(config.name)} differs from the NAD's name {json.dumps(nad_name)}: "
                "the spec strongly recommends they match (§3.4.3); plugins get the former")
@@ -668,7 +698,8 @@ def run(args: argparse.Namespace) -> int:
     counts = summary(findings)
     if args.output == "json":
         json.dump({"findings": [f.to_dict() for f in findings],
-                   "summary": {**counts, "files": len(sources)}}, sys.stdout, indent=2)
+                   "summary": {**counts, "files": len(sources)}}, sys.stdout, indent=2,
+                  ensure_ascii=False)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(format_text(findings))

@@ -166,6 +166,13 @@ def test_nad_mistake(text, severity, key, fragment):
                and f.document == 0 and f.file == "f0.yaml" for f in findings)
 
 
+def test_the_config_of_a_nad_with_a_bad_name_is_still_checked():
+    assert [(f.severity, f.key) for f in lint(nad(conf(type="a/b", name="net.a"), name="net.a"))] \
+        == [("error", "metadata.name"), ("error", "spec.config.type")]
+    assert [(f.severity, f.key) for f in lint(nad(conf(type="a/b"), name=None))] == [
+        ("error", "metadata.name"), ("error", "spec.config.type")]
+
+
 @pytest.mark.parametrize("config", [
     conf(),
     conf(capabilities=ALL_CAPS),
@@ -408,6 +415,10 @@ def test_text_format():
 
 # ---------------------------------------------------------------- the spec's examples
 
+# Every NAD or pod example of the spec (and its other object examples, skipped as other
+# kinds) is a fixture; left out are the runtimeConfig snippets with "..." (what the
+# plugin sends, not manifests), the Go types, the §8.1 CRD (split across code blocks
+# past repair) and the bare name lists of §8.3.1.
 # The only findings above notes the spec's own examples draw (file -> findings).
 SPEC_EXAMPLE_WARNINGS = {
     "s4_1_2_1_8_1_bandwidth.yaml": [
