@@ -473,6 +473,16 @@ def test_refuses_a_directory_as_the_binary_and_never_follows_planted_temps(node)
     code, err = node.run("--once")
     assert code == 1
     assert f"{node.bin / 'netattach'} is a directory" in err
+    (node.bin / "netattach").rmdir()
+
+    elsewhere = node.root / "elsewhere"
+    elsewhere.mkdir()
+    shutil.rmtree(node.conf / "netattach.d")
+    (node.conf / "netattach.d").symlink_to(elsewhere)  # the token would land elsewhere
+    code, err = node.run("--once")
+    assert code == 1
+    assert f"{node.conf / 'netattach.d'} is not a directory" in err
+    assert os.listdir(elsewhere) == []
 
 
 # ---------------------------------------------------------------- watching
