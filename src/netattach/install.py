@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import fcntl
 import errno
 import hashlib
 import json
@@ -65,6 +66,7 @@ BINARY_NAME = "netattach"
 CONF_NAME = "00-netattach.conflist"
 NETWORK_NAME = "netattach-cni-network"
 KUBECONFIG_SUBDIR = "netattach.d"
+LOCK_NAME = "installer.lock"  # in KUBECONFIG_SUBDIR: one shared flock per running installer
 CONF_EXTENSIONS = (".conf", ".conflist", ".json")
 META_PLUGIN_TYPES = frozenset({"netattach", "multus", "multus-shim"})
 SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
@@ -888,6 +890,33 @@ class Installer:
         self._conf_primary = None
         log.info("removed %s: %s", self.conf_path, why)
 
+    # -- installers side by side (DaemonSet rolling update with maxSurge)
+
+    def hold_presence(self) -> int:
+        """Take a shared flock on <conf-dir>/netattach.d/installer.lock for this
+        installer's lifetime and return its fd. A new installer starting while the old
+        one still runs (maxSurge) holds one too, so the old one's cleanup on SIGTERM can
+        tell it is not the last and leave the conflist to its successor: no window in
+        which the runtime sees only the primary and starts pods without their networks.
+        Raises InstallError when the lock file cannot be opened."""
+        _ensure_dir(self.kube_dir, 0o700, own=True)
+        path = os.path.join(self.kube_dir, LOCK_NAME)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        except OSError as e:
+            raise InstallError(f"cannot open {path}: {e.strerror}") from None
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while an old installer cleans up
+        log.info("running; presence held on %s", path)
+        return fd
+
+    def last_one_out(self, fd: int) -> bool:
+        """True when no other installer holds the presence lock (ours turns exclusive)."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
     # -- modes
 
     def check(self) -> int:
@@ -939,6 +968,7 @@ class Installer:
             log.info("removed stale temp %s", path)
         for path in remove_stale_temps(self.kube_dir, re.compile(r"^\..*\.tmp-\d+$")):
             log.info("removed stale temp %s", path)
+        presence = None if a.once else self.hold_presence()
         self.sync_binary()
         self.sync_kubeconfig()
         waiting_since: float | None = None
@@ -962,7 +992,10 @@ class Installer:
         if a.once:
             log.error("%s before the installation completed; exiting 1", name)
             return 1
-        if a.cleanup_on_exit:
+        if a.cleanup_on_exit and presence is not None and not self.last_one_out(presence):
+            log.info("%s received; another netattach installer on this node (a rolling "
+                     "update) keeps %s", name, self.conf_path)
+        elif a.cleanup_on_exit:
             self.remove_conf(f"{name} received, cleanup on exit")
         else:
             log.info("%s received; leaving %s in place (--no-cleanup-on-exit)", name,

@@ -110,7 +110,8 @@ def test_rbac_applied_as_written(admin_api):
 def test_apply_manifests_is_idempotent(admin_api):
     docs = cl.apply_manifests(admin_api, cl.DEPLOY_MANIFESTS)
     assert {d["kind"] for d in docs} == {
-        "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+        "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+        "DaemonSet"}
 
 
 # ---------------------------------------------------------------- the plugin's identity

@@ -625,6 +625,25 @@ def test_sigterm_without_cleanup_keeps_the_conflist(node):
     assert "--no-cleanup-on-exit" in err
 
 
+def test_rolling_update_old_installer_leaves_the_conflist_to_the_new_one(node):
+    """maxSurge: the new installer runs before the old one gets SIGTERM. The old one
+    sees it is not the last (installer.lock) and keeps the conflist; the last one
+    out removes it."""
+    write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
+    old = node.start()
+    wait_for(node.plugin, "our conflist")
+    new = node.start()
+    wait_for(lambda: "presence held" in node.stderr(new), "the new installer running")
+    code, err = node.stop(old)
+    assert code == 0, err
+    assert "another netattach installer on this node" in err
+    assert node.netattach_leftovers() == ["00-netattach.conflist"]
+    code, err = node.stop(new)
+    assert code == 0, err
+    assert "cleanup on exit" in err
+    assert node.netattach_leftovers() == []
+
+
 def test_sigterm_while_waiting_for_the_primary(node):
     proc = node.start()
     wait_for(lambda: "waiting:" in node.stderr(proc), "the installer waiting")

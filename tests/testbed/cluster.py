@@ -46,7 +46,9 @@ from kubernetes.client.rest import ApiException
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_DIR = REPO_ROOT / "deploy"
 # What the test bed applies: the CRD and the plugin's RBAC (not the DaemonSet).
-DEPLOY_MANIFESTS = (DEPLOY_DIR / "crd.yaml", DEPLOY_DIR / "rbac.yaml")
+# What `kubectl apply -k deploy/` applies, in the kustomization's order.
+DEPLOY_MANIFESTS = tuple(DEPLOY_DIR / r for r in yaml.safe_load(
+    (DEPLOY_DIR / "kustomization.yaml").read_text())["resources"])
 K8S_GOMOD = REPO_ROOT / "hack" / "testbin" / "k8s" / "go.mod"
 
 NAD_GROUP, NAD_VERSION, NAD_PLURAL = "k8s.cni.cncf.io", "v1", "network-attachment-definitions"
@@ -578,18 +580,31 @@ def load_manifests(paths: Iterable[Path]) -> list[dict]:
     return docs
 
 
-def apply_manifests(api: k8s.ApiClient, paths: Iterable[Path], timeout: float = 30.0) -> list[dict]:
+def apply_manifests(api: k8s.ApiClient, paths: Iterable[Path], timeout: float = 30.0,
+                    dry_run: bool = False, namespace: str = "default") -> list[dict]:
     """Server-side apply every YAML document of `paths` (create or update, forcing
     ownership to field manager "netattach-testbed"), then wait up to `timeout` s
     for each CustomResourceDefinition among them to be Established and served.
 
-    Supports the core, apps, rbac and apiextensions v1 kinds (ValueError otherwise).
+    dry_run: the server validates and admits every document but stores nothing
+    (dryRun=All), and CRDs are not waited for.
+    namespace: for namespaced documents that name none.
+    Supports the core, apps, rbac and apiextensions v1 kinds and
+    NetworkAttachmentDefinitions (ValueError otherwise).
     Returns the applied documents as read from the file. ApiException on rejection,
     ClusterError on timeout.
     """
     docs = load_manifests(paths)
     for doc in docs:
         av, kind = doc.get("apiVersion"), doc.get("kind")
+        if (av, kind) == (f"{NAD_GROUP}/{NAD_VERSION}", "NetworkAttachmentDefinition"):
+            meta = doc.get("metadata") or {}
+            k8s.CustomObjectsApi(api).patch_namespaced_custom_object(
+                NAD_GROUP, NAD_VERSION, meta.get("namespace") or namespace, NAD_PLURAL,
+                meta["name"], doc, field_manager=FIELD_MANAGER, force=True,
+                _content_type="application/apply-patch+yaml",
+                **({"dry_run": "All"} if dry_run else {}))
+            continue
         if av not in _API_CLASSES:
             raise ValueError(f"apply_manifests: unsupported apiVersion {av!r} ({kind})")
         api_obj = _API_CLASSES[av](api)
@@ -597,13 +612,15 @@ def apply_manifests(api: k8s.ApiClient, paths: Iterable[Path], timeout: float = 
         name, snake = meta["name"], _snake(kind)
         kw = dict(body=doc, field_manager=FIELD_MANAGER, force=True,
                   _content_type="application/apply-patch+yaml")
+        if dry_run:
+            kw["dry_run"] = "All"
         namespaced = getattr(api_obj, f"patch_namespaced_{snake}", None)
         if namespaced is not None:
-            namespaced(name, meta.get("namespace") or "default", **kw)
+            namespaced(name, meta.get("namespace") or namespace, **kw)
         else:
             getattr(api_obj, f"patch_{snake}")(name, **kw)
     for doc in docs:
-        if doc["kind"] == "CustomResourceDefinition":
+        if doc["kind"] == "CustomResourceDefinition" and not dry_run:
             wait_crd_established(api, doc["metadata"]["name"], timeout)
     return docs
 
