@@ -16,7 +16,7 @@ include mk/testbin.mk
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 DEBS := containernetworking-plugins iproute2 iptables
 
-.PHONY: sysdeps venv test unit demo bench clean
+.PHONY: sysdeps venv build test unit demo bench clean
 sysdeps:
 	@if ! command -v ip >/dev/null || [ ! -x /usr/lib/cni/bridge ] || [ ! -x /usr/sbin/iptables ]; then \
 	  echo "installing Debian packages: $(DEBS)"; \
@@ -29,6 +29,26 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q -U pip
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $@
+
+# The single binary (docs/build.md): PyInstaller's onedir bundle dist/netattach/,
+# the executable dist/netattach/netattach next to its _internal/. Rebuilt only when
+# an input changed: the package's files, the spec, the entry script, pyproject.toml.
+# The executable gets the build's start time, so a source edited during a build is
+# newer than the artifact (make rebuilds it; tests/e2e refuses the stale artifact).
+NETATTACH_EXE := $(CURDIR)/dist/netattach/netattach
+BUILD_INPUTS := netattach.spec hack/pyinstaller_entry.py pyproject.toml \
+	$(shell find src/netattach -type f ! -path '*/__pycache__/*' ! -name '*.pyc')
+
+build: $(NETATTACH_EXE)
+$(VENV)/.build-installed: $(VENV)/.installed pyproject.toml
+	$(VENV)/bin/pip install -q -e '.[build]'
+	touch $@
+$(NETATTACH_EXE): $(VENV)/.build-installed $(BUILD_INPUTS)
+	@mkdir -p build
+	@touch build/.started
+	$(VENV)/bin/pyinstaller --noconfirm --log-level WARN --distpath dist \
+	  --workpath build/pyinstaller netattach.spec
+	@touch -r build/.started $@
 
 # Every test: unit, integration (real plugins in real netns) and end to end
 # (real kube-apiserver + etcd). Needs root for network namespaces.
