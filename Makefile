@@ -51,18 +51,20 @@ $(NETATTACH_EXE): $(VENV)/.build-installed $(BUILD_INPUTS)
 	@touch -r build/.started $@
 
 # Every test: unit, integration (real plugins in real netns) and end to end
-# (real kube-apiserver + etcd). Needs root for network namespaces.
-test: sysdeps venv testbin
-	$(TESTBIN_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+# (real kube-apiserver + etcd), the plugin exec'd being the built artifact.
+# Needs root for network namespaces.
+test: sysdeps venv testbin build
+	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-demo: sysdeps venv testbin
-	$(TESTBIN_ENV) $(PY) hack/demo.py
+demo: sysdeps venv testbin build
+	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(PY) hack/demo.py
 
-bench: sysdeps venv testbin
-	$(TESTBIN_ENV) $(PY) hack/bench.py
+# Scenario 1 with the artifact and with the virtualenv's console script, side by side.
+bench: sysdeps venv testbin build
+	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(PY) hack/bench.py
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache

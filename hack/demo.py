@@ -2,9 +2,10 @@
 
 Starts a real etcd + kube-apiserver on loopback (RBAC on, deploy/ CRD and RBAC
 applied), puts a cluster default network (bridge) on disk, creates two
-NetworkAttachmentDefinitions and a pod selecting them, and runs the installed
-`netattach` command exactly as a container runtime does (CNI env + stdin) in a
-fresh network namespace. Prints what happens; removes everything at the end.
+NetworkAttachmentDefinitions and a pod selecting them, and runs `netattach` (the
+built artifact, $NETATTACH_EXE, under `make demo`) exactly as a container runtime
+does (CNI env + stdin) in a fresh network namespace. Prints what happens; removes
+everything at the end.
 """
 from __future__ import annotations
 

@@ -2,6 +2,18 @@
 import pytest
 
 from tests.testbed import scenario as sc
+from tests.testbed.artifact import required_artifact
+
+
+@pytest.fixture(scope="session", autouse=True)
+def built_artifact():
+    """Every e2e test execs the built artifact ($NETATTACH_EXE, `make build`), and only
+    a current one: fails the session's e2e tests otherwise, so no one tests an old
+    binary or the virtualenv's script by accident."""
+    try:
+        return required_artifact("e2e tests")
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ NAD `net-b` in namespace `other`: a bridge + host-local conf (0.3.1) without `na
 Pod annotated `net-a,other/net-b@data0` -> eth0, net1, data0.
 
 Subnets come from 198.18.0.0/15 (RFC 2544, benchmarking): never the host's own networks.
-The plugin is invoked exactly as a runtime does: the installed `netattach` command, CNI env + stdin.
+The plugin is invoked exactly as a runtime does: `<binDir>/netattach` (a symlink to
+`netattach_command()`: the built artifact under `make test`), CNI env + stdin.
 """
 from __future__ import annotations
 
@@ -30,14 +31,35 @@ SUBNETS = {"default": "198.18.1.0/24", "net-a": "198.18.2.0/24", "net-b": "198.1
 NET_A_MTU = 1420
 
 
-def netattach_command() -> str:
-    """The installed `netattach` console script of the running interpreter's environment."""
+def venv_command() -> str:
+    """The `netattach` console script of the running interpreter's environment (`make venv`).
+
+    Raises RuntimeError when it is not installed there nor on PATH.
+    """
     path = Path(sys.executable).parent / "netattach"
     if not path.exists():
         found = shutil.which("netattach")
         if not found:
             raise RuntimeError("netattach is not installed: run `make venv`")
         path = Path(found)
+    return str(path)
+
+
+def netattach_command() -> str:
+    """The `netattach` executable the tests, `make demo` and `make bench` exec, as an
+    absolute path: $NETATTACH_EXE when set (the built artifact, dist/netattach/netattach
+    from `make build`; `make test` sets it), else `venv_command()`.
+
+    Raises RuntimeError when NETATTACH_EXE names no executable file, or when it is
+    unset and the console script is not installed.
+    """
+    exe = os.environ.get("NETATTACH_EXE")
+    if not exe:
+        return venv_command()
+    path = Path(exe).absolute()
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise RuntimeError(f"NETATTACH_EXE={exe}: no executable file there; "
+                           "run `make build` (it builds dist/netattach/netattach)")
     return str(path)
 
 
@@ -140,7 +162,7 @@ def pod(namespace: str, name: str, networks: str | None) -> dict[str, Any]:
 
 
 def install_bin_dir(env: HostEnv) -> Path:
-    """A CNI bin dir holding the installed `netattach` (a symlink to the console script)."""
+    """A CNI bin dir holding `netattach`, a symlink to `netattach_command()`."""
     bin_dir = env.root / "bin"
     bin_dir.mkdir(exist_ok=True)
     link = bin_dir / "netattach"
