@@ -19,10 +19,10 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from netattach.install import CONF_NAME, KUBECONFIG_SUBDIR
-from tests.integration.test_install import wait_for, write_sa
 from tests.testbed import cluster as cl
 from tests.testbed import scenario as sc
 from tests.testbed.scenario import netattach_command
+from tests.testbed.serviceaccount import wait_for, write_sa
 
 SA_NS, SA_NAME = "kube-system", "netattach"
 

@@ -21,45 +21,14 @@ import yaml
 from netattach import install
 from netattach.netconf import parse_netconf
 from tests.testbed.scenario import netattach_command
+from tests.testbed.serviceaccount import CA, wait_for, write_sa
 
 POLL = "0.1"
-CA = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 PRIMARY = {"cniVersion": "0.3.1", "name": "k8s-pod-network", "plugins": [
     {"type": "bridge", "bridge": "cni0", "ipam": {"type": "host-local"},
      "capabilities": {"ips": True}},
     {"type": "portmap", "capabilities": {"portMappings": True, "bandwidth": False}},
     {"type": "bandwidth", "capabilities": {"bandwidth": True}}]}
-
-
-def wait_for(predicate, what: str, timeout: float = 10.0):
-    """Poll `predicate` every 20 ms until it returns something truthy; fail naming `what`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    pytest.fail(f"timed out after {timeout} s waiting for {what}")
-
-
-def write_sa(sa: Path, token: str, generation: int, ca: bytes = CA) -> None:
-    """Fill a ServiceAccount volume the way kubelet's AtomicWriter does: a new
-    `..<timestamp>` dir, a `..data_tmp` symlink to it renamed over `..data`, the
-    top-level names linking through `..data`, the old generation removed."""
-    sa.mkdir(exist_ok=True)
-    gen = sa / f"..2026_01_01_00_00_00.{generation:09d}"
-    gen.mkdir()
-    (gen / "token").write_text(token)
-    (gen / "ca.crt").write_bytes(ca)
-    (gen / "namespace").write_text("kube-system")
-    old = os.readlink(sa / "..data") if (sa / "..data").is_symlink() else None
-    (sa / "..data_tmp").symlink_to(gen.name)
-    os.rename(sa / "..data_tmp", sa / "..data")
-    for name in ("token", "ca.crt", "namespace"):
-        if not (sa / name).is_symlink():
-            (sa / name).symlink_to(f"..data/{name}")
-    if old:
-        shutil.rmtree(sa / old)
 
 
 def write_atomically(path: Path, doc: dict) -> None:
