@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -41,7 +42,7 @@ def main() -> int:
         with cl.Cluster.start(workdir) as cluster, cluster.admin_api() as api:
             cl.apply_manifests(api, cl.DEPLOY_MANIFESTS)
             kubeconfig = cl.plugin_kubeconfig(cluster)
-            print(f"API server {cluster.server}; deploy/crd.yaml and deploy/rbac.yaml applied;")
+            print(f"API server {cluster.server}; deploy/ applied (CRD, RBAC, DaemonSet);")
             print("the plugin's kubeconfig holds only the kube-system/netattach ServiceAccount token")
             sc.ensure_namespace(api, NAMESPACE)
             s = sc.setup(api, kubeconfig, env, NAMESPACE, pod_name="demo-pod")
@@ -65,6 +66,13 @@ def main() -> int:
                 show(tb.run("ip", "-n", s.netns, "addr", "show", ifname).stdout.rstrip())
             say(f"pod annotation {sc.STATUS}, read back from the API server")
             show(json.loads(sc.read_pod_annotations(api, NAMESPACE, "demo-pod")[sc.STATUS]))
+            say(f"netattach status demo-pod -n {NAMESPACE}   (an operator, with their kubeconfig)")
+            status = subprocess.run([sc.netattach_command(), "status", "demo-pod", "-n", NAMESPACE,
+                                     "--kubeconfig", str(cluster.admin_kubeconfig)],
+                                    capture_output=True, text=True)
+            show((status.stdout + status.stderr).rstrip())
+            if status.returncode != 0:
+                return 1
 
             say("DEL")
             run = s.run("DEL")
