@@ -42,7 +42,6 @@ Imported only for `netattach install` (cli.SUBCOMMANDS), never on the CNI path.
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import fcntl
 import errno
@@ -66,6 +65,7 @@ BINARY_NAME = "netattach"
 CONF_NAME = "00-netattach.conflist"
 NETWORK_NAME = "netattach-cni-network"
 KUBECONFIG_SUBDIR = "netattach.d"
+CA_NAME = "ca.crt"  # in KUBECONFIG_SUBDIR: the API server's CA, named by the kubeconfig
 LOCK_NAME = "installer.lock"  # in KUBECONFIG_SUBDIR: one shared flock per running installer
 CONF_EXTENSIONS = (".conf", ".conflist", ".json")
 META_PLUGIN_TYPES = frozenset({"netattach", "multus", "multus-shim"})
@@ -484,10 +484,15 @@ def api_server_url(explicit: str | None, environ: dict[str, str]) -> str:
     return f"https://{bracketed(host)}:{port}"
 
 
-def render_kubeconfig(server: str, sa: ServiceAccount) -> bytes:
-    """The plugin's kubeconfig (JSON, which YAML loaders read): one cluster with the CA
-    embedded as `certificate-authority-data`, one user with the `token` embedded, one
-    context, `current-context` set. Same input, same bytes."""
+def render_kubeconfig(server: str, sa: ServiceAccount, ca_path: str) -> bytes:
+    """The plugin's kubeconfig (JSON, which YAML loaders read): one cluster whose CA is
+    the file `ca_path` (a host path; the installer writes the ServiceAccount's ca.crt
+    there), one user with the `token` embedded, one context, `current-context` set.
+    Same input, same bytes.
+
+    The CA is a file, not `certificate-authority-data`: lightkube writes embedded CA
+    data to a new temp file on every load, i.e. on every ADD, which fails on a node
+    whose temp dirs are full or read-only."""
     context: dict[str, str] = {"cluster": "local", "user": "netattach"}
     if sa.namespace:
         context["namespace"] = sa.namespace
@@ -495,7 +500,7 @@ def render_kubeconfig(server: str, sa: ServiceAccount) -> bytes:
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "local", "cluster": {
-            "server": server, "certificate-authority-data": base64.b64encode(sa.ca).decode()}}],
+            "server": server, "certificate-authority": ca_path}}],
         "users": [{"name": "netattach", "user": {"token": sa.token}}],
         "contexts": [{"name": "netattach", "context": context}],
         "current-context": "netattach",
@@ -739,6 +744,7 @@ class Installer:
         self.conf_path = os.path.join(args.conf_dir, CONF_NAME)
         self.kube_dir = os.path.join(args.conf_dir, KUBECONFIG_SUBDIR)
         self.kube_path = os.path.join(self.kube_dir, args.kubeconfig_name)
+        self.ca_path = os.path.join(self.kube_dir, CA_NAME)
         self.settings = PluginSettings(
             conf_dir=args.host_conf_dir, bin_dir=args.host_bin_dir, cni_dir=args.cni_dir,
             kubeconfig=os.path.join(args.host_conf_dir, KUBECONFIG_SUBDIR, args.kubeconfig_name),
@@ -778,7 +784,8 @@ class Installer:
     def desired_kubeconfig(self) -> tuple[bytes, ServiceAccount]:
         """Raises InstallError (no API server, token or CA)."""
         sa = read_service_account(self.args.service_account_dir)
-        return render_kubeconfig(api_server_url(self.args.api_server, self.environ), sa), sa
+        return render_kubeconfig(api_server_url(self.args.api_server, self.environ), sa,
+                                 self.host_path(self.ca_path)), sa
 
     def desired_conf(self) -> tuple[bytes | None, Lookup]:
         """(our conflist's bytes, lookup) or (None, lookup saying why there is no primary)."""
@@ -819,6 +826,17 @@ class Installer:
         """Write the kubeconfig when it differs from what the ServiceAccount gives now
         (token rotated, CA changed, file deleted or edited). Raises InstallError."""
         data, sa = self.desired_kubeconfig()
+        try:
+            current_ca = _read_regular(self.ca_path)
+        except OSError:
+            current_ca = None
+        if current_ca != sa.ca:  # before the kubeconfig that names it
+            _ensure_dir(self.kube_dir, 0o700, own=True)
+            try:
+                write_atomic(self.ca_path, sa.ca, 0o644)
+            except OSError as e:
+                raise InstallError(f"cannot write CA {self.ca_path}: {e.strerror}") from None
+            log.info("wrote the API server's CA to %s", self.ca_path)
         try:
             current = _read_regular(self.kube_path)
         except OSError:
@@ -927,9 +945,11 @@ class Installer:
         if problem:
             problems.append(problem)
         try:
-            data, _sa = self.desired_kubeconfig()
+            data, sa = self.desired_kubeconfig()
             if _read_regular(self.kube_path) != data:
                 problems.append(f"kubeconfig {self.kube_path} is missing or not current")
+            if _read_regular(self.ca_path) != sa.ca:
+                problems.append(f"CA {self.ca_path} is missing or not current")
         except (InstallError, OSError) as e:
             problems.append(str(e))
         try:

@@ -4,7 +4,6 @@ real subprocess (the console script, or the PyInstaller artifact when NETATTACH_
 set, see tests.testbed.scenario.netattach_command). Waits poll with deadlines."""
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -197,7 +196,8 @@ def test_once_installs_binary_kubeconfig_and_conflist(node):
     kc = yaml.safe_load(node.kubeconfig.read_text())
     cluster = kc["clusters"][0]["cluster"]
     assert cluster["server"] == "https://[fd00:10:96::1]:6443"
-    assert base64.b64decode(cluster["certificate-authority-data"]) == CA
+    assert cluster["certificate-authority"] == "/etc/cni/net.d/netattach.d/ca.crt"  # host path
+    assert (node.kubeconfig.parent / "ca.crt").read_bytes() == CA
     assert kc["users"][0]["user"]["token"] == "token-generation-1-3f9a"
     assert kc["current-context"] == kc["contexts"][0]["name"]
     from lightkube.config.kubeconfig import KubeConfig  # the plugin's own loader
@@ -435,7 +435,7 @@ def test_refuses_a_directory_as_the_binary_and_never_follows_planted_temps(node)
     assert victim.read_text() == "untouched"
     assert sorted(os.listdir(node.bin)) == ["netattach"]
     assert node.netattach_leftovers() == ["00-netattach.conflist"]
-    assert os.listdir(node.conf / "netattach.d") == ["netattach.kubeconfig"]
+    assert sorted(os.listdir(node.conf / "netattach.d")) == ["ca.crt", "netattach.kubeconfig"]
 
     (node.bin / "netattach").unlink()
     (node.bin / "netattach").mkdir()
@@ -471,6 +471,8 @@ def test_kubeconfig_follows_token_rotation(node):
     assert node.kubeconfig.stat().st_mode & 0o777 == 0o600
     write_sa(node.sa, "token-generation-3-0b2e", 3, ca=CA + CA)
     wait_for(lambda: token() == "token-generation-3-0b2e", "the second rotation")
+    wait_for(lambda: (node.kubeconfig.parent / "ca.crt").read_bytes() == CA + CA,
+             "the rotated CA")
     node.kubeconfig.unlink()
     wait_for(lambda: token() == "token-generation-3-0b2e", "the deleted kubeconfig rewritten")
 
