@@ -113,13 +113,59 @@ def _tail(text: str, limit: int = STDERR_TAIL) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _descendants(pid: int) -> list[int]:
+    """PIDs of the live descendants of `pid`, whatever their process group or session,
+    from the parent links in /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                text = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and ')', so split after the last ')'
+        fields = text[text.rindex(b")") + 2:].split()
+        if fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL the child, its process group and every descendant that left the group.
+
+    The group alone is not enough: a grandchild that called setsid() or setpgid()
+    would outlive the child and hold our pipes open. Each process found is
+    SIGSTOPped before its own children are looked up, so none can fork while the
+    tree is walked; then all of them are SIGKILLed.
+    """
+    found: set[int] = set()
+    for _ in range(100):
+        new = [p for p in [proc.pid, *_descendants(proc.pid)] if p not in found]
+        if not new:
+            break
+        for pid in new:
+            _signal(pid, signal.SIGSTOP)
+        found.update(new)
+    for pid in found:
+        _signal(pid, signal.SIGKILL)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
-    except PermissionError:  # the child changed its process group id; kill it alone
-        proc.kill()
 
 
 def _spawn(path: str, environ: dict[str, str], deadline: float) -> subprocess.Popen:
@@ -188,8 +234,8 @@ def exec_plugin(path: str, command: str, config: dict, env: PluginEnv,
       stderr tail in details;
     * DECODE_FAILURE (6) when it exits 0 but stdout is not a JSON object;
     * IO_FAILURE (5) when it cannot be executed;
-    * TRY_AGAIN (11) when it runs longer than `timeout` seconds: its whole process
-      group is killed.
+    * TRY_AGAIN (11) when it runs longer than `timeout` seconds: it, its process
+      group and all its descendants are killed (_kill_tree).
     """
     name = os.path.basename(path)
     data = json.dumps(config, separators=(",", ":")).encode()
@@ -202,15 +248,15 @@ def exec_plugin(path: str, command: str, config: dict, env: PluginEnv,
         out_b, err_b = proc.communicate(data, timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill_group(proc)
+        _kill_tree(proc)
         try:
             out_b, err_b = proc.communicate(timeout=5)
-        except subprocess.TimeoutExpired:  # a descendant in another group holds the pipes
+        except subprocess.TimeoutExpired:  # a descendant out of reach holds the pipes
             proc.kill()
             proc.wait()
             out_b, err_b = b"", b""
     except BaseException:
-        _kill_group(proc)
+        _kill_tree(proc)
         proc.wait()
         raise
     finally:
