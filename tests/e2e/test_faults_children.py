@@ -1,0 +1,255 @@
+"""Failure modes of issue 5 around the children and the node (faults 3, 4 and 6).
+
+Each test runs scenario 1's real plugins in a real netns against the real
+kube-apiserver, plus a fault plugin (tests/testbed/faults.py) that really runs the
+reference `bridge` and then misbehaves. Each proves that nothing is left: no
+interface in the netns but lo, no host-local allocation, no state or lock file
+once the runtime's DEL ran, and that the error or log says what happened.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.testbed import faults
+from tests.testbed import netns as tb
+from tests.testbed import scenario as sc
+
+pytestmark = pytest.mark.e2e
+
+FAULT_SUBNET = "198.18.5.0/24"
+
+
+def with_fault_network(admin_api, s: sc.Scenario, fault: str, **kw) -> faults.FaultPlugin:
+    """NAD `net-fault` in the pod's namespace: a bridge + host-local conf run by fault
+    plugin `fault` (which execs the real bridge)."""
+    plugin = faults.install(s.bin_dir, fault, **kw)
+    conf = sc.bridge_conf(s.env.bridge_name(), FAULT_SUBNET, s.env.ipam_dir, name="net-fault",
+                          version="1.0.0", gateway=False)
+    sc.apply_nad(admin_api, sc.nad(s.namespace, "net-fault", {**conf, "type": plugin.name}))
+    return plugin
+
+
+def fault_scenario(admin_api, kubeconfig, env, namespace, networks: str, fault: str, **kw):
+    s = sc.setup(admin_api, kubeconfig, env, namespace, networks=networks)
+    return s, with_fault_network(admin_api, s, fault, **kw)
+
+
+def pod_links(s: sc.Scenario) -> list[str]:
+    return sorted(l["ifname"] for l in tb.links(s.netns))
+
+
+def assert_clean(s: sc.Scenario) -> None:
+    """Only lo in the netns, no IP allocated, no state, lock or temp file."""
+    assert pod_links(s) == ["lo"]
+    assert s.env.ipam_allocations() == []
+    assert sorted(os.listdir(s.env.state_dir)) == []
+
+
+def del_twice(s: sc.Scenario) -> None:
+    """The runtime's DEL cleans everything; its retry (runtimes retry DEL) succeeds too."""
+    for attempt in ("DEL", "DEL again"):
+        run = s.run("DEL")
+        assert run.code == 0 and run.stdout == "", f"{attempt}: {run.stdout}{s.log_text()}"
+        assert_clean(s)
+
+
+def start_add(s: sc.Scenario) -> subprocess.Popen:
+    """ADD as a runtime execs it, without waiting: the test holds the process."""
+    proc = subprocess.Popen([str(s.bin_dir / "netattach")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=s.cni_env("ADD"))
+    proc.stdin.write(json.dumps(s.netconf).encode())
+    proc.stdin.close()
+    return proc
+
+
+def sigkill(proc: subprocess.Popen) -> None:
+    """What the OOM killer or `kill -9` does to netattach; reaped, pipes closed."""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    for pipe in (proc.stdout, proc.stderr):
+        pipe.close()
+
+
+def saved_state(s: sc.Scenario) -> dict:
+    return json.loads((s.env.state_dir / f"{s.container_id}.json").read_text())
+
+
+# ---------------------------------------------------------------- 3: a child fails, hangs, crashes
+
+@pytest.mark.parametrize("fault, code, text", [
+    ("fail", 110, "injected: failed after the real bridge ADD"),
+    ("segv", 0, "was killed by signal 11"),
+    ("sigkill", 0, "was killed by signal 9"),
+    ("hang", 11, "timed out after 1 seconds (ADD)"),
+])
+def test_child_fault_after_its_real_add_rolls_back_everything(
+        admin_api, plugin_kubeconfig, host_env, k8s_namespace, fault, code, text):
+    """The second selected network's child really attaches (bridge + host-local), then
+    fails / crashes / hangs past delegateTimeout. netattach kills a hung child with all
+    its descendants, DELs every attempted attachment, that one included, and never
+    starts the third network."""
+    s, plugin = fault_scenario(admin_api, plugin_kubeconfig, host_env, k8s_namespace,
+                               "net-a,net-fault,other/net-b@data0", fault,
+                               message="injected: failed after the real bridge ADD")
+    s.netconf["delegateTimeout"] = 1
+    start = time.monotonic()
+    run = s.run("ADD")
+    took = time.monotonic() - start
+
+    assert run.code == 1, run.stdout + s.log_text()
+    err = run.doc
+    assert err["code"] == code and text in err["msg"], err
+    assert (f"pod {k8s_namespace}/{s.pod_name}: network {k8s_namespace}/net-fault "
+            f"(interface net2): plugin type='{plugin.name}'") in err["msg"]
+    # the faulty child had really attached: an address from its own subnet ...
+    added = json.loads(plugin.result.read_text())
+    assert ipaddress.ip_interface(added["ips"][0]["address"]) in ipaddress.ip_network(FAULT_SUBNET)
+    # ... and the rollback DEL released it, with everything else attempted
+    assert plugin.invocations() == [("ADD", "net2"), ("DEL", "net2")]
+    assert f"ADD of network {k8s_namespace}/net-fault (net2) failed" in s.log_text()
+    assert_clean(s)
+    assert s.bridges["net-b"] not in {l["ifname"] for l in tb.links()}  # never started
+    if fault == "hang":
+        pids = plugin.recorded_pids()
+        assert len(pids) == 3  # the plugin, its child, its grandchild in its own session
+        faults.wait_for("the hung plugin and its descendants to die",
+                        lambda: not any(faults.alive(p) for p in pids), timeout=3)
+        assert took < 4, f"ADD took {took:.1f} s with delegateTimeout 1"
+    del_twice(s)
+
+
+# ---------------------------------------------------------------- 4: netattach SIGKILLed mid-ADD
+
+def test_netattach_killed_before_the_state_write(scenario, cluster):
+    """(a) killed while GET pod hangs on a stopped API server: nothing attached, no state,
+    only the lock file of the dead holder; the runtime's DEL (the API is back) cleans."""
+    s = scenario
+    with faults.apiserver_frozen(cluster):
+        proc = start_add(s)
+        try:
+            faults.wait_for("netattach's GET pod on the stopped API server",
+                            lambda: cluster.apiserver_port in faults.tcp_peers(proc.pid))
+        finally:
+            sigkill(proc)
+    assert proc.returncode == -signal.SIGKILL
+    assert os.listdir(s.env.state_dir) == [f"{s.container_id}.lock"]
+    assert pod_links(s) == ["lo"] and s.env.ipam_allocations() == []
+    del_twice(s)
+
+
+def test_netattach_killed_between_children(admin_api, plugin_kubeconfig, host_env,
+                                           k8s_namespace):
+    """(b) the first selected network's child does its real work, then SIGKILLs its
+    parent, netattach itself (the plugin checks /proc/$PPID/exe): eth0 is up with its
+    result saved, net1 is up but marked attempted without a result, net-a never ran.
+    The runtime's DEL undoes both from the state file."""
+    s, plugin = fault_scenario(admin_api, plugin_kubeconfig, host_env, k8s_namespace,
+                               "net-fault,net-a", "kill-parent",
+                               parent_exe=os.path.realpath(sc.netattach_command()))
+    proc = start_add(s)
+    try:
+        proc.wait(60)
+    finally:
+        if proc.returncode is None:
+            sigkill(proc)
+    err = proc.stdout.read().decode()
+    assert proc.returncode == -signal.SIGKILL, err + s.log_text()
+    # the process the runtime exec'd is the one the child killed: no bootloader in between
+    assert plugin.recorded_pids() == [proc.pid]
+    faults.wait_for("the killing plugin to exit",
+                    lambda: not faults.alive(plugin.call_pids()[0]))
+
+    assert pod_links(s) == ["eth0", "lo", "net1"]
+    atts = saved_state(s)["attachments"]
+    assert [(a["ifname"], a["attempted"], a["result"] is not None) for a in atts] == [
+        ("eth0", True, True), ("net1", True, False), ("net2", False, False)]
+    assert sorted(os.listdir(s.env.state_dir)) == [f"{s.container_id}.json",
+                                                   f"{s.container_id}.lock"]
+    del_twice(s)
+    assert plugin.invocations()[:2] == [("ADD", "net1"), ("DEL", "net1")]
+
+
+def test_netattach_killed_before_the_status_patch(admin_api, plugin_kubeconfig, host_env,
+                                                  k8s_namespace, cluster):
+    """(c) the last child stops the API server before it returns, so the status PATCH
+    hangs; netattach is killed there. Every result is saved, no network-status was
+    written; the runtime's DEL cleans all three attachments."""
+    s, plugin = fault_scenario(admin_api, plugin_kubeconfig, host_env, k8s_namespace,
+                               "net-a,net-fault", "stop-apiserver",
+                               apiserver_pid=faults.apiserver_pid(cluster))
+    with faults.apiserver_frozen(cluster, stop=False) as api_pid:
+        proc = start_add(s)
+        try:
+            faults.wait_for("the last child to stop the API server",
+                            lambda: faults.process_state(api_pid) == "T")
+            faults.wait_for("netattach to save the last result", lambda: (
+                f"attached network {k8s_namespace}/net-fault as net2" in s.log_text()))
+            time.sleep(0.3)  # on to the PATCH, which cannot be answered
+            assert proc.poll() is None, s.log_text()
+        finally:
+            sigkill(proc)
+    assert proc.returncode == -signal.SIGKILL
+    assert sc.STATUS not in sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)
+    assert [a["ifname"] for a in saved_state(s)["attachments"] if a["result"]] == [
+        "eth0", "net1", "net2"]
+    assert pod_links(s) == ["eth0", "lo", "net1", "net2"]
+    assert len(s.env.ipam_allocations()) == 3
+    del_twice(s)
+    assert plugin.invocations()[:2] == [("ADD", "net2"), ("DEL", "net2")]
+
+
+# ---------------------------------------------------------------- 6: state dir full or read-only
+
+def mount_tmpfs(path: Path, options: str) -> None:
+    tb.run("mount", "-t", "tmpfs", "-o", options, "netattach-test", str(path))
+
+
+def fill(path: Path) -> None:
+    """Write into `path` until the file system is full."""
+    with open(path / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as e:
+            assert e.errno == 28, e  # ENOSPC
+
+
+@pytest.mark.parametrize("fault, cause", [
+    ("full", "No space left on device"),
+    ("read-only", "Read-only file system"),
+])
+def test_unwritable_state_dir_fails_add_before_any_child(
+        admin_api, plugin_kubeconfig, host_env, k8s_namespace, fault, cause):
+    """cniDir on a full (or read-only) file system: the ADD fails with code 5 naming
+    the state dir and the cause, before any child ran (the recording plugin of net2
+    was never called; nothing attached, nothing allocated)."""
+    s, plugin = fault_scenario(admin_api, plugin_kubeconfig, host_env, k8s_namespace,
+                               "net-a,net-fault", "none")
+    state_dir = s.env.state_dir
+    mount_tmpfs(state_dir, "size=16k,mode=0700")
+    try:
+        if fault == "full":
+            fill(state_dir)
+        else:
+            tb.run("mount", "-o", "remount,ro", str(state_dir))
+        run = s.run("ADD")
+        assert run.code == 1, run.stdout + s.log_text()
+        err = run.doc
+        assert err["code"] == 5, err
+        assert f"pod {k8s_namespace}/{s.pod_name}: " in err["msg"]
+        assert f"{state_dir}/{s.container_id}." in err["msg"] and cause in err["msg"], err
+        assert sorted(os.listdir(state_dir)) == (["filler"] if fault == "full" else [])
+    finally:
+        tb.run("umount", str(state_dir))
+    assert plugin.invocations() == []
+    assert_clean(s)
+    del_twice(s)
