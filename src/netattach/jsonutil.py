@@ -8,20 +8,45 @@ import json
 from typing import Any
 
 
+MAX_DEPTH = 100
+"""Deepest nesting of arrays and objects accepted. CNI configs, results and annotations
+nest fewer than 10 levels. Whatever reads a decoded value (copy.deepcopy, json.dumps,
+the schema validator) recurses once or twice per level, from wherever it is called, so
+the bound must sit far below the interpreter's recursion limit (1000): a NAD config
+nested 500 deep parsed, then broke NetworkConfig's deepcopy with a RecursionError."""
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"invalid JSON constant {name}")
 
 
+def _deeper_than_max(value: Any) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
+
+
 def loads_strict(text: str | bytes) -> Any:
-    """json.loads that refuses NaN/Infinity (not JSON, RFC 8259 §6) and turns nesting deep
-    enough to exhaust the recursion limit into ValueError("JSON nested too deeply").
+    """json.loads that refuses NaN/Infinity (not JSON, RFC 8259 §6) and arrays and
+    objects nested deeper than MAX_DEPTH: ValueError("JSON nested too deeply ...").
 
     Raises ValueError (JSONDecodeError and UnicodeDecodeError are ValueErrors).
     """
+    too_deep = f"JSON nested too deeply: more than {MAX_DEPTH} levels of arrays and objects"
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant)
     except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
+        raise ValueError(too_deep) from None
+    openers = (text.count("[") + text.count("{") if isinstance(text, str)
+               else text.count(b"[") + text.count(b"{"))
+    if openers > MAX_DEPTH and isinstance(value, (dict, list)) and _deeper_than_max(value):
+        raise ValueError(too_deep)
+    return value
 
 
 def json_type(value: object) -> str:
