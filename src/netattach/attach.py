@@ -21,13 +21,18 @@ from .cni.request import CniRequest
 from .cni.result import convert_result, version_at_least
 from .kube import Kube, KubeError
 from .netconf import NetConf
-from .state import StateError, StateStore, is_missing_netns
+from .state import CorruptState, StateError, StateStore, is_missing_netns, salvage
 
 log = logging.getLogger("netattach")
 
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 # Backoff (seconds) while a pod is not yet visible in the API (informer lag on a fresh pod).
 POD_RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8)
+# DEL without a usable saved state while the API server cannot be asked: for this many
+# seconds after the first such DEL, it fails with code 11 so that the runtime retries
+# until the API answers; after that it succeeds with what it could do
+# (docs/architecture.md "Decisions").
+DEL_RETRY_WINDOW = 600.0
 
 
 @dataclass(frozen=True)
@@ -83,13 +88,21 @@ def error_code(e: Exception, default: int) -> int:
     return default
 
 
+class ApiUnavailable(CniError):
+    """The API server could not be asked: unreachable, too slow, or it refused (401, 403,
+    5xx). Unlike an answer ("not found"), a later try may succeed. Code 11."""
+
+
 def _fail(pod: PodRef | None, network: str | None, e: Exception, code: int = INVALID_CONFIG) -> CniError:
     """Wrap any error into one CniError naming pod, network and cause (child code kept)."""
     where = f"pod {pod}" if pod else "request"
     if network:
         where += f": network {network}"
     if isinstance(e, CniError):
-        return CniError(e.code, f"{where}: {e.msg}", e.details)
+        kind = ApiUnavailable if isinstance(e, ApiUnavailable) else CniError
+        return kind(e.code, f"{where}: {e.msg}", e.details)
+    if isinstance(e, KubeError):
+        return ApiUnavailable(TRY_AGAIN, f"{where}: {e}")
     return CniError(error_code(e, code), f"{where}: {e}")
 
 
@@ -512,48 +525,145 @@ def _delete_attachments(req: CniRequest, conf: NetConf, state: dict) -> list[str
 def cmd_del(req: CniRequest, conf: NetConf) -> None:
     """DEL: detach everything from saved state; needs neither the pod nor the API server.
 
-    Without saved state, rebuild the plan from the pod and its NADs when the API
-    answers, else succeed with a warning (nothing is known to undo).
-    Raises CniError listing every attachment whose DEL failed; state is kept then.
+    Without a usable saved state, `_load_or_rebuild` says what DEL works from.
+    Raises CniError listing every attachment whose DEL failed (what DEL worked from
+    is saved then, so the runtime's retry finds it), or code 11 while only part of
+    the pod is known and the API server may still answer (`_settle_pending`).
     """
     pod = pod_ref(req)
     store = StateStore(conf.cni_dir)
     try:
         with store.lock(req.container_id):
-            state = _load_or_rebuild(req, conf, pod, store)
-            if state is None:
-                return
+            state, as_saved = _load_or_rebuild(req, conf, pod, store)
             errors = _delete_attachments(req, conf, state)
             if errors:
+                if not as_saved:
+                    store.save(req.container_id, state)
                 raise CniError(TRY_AGAIN, f"pod {pod or req.container_id}: DEL failed for "
                                f"{len(errors)} attachment(s): " + "; ".join(errors))
+            if "delPending" in state:
+                _settle_pending(req, pod, state, store)
             store.remove(req.container_id)
             log.info("pod %s: detached %d attachment(s)", pod, len(state["attachments"]))
     except StateError as e:
         raise _fail(pod, None, e) from None
 
 
+def _names(attachments: list[dict]) -> str:
+    return ", ".join(f"{a['network']} ({a['ifname']})" for a in attachments) or "nothing"
+
+
 def _load_or_rebuild(req: CniRequest, conf: NetConf, pod: PodRef | None,
-                     store: StateStore) -> dict | None:
+                     store: StateStore) -> tuple[dict, bool]:
+    """The state DEL works from, and whether it is the saved file as it is. In order:
+
+    1. the saved state, when it is whole;
+    2. a damaged file is moved aside as `<id>.json.corrupt` and the attachments still
+       readable in it are kept (state.salvage); when that is all of them, DEL uses them;
+    3. else the plan rebuilt from the pod and its NADs, where an attachment read from
+       the file replaces the rebuilt one of the same interface (it is what the ADD ran);
+    4. else `_best_effort`.
+    A state saved by a best-effort DEL (`delPending`) is read as in 2, so each retry
+    asks the API server again. Every case but 1 is logged, naming the container.
+    """
+    cid = req.container_id
+    who = f"container {cid} (pod {pod or '?'})"
+    known: list[dict] = []
+    since = None
+    lost = True  # a state existed and is not (all) usable
     try:
-        state = store.load(req.container_id)
+        state = store.load(cid)
+    except CorruptState as e:
+        known, complete = salvage(e.raw, cid)
+        try:
+            where = f"moved to {store.set_aside(cid)}"
+        except StateError as e2:
+            where = f"left in place: {e2}"
+        log.error("%s: %s; %s; %d attachment(s) readable in it (%s)", who, e, where, len(known),
+                  "all of them: DEL uses them" if complete else "the rest is lost")
+        if complete:
+            return {**_state_of(req, conf, pod, Plan([], {}, None)), "attachments": known}, False
     except StateError as e:
-        log.error("container %s: %s; rebuilding from the API", req.container_id, e)
-        state = None
-    if state is not None:
-        return state
+        log.error("%s: %s", who, e)
+    else:
+        if state is None:
+            lost = False
+        elif not isinstance(state.get("delPending"), dict):
+            return state, True
+        else:
+            known = [a for a in state["attachments"] if not a.get("fromConfig")]
+            since = state["delPending"].get("since")
+            since = since if isinstance(since, (int, float)) else None
+    kube = Kube(conf.kubeconfig, conf.api_timeout) if pod else None
     try:
-        plan = build_plan(req, conf, pod, Kube(conf.kubeconfig, conf.api_timeout) if pod else None)
+        plan = build_plan(req, conf, pod, kube)
     except CniError as e:
-        log.warning("container %s (pod %s): no saved state and the plan cannot be rebuilt "
-                    "(%s); nothing to DEL", req.container_id, pod, e.msg)
-        return None
-    log.warning("container %s (pod %s): no saved state; DEL rebuilt from the API (%d attachments)",
-                req.container_id, pod, len(plan.attachments))
+        api_answered = not isinstance(e, ApiUnavailable)
+        return _best_effort(req, conf, pod, known, e, since, kube if api_answered else None,
+                            lost), False
     state = _state_of(req, conf, pod, plan)
     for att in state["attachments"]:
         att["attempted"] = True
+    read = {a["ifname"]: a for a in known}
+    state["attachments"] = ([read.pop(a["ifname"], a) for a in state["attachments"]]
+                            + list(read.values()))
+    log.warning("%s: %s; DEL rebuilt from the API (%d attachments%s)", who,
+                "saved state damaged" if lost else "no saved state", len(state["attachments"]),
+                f", {len(known)} of them as read from the saved state" if known else "")
+    return state, False
+
+
+def _best_effort(req: CniRequest, conf: NetConf, pod: PodRef | None, known: list[dict],
+                 cause: CniError, since: float | None, kube: Kube | None, lost: bool) -> dict:
+    """What DEL does when the plan cannot be rebuilt: the attachments read from a damaged
+    state, plus the cluster default network as configured now on CNI_IFNAME (the
+    runtime named that interface), so that at least the pod's primary IP is released.
+    Logs what is DEL-ed and that anything else is unknown and not released. When the
+    API server could not be asked (rather than answering that the pod or a NAD is
+    gone), the state is marked `delPending`: see `_settle_pending`.
+    """
+    who = f"container {req.container_id} (pod {pod or '?'})"
+    attachments = list(known)
+    if not any(a["ifname"] == req.ifname for a in attachments):
+        try:
+            primary = planning.plan_attachments(resolve_cluster_network(conf, kube), req.ifname,
+                                                conf.runtime_config, [])
+            attachments.insert(0, {**_state_of(req, conf, pod, Plan(primary, {}, None))
+                                   ["attachments"][0], "attempted": True, "fromConfig": True})
+        except (delegates.DelegateError, KubeError, CniError) as e:
+            log.error("%s: the cluster default network %s cannot be read either: %s", who,
+                      conf.cluster_network, e)
+    state = {**_state_of(req, conf, pod, Plan([], {}, None)), "attachments": attachments}
+    if isinstance(cause, ApiUnavailable):
+        state["delPending"] = {"since": since or time.time(), "reason": cause.msg}
+    log.log(logging.ERROR if lost or "delPending" in state else logging.WARNING,
+            "%s: %s and the plan cannot be rebuilt (%s); DEL releases only what it knows: %s; "
+            "any other attachment of the pod is unknown and NOT released", who,
+            "saved state damaged" if lost else
+            "no saved state (its ADD failed or never ran, or the state was lost)",
+            cause.msg, _names(attachments))
     return state
+
+
+def _settle_pending(req: CniRequest, pod: PodRef | None, state: dict, store: StateStore) -> None:
+    """After a best-effort DEL while the API server could not be asked: within
+    DEL_RETRY_WINDOW of the first such DEL, save what is known and raise CniError 11,
+    so that the runtime retries until the API answers and every attachment can be
+    released; after it, log what is given up and return (DEL succeeds)."""
+    pending = state["delPending"]
+    waited = time.time() - pending["since"]
+    done = _names(state["attachments"])
+    if waited < DEL_RETRY_WINDOW:
+        store.save(req.container_id, state)
+        raise CniError(TRY_AGAIN, f"pod {pod or '?'} (container {req.container_id}): DEL "
+                       f"incomplete: released {done}, but without saved state the pod's other "
+                       f"attachments are known only to the API server, which cannot be asked "
+                       f"({pending['reason']}); retry: DEL gives up on them "
+                       f"{DEL_RETRY_WINDOW - waited:.0f} s from now")
+    log.error("container %s (pod %s): the API server could not be asked for %.0f s (%s); DEL "
+              "gives up: released %s; any other attachment of the pod is NOT released and its "
+              "addresses stay allocated", req.container_id, pod or "?", waited,
+              pending["reason"], done)
 
 
 # ---------------------------------------------------------------- CHECK

@@ -1,7 +1,8 @@
 """Per-container state files in `cniDir`: what DEL and CHECK need, saved before any child runs.
 
 Layout: `<cniDir>/<containerID>.json` (0600) and, only while an operation runs,
-`<cniDir>/<containerID>.lock` (0600); `cniDir` itself is 0700.
+`<cniDir>/<containerID>.lock` (0600); `cniDir` itself is 0700. A state file found
+damaged by DEL is kept for the admin as `<cniDir>/<containerID>.json.corrupt` (0600).
 
 Writes are atomic (temp file + fsync + rename + fsync of the directory), and no
 path here follows a symlink planted in the state dir (O_NOFOLLOW, and the
@@ -32,14 +33,84 @@ class StateError(Exception):
     """State could not be read or written; the message names the file and the cause."""
 
 
+class CorruptState(StateError):
+    """The state file was read but is not a whole state of this container: truncated,
+    overwritten, or of an unknown format. `raw` is what was read, for `salvage`."""
+
+    def __init__(self, message: str, raw: bytes):
+        super().__init__(message)
+        self.raw = raw
+
+
+def _well_formed_attachment(att: object) -> bool:
+    return (isinstance(att, dict) and isinstance(att.get("network"), str)
+            and isinstance(att.get("ifname"), str) and isinstance(att.get("config"), dict))
+
+
 def _well_formed(state: dict, container_id: str) -> bool:
     """True when the state is this container's and has what DEL, CHECK and GC read: the
     runtime's ifname and, per attachment, network, ifname and config."""
     atts = state.get("attachments")
     return (state.get("containerID") == container_id and isinstance(state.get("ifname"), str)
-            and isinstance(atts, list)) and all(
-        isinstance(a, dict) and isinstance(a.get("network"), str)
-        and isinstance(a.get("ifname"), str) and isinstance(a.get("config"), dict) for a in atts)
+            and isinstance(atts, list)) and all(_well_formed_attachment(a) for a in atts)
+
+
+def salvage(raw: bytes, container_id: str) -> tuple[list[dict], bool]:
+    """(attachments, complete): what DEL can still use of a damaged state file.
+
+    The document is read from its start, member by member and, inside
+    `attachments`, element by element, up to the first damage (a truncation, a
+    foreign write, a bad byte). Every attachment complete before that point and
+    holding what DEL needs (network, ifname, config) is returned, as the ADD saved
+    it. `complete` is True when the whole list was read and every element was
+    usable: DEL then knows every attachment. A file naming another container
+    gives ([], False).
+    """
+    text = raw.decode("utf-8", "replace")
+    decoder = json.JSONDecoder()
+    found: list = []
+    complete = False
+
+    def skip(i: int) -> int:
+        while i < len(text) and text[i] in " \t\r\n":
+            i += 1
+        return i
+
+    try:
+        i = skip(0)
+        if text[i] != "{":
+            return [], False
+        i += 1
+        while text[skip(i)] != "}":
+            key, i = decoder.raw_decode(text, skip(i))
+            i = skip(i)
+            if text[i] != ":":
+                break
+            i = skip(i + 1)
+            if key == "attachments" and text[i] == "[":
+                i = skip(i + 1)
+                while text[i] != "]":
+                    value, i = decoder.raw_decode(text, i)
+                    found.append(value)
+                    i = skip(i)
+                    if text[i] == ",":
+                        i = skip(i + 1)
+                    elif text[i] != "]":
+                        raise ValueError("damaged list")
+                complete = True
+                i += 1
+            else:
+                value, i = decoder.raw_decode(text, i)
+                if key == "containerID" and value != container_id:
+                    return [], False
+            i = skip(i)
+            if text[i] != ",":
+                break
+            i += 1
+    except (ValueError, IndexError, RecursionError):
+        pass  # the damage: keep what came before it
+    usable = [a for a in found if _well_formed_attachment(a)]
+    return usable, complete and len(usable) == len(found)
 
 
 class StateStore:
@@ -79,7 +150,8 @@ class StateStore:
     def load(self, container_id: str) -> dict | None:
         """The saved state dict, or None when there is none.
 
-        Raises StateError when the file exists but cannot be read or decoded.
+        Raises StateError when the file exists but cannot be opened, CorruptState
+        when what it holds is not a whole state of this container.
         """
         path = self._path(container_id, ".json")
         try:
@@ -93,13 +165,38 @@ class StateStore:
         try:
             data = json.loads(raw)
         except ValueError as e:
-            raise StateError(f"state file {path} is corrupt: {e}") from None
+            raise CorruptState(f"state file {path} is corrupt: {e}", raw) from None
         if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
-            raise StateError(f"state file {path} has an unknown format")
+            raise CorruptState(f"state file {path} has an unknown format", raw)
         if not _well_formed(data, container_id):
-            raise StateError(f"state file {path} is corrupt: containerID, ifname or "
-                             "attachments are missing or malformed")
+            raise CorruptState(f"state file {path} is corrupt: containerID, ifname or "
+                               "attachments are missing or malformed", raw)
         return data
+
+    def set_aside(self, container_id: str) -> str:
+        """Move a damaged state file to `<id>.json.corrupt` (0600), for the admin to read;
+        returns that path. No operation reads it again, and GC does not list it.
+        Raises StateError when it cannot be moved."""
+        path = self._path(container_id, ".json")
+        aside = path + ".corrupt"
+        try:
+            os.rename(path, aside)
+            fd = os.open(aside, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                os.fchmod(fd, 0o600)  # a foreign writer may have made it readable
+            finally:
+                os.close(fd)
+            self._fsync_dir()
+        except OSError as e:
+            raise StateError(f"cannot move damaged state file {path} aside: {e.strerror}") from None
+        return aside
+
+    def _fsync_dir(self) -> None:
+        dfd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
 
     def save(self, container_id: str, state: dict[str, Any]) -> None:
         """Write `state` atomically (0600). Raises StateError (disk full, read-only, ...)."""
@@ -118,11 +215,7 @@ class StateStore:
             finally:
                 os.close(fd)
             os.rename(tmp, path)
-            dfd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            self._fsync_dir()
         except OSError as e:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

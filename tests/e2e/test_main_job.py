@@ -226,18 +226,6 @@ def test_del_without_state_rebuilds_from_the_api(scenario):
     assert_clean(s)
 
 
-def test_del_without_state_and_without_api_succeeds_with_warning(scenario, cluster):
-    s = scenario
-    cluster.stop_apiserver()
-    try:
-        run = s.run("DEL", {**s.netconf, "apiTimeout": 2})
-        assert run.code == 0 and run.stdout == ""
-        assert "no saved state and the plan cannot be rebuilt" in s.log_text()
-        assert "WARNING" in s.log_text()
-    finally:
-        cluster.start_apiserver()
-
-
 def test_del_after_the_netns_is_gone(scenario):
     """DEL succeeds when the sandbox's netns was already removed, and still releases
     every IP (children get an empty CNI_NETNS and release IPAM)."""
