@@ -33,7 +33,10 @@ def setup_logging(log_file: str | None, level: str, to_stderr: bool) -> None:
     if log_file:
         try:
             fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            handler: logging.Handler = logging.StreamHandler(os.fdopen(fd, "a", buffering=1))
+            # backslashreplace, as on stderr: a value from the environment that is not
+            # UTF-8 (a lone surrogate in Python) is logged escaped, not lost with a traceback.
+            handler: logging.Handler = logging.StreamHandler(
+                os.fdopen(fd, "a", buffering=1, encoding="utf-8", errors="backslashreplace"))
             handler.setFormatter(fmt)
             root.addHandler(handler)
         except OSError as e:
