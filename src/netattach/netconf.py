@@ -19,6 +19,7 @@ from typing import Any
 
 from .cni.errors import CniError, INVALID_CONFIG
 from .devices import DEVINFO_DIR, KUBELET_SOCKET
+from .selection import SelectionError, parse_network_selection
 
 DEFAULT_CONF_DIR = "/etc/cni/net.d"
 DEFAULT_CNI_DIR = "/var/lib/cni/netattach"
@@ -29,7 +30,9 @@ DEFAULT_DEVICE_INFO_DIR = DEVINFO_DIR
 
 _DNS1123_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _STR = {"type": "string"}
-_PATH = {"type": "string", "minLength": 1}
+# A path with a NUL cannot name a file: refused here, not as an exception at its first use.
+_NO_NUL = r"^[^\x00]*$"
+_PATH = {"type": "string", "minLength": 1, "pattern": _NO_NUL}
 _STR_LIST = {"type": "array", "items": {"type": "string"}}
 _SECONDS = {"type": "number", "exclusiveMinimum": 0, "maximum": 3600}
 
@@ -42,7 +45,7 @@ SCHEMA: dict[str, Any] = {
         "type": {"type": "string", "minLength": 1},
         "cniVersion": {"type": "string", "pattern": r"^\d+\.\d+\.\d+$"},
         "kubeconfig": _PATH,
-        "clusterNetwork": {"type": "string", "minLength": 1},
+        "clusterNetwork": _PATH,
         "defaultNetworks": {"type": "array", "items": {"type": "string", "minLength": 1}},
         "confDir": _PATH,
         "cniDir": _PATH,
@@ -55,7 +58,7 @@ SCHEMA: dict[str, Any] = {
         "namespaceIsolation": {"type": "boolean"},
         # Multus writes a comma-separated string; a list is accepted as well.
         "globalNamespaces": {"anyOf": [_STR, _STR_LIST]},
-        "readinessindicatorfile": _STR,
+        "readinessindicatorfile": {"type": "string", "pattern": _NO_NUL},
         "capabilities": {"type": "object", "additionalProperties": {"type": "boolean"}},
         "runtimeConfig": {"type": "object"},
         "prevResult": {"type": "object"},
@@ -102,6 +105,22 @@ def _validator():
     return Draft202012Validator(SCHEMA)
 
 
+def _check_default_networks(refs: list[str]) -> None:
+    """Raise CniError 7 unless `defaultNetworks` reads, joined, as the pod annotation's
+    comma format (what ADD does with it): one [namespace/]name[@interface] per entry,
+    DNS-1123 names (§3.3), no interface twice. Checked before anything uses a name."""
+    try:
+        elements = parse_network_selection(",".join(refs), DEFAULT_NAMESPACE)
+        index, reason = None, ("" if len(elements) == len(refs) else
+                               "each entry must name one network, as [namespace/]name[@interface]")
+    except SelectionError as e:
+        index, reason = e.index, e.reason
+    if reason:
+        key = "defaultNetworks" if index is None or index >= len(refs) else f"defaultNetworks.{index}"
+        value = "" if key == "defaultNetworks" else f"{refs[index]!r}: "
+        raise CniError(INVALID_CONFIG, f"invalid netattach configuration: key {key!r}: {value}{reason}")
+
+
 def parse_netconf(config: dict[str, Any]) -> NetConf:
     """Validate the stdin config and apply defaults.
 
@@ -115,6 +134,7 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         where = ".".join(str(p) for p in e.absolute_path) or "(top level)"
         raise CniError(INVALID_CONFIG, f"invalid netattach configuration: key {where!r}: {e.message}",
                        f"{len(errors)} problem(s) in the configuration on stdin")
+    _check_default_networks(config.get("defaultNetworks", []))
     g = config.get("globalNamespaces", ())
     if isinstance(g, str):
         g = [s.strip() for s in g.split(",")]
