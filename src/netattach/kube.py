@@ -222,5 +222,18 @@ def _hostname() -> str:
 
 
 def _short(e: Exception) -> str:
-    text = str(e)
+    """`e`'s text for a message, at most 200 characters, holding nothing of the
+    kubeconfig: a YAML error by its line and column, without the line PyYAML quotes
+    (it can be the token's or the key's), and h11's "Illegal header value" without
+    the value (it is `Bearer <token>` when the token has a newline or control byte)."""
+    mark = getattr(e, "problem_mark", None)  # yaml.MarkedYAMLError
+    if mark is not None:
+        text = (f"{getattr(e, 'context', None) or 'invalid YAML'}: "
+                f"{getattr(e, 'problem', None) or ''} at line {mark.line + 1}, "
+                f"column {mark.column + 1}")
+    else:
+        text = str(e)
+        if text.startswith("Illegal header value"):
+            text = ("Illegal header value (not shown: it may hold the bearer token; has the "
+                    "kubeconfig's token a newline, a control character or trailing space?)")
     return text if len(text) < 200 else text[:200] + "..."
