@@ -15,8 +15,8 @@ from typing import Any
 
 from . import delegates, devices, netnsinfo, plan as planning, routes, selection, status
 from .cni import chain
-from .cni.errors import (CniError, INCOMPATIBLE_VERSION, INVALID_CONFIG, IO_FAILURE, NOT_AVAILABLE,
-                         TRY_AGAIN, UNKNOWN_CONTAINER)
+from .cni.errors import (CniError, INCOMPATIBLE_VERSION, INVALID_CONFIG, INVALID_ENV, IO_FAILURE,
+                         NOT_AVAILABLE, TRY_AGAIN, UNKNOWN_CONTAINER)
 from .cni.request import CniRequest
 from .cni.result import convert_result, version_at_least
 from .kube import Kube, KubeError
@@ -46,10 +46,19 @@ class PodRef:
 
 
 def pod_ref(req: CniRequest) -> PodRef | None:
-    """The pod named by CNI_ARGS (K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID), if any."""
+    """The pod named by CNI_ARGS (K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID), if any.
+
+    Raises CniError INVALID_ENV (4) when the namespace is not a DNS-1123 label or the name
+    not a DNS-1123 subdomain: both become API request paths ("../..", "?", "#" would
+    reach other resources than the pod).
+    """
     ns, name = req.arg("K8S_POD_NAMESPACE"), req.arg("K8S_POD_NAME")
     if not ns or not name:
         return None
+    if not selection.is_dns1123_label(ns) or not selection.is_dns1123_subdomain(name):
+        raise CniError(INVALID_ENV, f"CNI_ARGS K8S_POD_NAMESPACE={ns!r} K8S_POD_NAME={name!r} "
+                       "is not a pod", "a namespace is a DNS-1123 label, a pod name a DNS-1123 "
+                       "subdomain")
     return PodRef(ns, name, req.arg("K8S_POD_UID") or "")
 
 
@@ -146,6 +155,11 @@ def resolve_cluster_network(conf: NetConf, kube: Kube | None) -> tuple[str, chai
         return on_disk.name, on_disk
     ns, _, name = value.rpartition("/")
     ns = ns or conf.multus_namespace
+    if not (selection.is_dns1123_label(ns) and selection.is_dns1123_label(name)):
+        raise delegates.DelegateError(value, f"cluster default network {value!r} is neither an "
+                                      f"absolute path, nor the name of a config in {conf.conf_dir}, "
+                                      "nor a NetworkAttachmentDefinition [namespace/]name of "
+                                      "DNS-1123 labels (§3.3)")
     if kube is None:
         raise delegates.DelegateError(value, f"cluster default network {value!r} is neither a file "
                                       f"nor a config in {conf.conf_dir}, and no pod API access")

@@ -86,6 +86,7 @@ __all__ = [
     "SelectionError",
     "parse_network_selection",
     "is_dns1123_label",
+    "is_dns1123_subdomain",
     "is_valid_ifname",
 ]
 
@@ -211,8 +212,10 @@ def is_dns1123_label(value: object) -> bool:
     )
 
 
-def _is_dns1123_subdomain(value: str) -> bool:
-    return len(value) <= _DNS1123_SUBDOMAIN_MAX and all(
+def is_dns1123_subdomain(value: object) -> bool:
+    """True if *value* is a DNS-1123 subdomain (an object name such as a pod's): dot-separated
+    DNS-1123 labels, at most 253 characters."""
+    return isinstance(value, str) and len(value) <= _DNS1123_SUBDOMAIN_MAX and all(
         is_dns1123_label(part) for part in value.split(".")
     )
 
@@ -548,7 +551,7 @@ def _parse_json_element(item: object, index: int, pod_namespace: str) -> Network
             raise fail(
                 "ipam-claim-reference", f"must be a string, not {json_type(claim)} (§4.1.2.1.11)"
             )
-        if not _is_dns1123_subdomain(claim):
+        if not is_dns1123_subdomain(claim):
             raise fail(
                 "ipam-claim-reference",
                 "must name an IPAMClaim object (a DNS-1123 subdomain) (§4.1.2.1.11)",
