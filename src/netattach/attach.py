@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import delegates, devices, netnsinfo, plan as planning, routes, selection, status
-from .cni import chain
+from .cni import chain, invoke
 from .cni.errors import (CniError, INCOMPATIBLE_VERSION, INVALID_CONFIG, INVALID_ENV, IO_FAILURE,
                          NOT_AVAILABLE, TRY_AGAIN, UNKNOWN_CONTAINER)
 from .cni.request import CniRequest
@@ -296,6 +296,12 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None,
             [(a.ifname, a.default_route, a.network) for a in attachments])
     except (planning.PlanError, routes.RouteError, CniError) as e:
         raise _fail(pod, None, e) from None
+    for a in attachments:  # a type naming a path: refused before any state or child
+        try:
+            for plugin in a.config.plugins:
+                invoke.check_plugin_type(plugin.get("type"))
+        except CniError as e:
+            raise _fail(pod, a.network, e) from None
     for index, (resource, device_id) in device_map.items():
         attachments[index].capability_args[devices.DEVICE_INFO_CAPABILITY] = \
             devices.cni_device_info_path(req.container_id, attachments[index].ifname,
