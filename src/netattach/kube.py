@@ -58,7 +58,11 @@ class KubeError(Exception):
         return self.status == 0
 
 
-def _explain(status: int, what: str, body: bytes, kubeconfig: str | None) -> str:
+def _explain(status: int, what: str, body: bytes, kubeconfig: str | None,
+             permission: str) -> str:
+    """The message of a failed request: `what`, the HTTP status, what to fix for 401 and
+    403, and the API server's own message. `permission`: the RBAC verb and resource
+    the request needs ("get pods")."""
     try:
         detail = json.loads(body).get("message", "")
     except (ValueError, AttributeError):
@@ -66,10 +70,14 @@ def _explain(status: int, what: str, body: bytes, kubeconfig: str | None) -> str
     hint = ""
     if status == 401:
         hint = (f" (the credentials in kubeconfig {kubeconfig or '(default)'} were rejected: "
-                "the ServiceAccount token is expired or revoked; rewrite the kubeconfig with a fresh token)")
+                "the ServiceAccount token is expired or revoked; rewrite the kubeconfig with a "
+                "fresh token. `netattach install`, the DaemonSet of deploy/daemonset.yaml, "
+                "rewrites it whenever kubelet rotates the token: check that its pod runs on "
+                "this node)")
     elif status == 403:
-        hint = (" (RBAC forbids it: bind the netattach ClusterRole from deploy/rbac.yaml "
-                "to the ServiceAccount in the kubeconfig)")
+        hint = (f" (RBAC forbids it: the kubeconfig's user may not {permission}; bind the "
+                "netattach ClusterRole from deploy/rbac.yaml, which grants it, to the "
+                "ServiceAccount in the kubeconfig)")
     return f"{what}: HTTP {status}{hint}: {detail}".rstrip(": ")
 
 
@@ -155,12 +163,13 @@ class Kube:
                   (time.monotonic() - start) * 1000)
         return resp.status_code, resp.content
 
-    def _get(self, path: str, what: str) -> dict | None:
+    def _get(self, path: str, what: str, resource: str) -> dict | None:
         status, data = self.request("GET", path)
         if status == 404:
             return None
         if status != 200:
-            raise KubeError(_explain(status, f"get {what}", data, self.kubeconfig), status)
+            raise KubeError(_explain(status, f"get {what}", data, self.kubeconfig,
+                                     f"get {resource}"), status)
         return json.loads(data)
 
     def get_pod(self, namespace: str, name: str) -> dict | None:
@@ -168,12 +177,14 @@ class Kube:
 
         Raises KubeError for any other failure.
         """
-        return self._get(f"/api/v1/namespaces/{namespace}/pods/{name}", f"pod {namespace}/{name}")
+        return self._get(f"/api/v1/namespaces/{namespace}/pods/{name}", f"pod {namespace}/{name}",
+                         "pods")
 
     def get_nad(self, namespace: str, name: str) -> dict | None:
         """The NetworkAttachmentDefinition as a JSON dict, or None when it does not exist."""
         return self._get(f"/apis/{NAD_GROUP}/{NAD_VERSION}/namespaces/{namespace}/{NAD_PLURAL}/{name}",
-                         f"NetworkAttachmentDefinition {namespace}/{name}")
+                         f"NetworkAttachmentDefinition {namespace}/{name}",
+                         f"{NAD_PLURAL}.{NAD_GROUP}")
 
     def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         """Merge-patch annotations of a pod through the `pods/status` subresource.
@@ -189,7 +200,7 @@ class Kube:
             content_type="application/merge-patch+json")
         if status != 200:
             raise KubeError(_explain(status, f"patch pod {namespace}/{name} status", data,
-                                     self.kubeconfig), status)
+                                     self.kubeconfig, "patch pods/status"), status)
 
     def create_event(self, pod: dict, type_: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on a pod (what `kubectl describe pod` shows).
@@ -213,7 +224,7 @@ class Kube:
                                     body=event, content_type="application/json")
         if status != 201:
             raise KubeError(_explain(status, f"create event on pod {pod['namespace']}/{pod['name']}",
-                                     data, self.kubeconfig), status)
+                                     data, self.kubeconfig, "create events"), status)
 
 
 def _hostname() -> str:
