@@ -167,15 +167,17 @@ def resolve_cluster_network(conf: NetConf, kube: Kube | None) -> tuple[str, chai
 
 
 def _get_pod(kube: Kube, pod: PodRef) -> dict:
+    """The pod, asked again after each of POD_RETRY_DELAYS while it is not found; the
+    pauses count against the API budget (apiTimeout) like the requests."""
+    waited = 0.0
     for delay in POD_RETRY_DELAYS + (None,):
         obj = kube.get_pod(pod.namespace, pod.name)
         if obj is not None:
             return obj
-        if delay is None:
+        if delay is None or not kube.pause(delay):
             break
-        time.sleep(delay)
-    raise CniError(TRY_AGAIN, f"pod {pod}: not found in the API server "
-                   f"(retried for {sum(POD_RETRY_DELAYS):.1f}s)")
+        waited += delay
+    raise CniError(TRY_AGAIN, f"pod {pod}: not found in the API server (retried for {waited:.1f}s)")
 
 
 def _check_uid(pod: PodRef, obj: dict) -> None:
@@ -366,7 +368,7 @@ def cmd_add(req: CniRequest, conf: NetConf) -> dict:
     Raises CniError; on failure every attempted attachment was DEL-ed (§7.2).
     """
     pod = pod_ref(req)
-    kube = Kube(conf.kubeconfig, conf.api_timeout) if pod else None
+    kube = Kube(conf.kubeconfig, conf.api_timeout, "apiTimeout") if pod else None
     store = StateStore(conf.cni_dir)
     try:
         wait_ready(conf)
@@ -614,7 +616,7 @@ def _load_or_rebuild(req: CniRequest, conf: NetConf, pod: PodRef | None,
             known = [a for a in state["attachments"] if not a.get("fromConfig")]
             since = state["delPending"].get("since")
             since = since if isinstance(since, (int, float)) else None
-    kube = Kube(conf.kubeconfig, conf.api_timeout) if pod else None
+    kube = Kube(conf.kubeconfig, conf.api_timeout, "apiTimeout") if pod else None
     try:
         plan = build_plan(req, conf, pod, kube)
     except CniError as e:

@@ -17,14 +17,21 @@ and CHECK never pay for it. It was chosen over the official `kubernetes` client
 for its import cost, paid on every exec'd ADD: docs/architecture.md (Decisions)
 has the measurements.
 
-Every wait of a call (connecting, sending, each read) is bounded by `timeout`
-seconds, and every call is counted in `Kube.requests` (reported by `make
-bench`). The bearer token is never logged.
+`timeout` is a budget for the whole client, not per request: the time spent in
+requests (connecting, TLS, sending, waiting for the answer) and in retry pauses
+(`Kube.pause`) is added up, each request gets what is left as a wall-clock
+deadline, and none is sent once it is spent. A per-read timeout alone would not
+bound a request: an answer that trickles in a byte at a time never lets a read time
+out, so the request runs in a worker thread that is abandoned at the deadline
+(it is a daemon; the process exits after the operation without waiting for it).
+Every call is counted in `Kube.requests` (reported by `make bench`). The bearer
+token is never logged.
 """
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from typing import Any
 
@@ -87,12 +94,17 @@ class Kube:
     kubeconfig: path to a kubeconfig file (None: lightkube's default lookup: the
       in-cluster service account, else $KUBECONFIG, else ~/.kube/config); its
       current context is used.
-    timeout: seconds, bound on each request (connect and read).
+    timeout: seconds, the budget of all requests and retry pauses of this client
+      together (see the module doc); loading the kubeconfig is not counted.
+    setting: the configuration key that sets `timeout`, named in the message when
+      a request runs out of it (e.g. "apiTimeout").
     """
 
-    def __init__(self, kubeconfig: str | None, timeout: float = 10.0):
+    def __init__(self, kubeconfig: str | None, timeout: float = 10.0, setting: str | None = None):
         self.kubeconfig = kubeconfig
         self.timeout = timeout
+        self.setting = setting
+        self.spent = 0.0
         self.requests = 0
         self._http: Any = None
         self._errors: Any = None
@@ -127,13 +139,31 @@ class Kube:
         self._client()
         return self._namespace
 
+    def remaining(self) -> float:
+        """Seconds of the budget left (0 when spent)."""
+        return max(0.0, self.timeout - self.spent)
+
+    def pause(self, seconds: float) -> bool:
+        """Sleep `seconds` (a retry's backoff) out of the budget; False, without
+        sleeping, when less than that is left."""
+        if seconds >= self.remaining():
+            return False
+        time.sleep(seconds)
+        self.spent += seconds
+        return True
+
+    def _limit(self) -> str:
+        return (f"limit: {self.timeout:g} s for all API requests of this operation"
+                + (f", {self.setting}" if self.setting else ""))
+
     def request(self, method: str, path: str, body: Any = None,
                 content_type: str | None = None) -> tuple[int, bytes]:
-        """One HTTP request to the API server.
+        """One HTTP request to the API server, within what is left of the budget.
 
         `body` is sent as is when bytes or str, else as JSON. Returns (HTTP
         status, body bytes); raises KubeError(status=0) when the server cannot
-        be reached in `timeout` seconds.
+        be reached, does not answer in time, or the budget is already spent
+        (then nothing is sent).
         """
         http = self._client()
         headers = {"Accept": "application/json"}
@@ -143,16 +173,38 @@ class Kube:
             headers["Content-Type"] = "application/json"
         if content_type:
             headers["Content-Type"] = content_type
+        left = self.timeout - self.spent
+        if left <= 0:
+            raise KubeError(f"API server {http.base_url} too slow: {method} {path} not sent, "
+                            f"the earlier requests used up the time ({self._limit()})")
         global _requests_made
         self.requests += 1
         _requests_made += 1
         start = time.monotonic()
         timed_out, unreachable = self._errors
+        outcome: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                outcome["resp"] = http.request(method, path, content=content, headers=headers,
+                                               timeout=left)
+            except BaseException as e:  # handed to the caller's thread
+                outcome["error"] = e
+
+        worker = threading.Thread(target=call, name="netattach-api", daemon=True)
+        worker.start()
+        worker.join(left)
+        self.spent += time.monotonic() - start
+        too_slow = (f"API server {http.base_url} too slow: it did not answer within "
+                    f"{_seconds(left)} s ({method} {path}; {self._limit()})")
+        if worker.is_alive():
+            raise KubeError(too_slow)
         try:
-            resp = http.request(method, path, content=content, headers=headers)
-        except timed_out as e:
-            raise KubeError(f"API server {http.base_url} did not answer within {self.timeout:g} s "
-                            f"({type(e).__name__}: {_short(e)})") from None
+            if "error" in outcome:
+                raise outcome["error"]
+            resp = outcome["resp"]
+        except timed_out:
+            raise KubeError(too_slow) from None
         except unreachable as e:  # connection refused, DNS, TLS verification
             raise KubeError(f"API server {http.base_url} unreachable "
                             f"({type(e).__name__}: {_short(e)})") from None
@@ -230,6 +282,11 @@ class Kube:
 def _hostname() -> str:
     import socket
     return socket.gethostname()
+
+
+def _seconds(x: float) -> str:
+    """3 -> "3", 2.54 -> "2.5": a duration as a message shows it."""
+    return f"{x:.1f}".removesuffix(".0")
 
 
 def _short(e: Exception) -> str:

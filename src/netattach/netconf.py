@@ -8,7 +8,11 @@ keys `name`, `type`, `cniVersion`, `capabilities`, `runtimeConfig`, `prevResult`
 netattach adds `apiTimeout`, `delegateTimeout` and `readinessTimeout` (seconds),
 `podResourcesSocket` (the kubelet's PodResources API, for NADs annotated
 `k8s.v1.cni.cncf.io/resourceName`) and `deviceInfoDir` (Device Information
-Specification files). Unknown keys are
+Specification files). `apiTimeout` (5 s) bounds all of an ADD's API
+requests and retry pauses together, not each request: an ADD never waits for the API
+server longer than that in total, then fails with code 11 naming the server (or, for
+the network-status PATCH and events after the children succeeded, logs a warning);
+docs/architecture.md "Decisions" says why 5 s. Unknown keys are
 ignored (CNI configs carry plugin-specific keys freely); a known key with a bad
 value fails with CNI code 7 naming the key.
 """
@@ -92,7 +96,7 @@ class NetConf:
     global_namespaces: tuple[str, ...] = ()
     readiness_indicator_file: str | None = None
     runtime_config: dict[str, Any] = field(default_factory=dict)
-    api_timeout: float = 10.0
+    api_timeout: float = 5.0
     delegate_timeout: float = 60.0
     readiness_timeout: float = 30.0
     pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
@@ -157,7 +161,7 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         global_namespaces=tuple(s for s in g if s),
         readiness_indicator_file=config.get("readinessindicatorfile") or None,
         runtime_config=dict(config.get("runtimeConfig", {})),
-        api_timeout=float(config.get("apiTimeout", 10.0)),
+        api_timeout=float(config.get("apiTimeout", 5.0)),
         delegate_timeout=float(config.get("delegateTimeout", 60.0)),
         readiness_timeout=float(config.get("readinessTimeout", 30.0)),
         pod_resources_socket=config.get("podResourcesSocket", DEFAULT_POD_RESOURCES_SOCKET),
