@@ -197,10 +197,14 @@ class Plan:
     devices: attachment index -> (resourceName, deviceID) for NADs annotated
       k8s.v1.cni.cncf.io/resourceName (devices from the kubelet's PodResources API).
     default_route: the validated default-route choice (spec §4.1.2.1.9), if any.
+    pod_uid: the UID of the pod as the API server showed it ("" if not read); the
+      network-status PATCH is for that pod only (a mirror pod's differs from the
+      runtime's K8S_POD_UID).
     """
     attachments: list[planning.Attachment]
     devices: dict[int, tuple[str, str]]
     default_route: routes.DefaultRoutePlan | None
+    pod_uid: str = ""
 
 
 def _with_device_id(config: chain.NetworkConfig, device_id: str) -> chain.NetworkConfig:
@@ -308,7 +312,8 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None,
         attachments[index].capability_args[devices.DEVICE_INFO_CAPABILITY] = \
             devices.cni_device_info_path(req.container_id, attachments[index].ifname,
                                          conf.device_info_dir)
-    return Plan(attachments, device_map, route_plan)
+    return Plan(attachments, device_map, route_plan,
+                (pod_obj or {}).get("metadata", {}).get("uid") or "")
 
 
 def _assign_devices(conf: NetConf, pod: PodRef | None, resources: list[str | None],
@@ -443,7 +448,7 @@ def _add_locked(req: CniRequest, conf: NetConf, pod: PodRef | None, kube: Kube |
         results = _apply_default_route(req, conf, plan, results, state, store, pod)
     if pod and kube:
         entries = _status_entries(req, conf, plan, results)
-        _publish_status(kube, pod, entries)
+        _publish_status(kube, pod, entries, plan.pod_uid)
         for att, entry in zip(plan.attachments, entries):
             _event(kube, pod, "Normal", "AddedInterface", f"Add {att.ifname} "
                    f"{entry.get('ips', [])} from {att.network}")
@@ -500,13 +505,15 @@ def _apply_default_route(req: CniRequest, conf: NetConf, plan: Plan, results: li
     return results
 
 
-def _publish_status(kube: Kube, pod: PodRef, entries: list[dict]) -> None:
-    """PATCH network-status (spec §5). A failure is logged, not fatal: every interface is
-    up and the runtime's sandbox works; failing the ADD here would tear down a working
-    pod network over a report. docs/architecture.md records this decision."""
+def _publish_status(kube: Kube, pod: PodRef, entries: list[dict], uid: str) -> None:
+    """PATCH network-status (spec §5) onto the pod of UID `uid` only. A failure is logged,
+    not fatal: every interface is up and the runtime's sandbox works; failing the ADD
+    here would tear down a working pod network over a report. docs/architecture.md
+    records this decision."""
     try:
         kube.patch_pod_annotations(pod.namespace, pod.name,
-                                   {status.NETWORK_STATUS_ANNOTATION: status.encode_status(entries)})
+                                   {status.NETWORK_STATUS_ANNOTATION: status.encode_status(entries)},
+                                   uid)
     except KubeError as e:
         log.warning("pod %s: attachments are up but the %s annotation could not be written: %s",
                     pod, status.NETWORK_STATUS_ANNOTATION, e)

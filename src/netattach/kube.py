@@ -238,18 +238,28 @@ class Kube:
                          f"NetworkAttachmentDefinition {namespace}/{name}",
                          f"{NAD_PLURAL}.{NAD_GROUP}")
 
-    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str],
+                              uid: str | None = None) -> None:
         """Merge-patch annotations of a pod through the `pods/status` subresource.
 
         The status subresource is used so that the plugin's RBAC needs no write
         access to the pod itself (deploy/rbac.yaml grants `patch` on
         `pods/status` only); the API server keeps metadata changes made there.
+        `uid`: the pod must still be this one. The patch then carries it, as
+        kubelet's status patches do, and the API server refuses to change a UID, so
+        a pod deleted and re-created under the same name is left alone.
         Raises KubeError on any non-200 answer.
         """
+        metadata: dict[str, Any] = {"annotations": annotations}
+        if uid:
+            metadata["uid"] = uid
         status, data = self.request(
             "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status",
-            body={"metadata": {"annotations": annotations}},
-            content_type="application/merge-patch+json")
+            body={"metadata": metadata}, content_type="application/merge-patch+json")
+        if status == 422 and uid and b"metadata.uid" in data:
+            raise KubeError(f"patch pod {namespace}/{name} status: HTTP 422: the pod was deleted "
+                            f"and re-created under the same name since it was read (UID {uid}); "
+                            "the new pod is left alone", status)
         if status != 200:
             raise KubeError(_explain(status, f"patch pod {namespace}/{name} status", data,
                                      self.kubeconfig, "patch pods/status"), status)
