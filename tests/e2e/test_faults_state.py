@@ -61,7 +61,10 @@ DAMAGE = {
 }
 
 
-def assert_kept_aside(s: sc.Scenario, damaged: bytes) -> None:
+def assert_clean_with_damaged_kept(s: sc.Scenario, damaged: bytes) -> None:
+    """Nothing of the pod is left but its damaged state, kept aside (0600) as it was."""
+    assert pod_links(s) == ["lo"] and allocated(s) == []
+    assert os.listdir(s.env.state_dir) == [f"{s.container_id}.json.corrupt"]
     aside = s.env.state_dir / f"{s.container_id}.json.corrupt"
     assert aside.read_bytes() == damaged
     assert stat.S_IMODE(aside.stat().st_mode) == 0o600
@@ -74,9 +77,7 @@ def test_damaged_state_with_the_api_up_is_rebuilt_and_kept_aside(scenario, damag
     state_path(s).write_bytes(damaged)
     run = s.run("DEL")
     assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
-    assert pod_links(s) == ["lo"] and allocated(s) == []
-    assert os.listdir(s.env.state_dir) == [f"{s.container_id}.json.corrupt"]
-    assert_kept_aside(s, damaged)
+    assert_clean_with_damaged_kept(s, damaged)
     log = s.log_text()
     assert f"ERROR netattach: container {s.container_id} (pod {s.namespace}/{s.pod_name}): " \
            f"state file {state_path(s)}" in log
@@ -94,9 +95,7 @@ def test_state_cut_after_its_attachments_is_used_without_the_api(scenario):
     state_path(s).write_bytes(damaged)
     run = s.run("DEL", kubeconfig_to_a_closed_port(s))
     assert run.code == 0, run.stdout + s.log_text()
-    assert pod_links(s) == ["lo"] and allocated(s) == []
-    assert os.listdir(s.env.state_dir) == [f"{s.container_id}.json.corrupt"]
-    assert_kept_aside(s, damaged)
+    assert_clean_with_damaged_kept(s, damaged)
     log = s.log_text()
     assert "3 attachment(s) readable in it (all of them: DEL uses them)" in log
     assert "timing: DEL took" in log and log.rstrip().endswith("api_requests 0")
