@@ -242,9 +242,21 @@ class StateStore:
         return os.path.lexists(self._path(container_id, ".json"))
 
     def remove(self, container_id: str) -> None:
-        """Delete the state file if present."""
+        """Delete the state file if present, and the temp files of saves that a killed
+        netattach left for this container (`<id>.json.tmp<pid>`). The caller holds the
+        container's lock, so no live save of this container can own one."""
+        path = self._path(container_id, ".json")
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._path(container_id, ".json"))
+            os.unlink(path)
+        prefix = os.path.basename(path) + ".tmp"
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(prefix) and name[len(prefix):].isdigit():
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.dir, name))
 
     @contextlib.contextmanager
     def lock(self, container_id: str) -> Iterator[None]:

@@ -23,6 +23,19 @@ def test_save_load_remove_modes(tmp_path):
     assert os.listdir(tmp_path / "cni") == []
 
 
+def test_remove_takes_the_temp_files_a_killed_save_left(tmp_path):
+    """A netattach SIGKILLed inside save() leaves <id>.json.tmp<pid>; the container's
+    DEL (remove) takes it, and leaves other containers' files alone."""
+    store = StateStore(str(tmp_path / "cni"))
+    store.save("abc", {"containerID": "abc", "ifname": "eth0", "attachments": []})
+    store.save("abcd", {"containerID": "abcd", "ifname": "eth0", "attachments": []})
+    for name in ("abc.json.tmp4242", "abc.json.tmp7", "abcd.json.tmp9", "abc.json.tmpx"):
+        (tmp_path / "cni" / name).write_text("{")
+    store.remove("abc")
+    assert sorted(os.listdir(tmp_path / "cni")) == ["abc.json.tmpx", "abcd.json",
+                                                    "abcd.json.tmp9"]
+
+
 @pytest.mark.parametrize("cid", ["../x", "a/b", "", ".hidden", "a\x00b", "x" * 300])
 def test_container_id_never_becomes_a_path(tmp_path, cid):
     with pytest.raises(StateError):
