@@ -132,10 +132,12 @@ class StateStore:
     def ensure_dir(self) -> None:
         """Create `cniDir` (0700, parents 0755) or check the existing one is a real dir.
 
-        Raises StateError when it is a symlink or not a directory.
+        Raises StateError when it is a symlink, not a directory, or not owned by the
+        user netattach runs as (someone else could plant links and files in it).
         """
         try:
-            os.makedirs(os.path.dirname(self.dir.rstrip("/")) or "/", exist_ok=True)
+            # 0755 given, not makedirs' 0777: a runtime with umask 0 left them world-writable.
+            os.makedirs(os.path.dirname(self.dir.rstrip("/")) or "/", 0o755, exist_ok=True)
             os.mkdir(self.dir, 0o700)
         except FileExistsError:
             pass
@@ -144,6 +146,9 @@ class StateStore:
         st = os.lstat(self.dir)
         if not stat.S_ISDIR(st.st_mode):
             raise StateError(f"state dir {self.dir} is not a directory (symlink or file)")
+        if st.st_uid != os.geteuid():
+            raise StateError(f"state dir {self.dir} belongs to uid {st.st_uid}, not to "
+                             f"netattach's {os.geteuid()}")
         if st.st_mode & 0o077:
             os.chmod(self.dir, 0o700)
 
