@@ -135,14 +135,19 @@ class StateStore:
         Raises StateError when it is a symlink, not a directory, or not owned by the
         user netattach runs as (someone else could plant links and files in it).
         """
+        # makedirs makes the missing parents 0777 & ~umask whatever mode it is given: a
+        # runtime with umask 0 left them world-writable. At least 022 while they are made.
+        umask = os.umask(0o022)
+        os.umask(umask | 0o022)
         try:
-            # 0755 given, not makedirs' 0777: a runtime with umask 0 left them world-writable.
-            os.makedirs(os.path.dirname(self.dir.rstrip("/")) or "/", 0o755, exist_ok=True)
+            os.makedirs(os.path.dirname(self.dir.rstrip("/")) or "/", exist_ok=True)
             os.mkdir(self.dir, 0o700)
         except FileExistsError:
             pass
         except OSError as e:
             raise StateError(f"cannot create state dir {self.dir}: {e.strerror}") from None
+        finally:
+            os.umask(umask)
         st = os.lstat(self.dir)
         if not stat.S_ISDIR(st.st_mode):
             raise StateError(f"state dir {self.dir} is not a directory (symlink or file)")
