@@ -1,9 +1,22 @@
 """Fixtures live in their own modules: netns/links/dirs and the test control plane."""
+import logging
+
 import pytest
 
 pytest_plugins = ["tests.fixtures_netns", "tests.fixtures_cluster"]
 
 _PROPERTY_RUNS = pytest.StashKey[dict]()
+
+
+@pytest.fixture(autouse=True)
+def _netattach_logger_restored():
+    """Tests that run cli.cni_main in-process configure the `netattach` logger (handlers,
+    level, propagate=False); put it back, so a later test's caplog still sees its lines
+    whatever the order the tests run in."""
+    logger = logging.getLogger("netattach")
+    saved = logger.handlers[:], logger.level, logger.propagate
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved
 
 
 @pytest.fixture(scope="session")
