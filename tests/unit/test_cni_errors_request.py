@@ -159,6 +159,15 @@ def test_invalid_ifnames(ifname):
     assert e.value.code == 4 and repr(ifname) in e.value.msg
 
 
+@pytest.mark.parametrize("command", ["ADD", "DEL", "CHECK"])
+@pytest.mark.parametrize("var", ["CNI_NETNS", "CNI_PATH"])
+def test_nul_in_a_path_variable_is_code_4(command, var):
+    """A NUL would make the first os.stat() of the path raise ValueError (code 999)."""
+    with pytest.raises(CniError) as e:
+        parse_request({**env(CNI_COMMAND=command), var: "/var/run/netns/a\0b"}, CONF)
+    assert e.value.code == 4 and var in e.value.msg
+
+
 def test_ids_checked_before_stdin():
     assert code_of(env(CNI_IFNAME="a/b"), b"not json") == 4
 

@@ -147,8 +147,10 @@ def parse_request(environ: Mapping[str, str], stdin: bytes) -> CniRequest:
     2. All variables REQUIRED_ENV[command] present and non-empty, else one
        INVALID_ENV (4) naming every missing one.
     3. CNI_CONTAINERID and CNI_IFNAME (when given) are valid, else INVALID_ENV (4).
-    4. CNI_ARGS pairs, else INVALID_ENV (4).
-    5. stdin: a JSON object for every command but VERSION, else DECODE_FAILURE (6);
+    4. CNI_NETNS and CNI_PATH hold no NUL, else INVALID_ENV (4) (real environment
+       variables cannot; an in-process caller's can).
+    5. CNI_ARGS pairs, else INVALID_ENV (4).
+    6. stdin: a JSON object for every command but VERSION, else DECODE_FAILURE (6);
        VERSION accepts empty stdin or a JSON object (its cniVersion).
     For VERSION nothing but stdin is read.
     """
@@ -178,6 +180,10 @@ def parse_request(environ: Mapping[str, str], stdin: bytes) -> CniRequest:
     if ifname or command in ("ADD", "CHECK", "DEL"):
         validate_ifname(ifname)
 
+    for name in ("CNI_NETNS", "CNI_PATH"):  # paths: a NUL would fail at the first use
+        if "\0" in environ.get(name, ""):
+            raise CniError(INVALID_ENV, f"{name} contains a NUL character",
+                           f"{name} must be a path")
     args = parse_cni_args(environ.get("CNI_ARGS", ""))
     path = tuple(p for p in environ.get("CNI_PATH", "").split(":") if p)
     config = decode_json_object(stdin)
