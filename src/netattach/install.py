@@ -150,6 +150,24 @@ def write_atomic(path: str, data: bytes, mode: int) -> None:
     _rename_over(tmp, path)
 
 
+def replace_if_changed(path: str, data: bytes, mode: int, what: str) -> tuple[bool, bytes | None]:
+    """Write `data` to `path` atomically (write_atomic) unless the regular file there
+    already holds it. Returns (written, the content before: None when there was no
+    regular file or it could not be read). Raises InstallError naming `what` when the
+    write fails."""
+    try:
+        current = _read_regular(path)
+    except OSError:
+        current = None
+    if current == data:
+        return False, current
+    try:
+        write_atomic(path, data, mode)
+    except OSError as e:
+        raise InstallError(f"cannot write {what} {path}: {e.strerror}") from None
+    return True, current
+
+
 def _read_regular(path: str, limit: int = MAX_CONFIG_BYTES) -> bytes | None:
     """Content of the regular file at `path` (not through a symlink), or None when there
     is none or it is something else. Raises OSError for other read failures."""
@@ -754,7 +772,6 @@ class Installer:
             system_namespaces=args.system_namespaces,
             readiness_indicator_file=args.readiness_indicator_file)
         self._token_id: str | None = None
-        self._ca: bytes | None = None
         self._conf_primary: str | None = None
         self._conf_written: bytes | None = None
         self._warned_before: set[str] = set()
@@ -826,38 +843,18 @@ class Installer:
         """Write the kubeconfig when it differs from what the ServiceAccount gives now
         (token rotated, CA changed, file deleted or edited). Raises InstallError."""
         data, sa = self.desired_kubeconfig()
-        try:
-            current_ca = _read_regular(self.ca_path)
-        except OSError:
-            current_ca = None
-        if current_ca != sa.ca:  # before the kubeconfig that names it
-            _ensure_dir(self.kube_dir, 0o700, own=True)
-            try:
-                write_atomic(self.ca_path, sa.ca, 0o644)
-            except OSError as e:
-                raise InstallError(f"cannot write CA {self.ca_path}: {e.strerror}") from None
+        _ensure_dir(self.kube_dir, 0o700, own=True)
+        if replace_if_changed(self.ca_path, sa.ca, 0o644, "CA")[0]:  # before the kubeconfig
             log.info("wrote the API server's CA to %s", self.ca_path)
-        try:
-            current = _read_regular(self.kube_path)
-        except OSError:
-            current = None
-        if current != data:
-            _ensure_dir(self.kube_dir, 0o700, own=True)
-            try:
-                write_atomic(self.kube_path, data, 0o600)
-            except OSError as e:
-                raise InstallError(f"cannot write kubeconfig {self.kube_path}: {e.strerror}") \
-                    from None
+        if replace_if_changed(self.kube_path, data, 0o600, "kubeconfig")[0]:
             if self._token_id is None:
                 log.info("wrote kubeconfig %s (token sha256 %s…)", self.kube_path, sa.token_id())
             elif self._token_id != sa.token_id():
                 log.info("ServiceAccount token rotated (sha256 %s… -> %s…): rewrote %s",
                          self._token_id, sa.token_id(), self.kube_path)
-            elif self._ca != sa.ca:
-                log.info("ServiceAccount CA changed: rewrote kubeconfig %s", self.kube_path)
             else:
                 log.info("kubeconfig %s was deleted or edited: rewrote it", self.kube_path)
-        self._token_id, self._ca = sa.token_id(), sa.ca
+        self._token_id = sa.token_id()
 
     def sync_conf(self) -> bool:
         """Make our conflist match the primary; True when it is in place. With no primary
@@ -871,15 +868,8 @@ class Installer:
                 self.remove_conf("there is no cluster default network config any more")
             return False
         primary = found.primary.path
-        try:
-            current = _read_regular(self.conf_path)
-        except OSError:
-            current = None
-        if current != data:
-            try:
-                write_atomic(self.conf_path, data, 0o644)
-            except OSError as e:
-                raise InstallError(f"cannot write {self.conf_path}: {e.strerror}") from None
+        written, current = replace_if_changed(self.conf_path, data, 0o644, "conflist")
+        if written:
             if self._conf_primary not in (None, primary):
                 log.info("the cluster default network is now %s (was %s): rewrote %s",
                          primary, self._conf_primary, self.conf_path)
