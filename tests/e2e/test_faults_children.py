@@ -42,23 +42,12 @@ def fault_scenario(admin_api, kubeconfig, env, namespace, networks: str, fault: 
     return s, with_fault_network(admin_api, s, fault, **kw)
 
 
-def pod_links(s: sc.Scenario) -> list[str]:
-    return sorted(l["ifname"] for l in tb.links(s.netns))
-
-
-def assert_clean(s: sc.Scenario) -> None:
-    """Only lo in the netns, no IP allocated, no state, lock or temp file."""
-    assert pod_links(s) == ["lo"]
-    assert s.env.ipam_allocations() == []
-    assert sorted(os.listdir(s.env.state_dir)) == []
-
-
 def del_twice(s: sc.Scenario) -> None:
     """The runtime's DEL cleans everything; its retry (runtimes retry DEL) succeeds too."""
     for attempt in ("DEL", "DEL again"):
         run = s.run("DEL")
         assert run.code == 0 and run.stdout == "", f"{attempt}: {run.stdout}{s.log_text()}"
-        assert_clean(s)
+        sc.assert_clean(s)
 
 
 def start_add(s: sc.Scenario) -> subprocess.Popen:
@@ -116,7 +105,7 @@ def test_child_fault_after_its_real_add_rolls_back_everything(
     # ... and the rollback DEL released it, with everything else attempted
     assert plugin.invocations() == [("ADD", "net2"), ("DEL", "net2")]
     assert f"ADD of network {k8s_namespace}/net-fault (net2) failed" in s.log_text()
-    assert_clean(s)
+    sc.assert_clean(s)
     assert s.bridges["net-b"] not in {l["ifname"] for l in tb.links()}  # never started
     if fault == "hang":
         pids = plugin.recorded_pids()
@@ -142,7 +131,7 @@ def test_netattach_killed_before_the_state_write(scenario, cluster):
             sigkill(proc)
     assert proc.returncode == -signal.SIGKILL
     assert os.listdir(s.env.state_dir) == [f"{s.container_id}.lock"]
-    assert pod_links(s) == ["lo"] and s.env.ipam_allocations() == []
+    assert sc.pod_links(s) == ["lo"] and s.env.ipam_allocations() == []
     del_twice(s)
 
 
@@ -168,7 +157,7 @@ def test_netattach_killed_between_children(admin_api, plugin_kubeconfig, host_en
     faults.wait_for("the killing plugin to exit",
                     lambda: not faults.alive(plugin.call_pids()[0]))
 
-    assert pod_links(s) == ["eth0", "lo", "net1"]
+    assert sc.pod_links(s) == ["eth0", "lo", "net1"]
     atts = saved_state(s)["attachments"]
     assert [(a["ifname"], a["attempted"], a["result"] is not None) for a in atts] == [
         ("eth0", True, True), ("net1", True, False), ("net2", False, False)]
@@ -201,7 +190,7 @@ def test_netattach_killed_before_the_status_patch(admin_api, plugin_kubeconfig, 
     assert sc.STATUS not in sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)
     assert [a["ifname"] for a in saved_state(s)["attachments"] if a["result"]] == [
         "eth0", "net1", "net2"]
-    assert pod_links(s) == ["eth0", "lo", "net1", "net2"]
+    assert sc.pod_links(s) == ["eth0", "lo", "net1", "net2"]
     assert len(s.env.ipam_allocations()) == 3
     del_twice(s)
     assert plugin.invocations()[:2] == [("ADD", "net2"), ("DEL", "net2")]
@@ -251,5 +240,5 @@ def test_unwritable_state_dir_fails_add_before_any_child(
     finally:
         tb.run("umount", str(state_dir))
     assert plugin.invocations() == []
-    assert_clean(s)
+    sc.assert_clean(s)
     del_twice(s)

@@ -18,7 +18,6 @@ import pytest
 from kubernetes import client as k8s
 
 from netattach.attach import DEL_RETRY_WINDOW
-from tests.e2e.test_main_job import pod_links
 from tests.testbed import cluster as cl
 from tests.testbed import scenario as sc
 
@@ -44,7 +43,7 @@ def add(s: sc.Scenario) -> bytes:
     """ADD the scenario's pod (eth0, net1, data0); returns the saved state file's bytes."""
     run = s.run("ADD")
     assert run.code == 0, run.stdout + s.log_text()
-    assert pod_links(s) == ["data0", "eth0", "lo", "net1"]
+    assert sc.pod_links(s) == ["data0", "eth0", "lo", "net1"]
     assert allocated(s) == ["cluster-net", "net-a", "net-b"]
     return state_path(s).read_bytes()
 
@@ -63,7 +62,7 @@ DAMAGE = {
 
 def assert_clean_with_damaged_kept(s: sc.Scenario, damaged: bytes) -> None:
     """Nothing of the pod is left but its damaged state, kept aside (0600) as it was."""
-    assert pod_links(s) == ["lo"] and allocated(s) == []
+    assert sc.pod_links(s) == ["lo"] and allocated(s) == []
     assert os.listdir(s.env.state_dir) == [f"{s.container_id}.json.corrupt"]
     aside = s.env.state_dir / f"{s.container_id}.json.corrupt"
     assert aside.read_bytes() == damaged
@@ -119,7 +118,7 @@ def test_lost_state_and_api_down_releases_the_primary_then_the_rest_when_the_api
     assert run.doc["msg"].startswith(f"pod {pod} (container {s.container_id}): DEL incomplete: "
                                      "released cluster-net (eth0)")
     assert "unreachable" in run.doc["msg"]
-    assert pod_links(s) == ["data0", "lo", "net1"]
+    assert sc.pod_links(s) == ["data0", "lo", "net1"]
     assert allocated(s) == ["net-a", "net-b"]
     why = ("saved state damaged" if damage != "missing" else
            "no saved state (its ADD failed or never ran, or the state was lost)")
@@ -131,7 +130,7 @@ def test_lost_state_and_api_down_releases_the_primary_then_the_rest_when_the_api
 
     run = s.run("DEL")
     assert run.code == 0, run.stdout + s.log_text()
-    assert pod_links(s) == ["lo"] and allocated(s) == []
+    assert sc.pod_links(s) == ["lo"] and allocated(s) == []
     left = [] if damage == "missing" else [f"{s.container_id}.json.corrupt"]
     assert os.listdir(s.env.state_dir) == left
     assert "DEL rebuilt from the API (3 attachments" in s.log_text()
@@ -147,7 +146,7 @@ def test_truncated_state_and_api_down_gives_up_after_the_retry_window(scenario):
     run = s.run("DEL", down)
     assert run.code == 1 and run.doc["code"] == 11, run.stdout + s.log_text()
     assert f"released cluster-net (eth0), {s.namespace}/net-a (net1), but" in run.doc["msg"]
-    assert pod_links(s) == ["data0", "lo"] and allocated(s) == ["net-b"]
+    assert sc.pod_links(s) == ["data0", "lo"] and allocated(s) == ["net-b"]
 
     pending = json.loads(state_path(s).read_bytes())
     assert [a["ifname"] for a in pending["attachments"]] == ["eth0", "net1"]
@@ -174,7 +173,7 @@ def test_no_state_and_the_pod_gone_releases_the_primary_and_succeeds(scenario, a
                                                    grace_period_seconds=0)
     run = s.run("DEL")
     assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
-    assert pod_links(s) == ["data0", "lo", "net1"]
+    assert sc.pod_links(s) == ["data0", "lo", "net1"]
     assert allocated(s) == ["net-a", "net-b"]
     assert os.listdir(s.env.state_dir) == []
     assert (f"WARNING netattach: container {s.container_id} (pod {s.namespace}/{s.pod_name}): "

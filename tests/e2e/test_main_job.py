@@ -15,19 +15,8 @@ from tests.testbed import netns as tb
 from tests.testbed import scenario as sc
 
 
-def pod_links(s: sc.Scenario) -> list[str]:
-    return sorted(l["ifname"] for l in tb.links(s.netns))
-
-
 def in_subnet(cidr: str, subnet: str) -> bool:
     return ipaddress.ip_interface(cidr).ip in ipaddress.ip_network(subnet)
-
-
-def assert_clean(s: sc.Scenario) -> None:
-    """Nothing of the pod is left: only lo in the netns, no IP allocated, no state file."""
-    assert pod_links(s) == ["lo"]
-    assert s.env.ipam_allocations() == []
-    assert sorted(os.listdir(s.env.state_dir)) == []
 
 
 def test_add_three_networks_status_and_del(scenario, admin_api):
@@ -42,7 +31,7 @@ def test_add_three_networks_status_and_del(scenario, admin_api):
     assert {"version"} & set(result["ips"][0]) == set()  # 1.0.0 form: no per-IP version
     assert in_subnet(result["ips"][0]["address"], sc.SUBNETS["default"])
 
-    assert pod_links(s) == ["data0", "eth0", "lo", "net1"]
+    assert sc.pod_links(s) == ["data0", "eth0", "lo", "net1"]
     addrs = {ifname: tb.addresses(s.netns, ifname) for ifname in ("eth0", "net1", "data0")}
     assert in_subnet(addrs["eth0"][0], sc.SUBNETS["default"])
     assert in_subnet(addrs["net1"][0], sc.SUBNETS["net-a"])
@@ -71,7 +60,7 @@ def test_add_three_networks_status_and_del(scenario, admin_api):
 
     run = s.run("DEL")
     assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
-    assert_clean(s)
+    sc.assert_clean(s)
 
 
 def test_cnitool_drives_netattach(scenario, cni_testbin):
@@ -90,14 +79,14 @@ def test_cnitool_drives_netattach(scenario, cni_testbin):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr + s.log_text()
     assert json.loads(p.stdout)["cniVersion"] == "1.0.0"
-    assert pod_links(s) == ["data0", "eth0", "lo", "net1"]
+    assert sc.pod_links(s) == ["data0", "eth0", "lo", "net1"]
     p = subprocess.run([cnitool, "check", "netattach-list", s.netns_path], env=cnitool_env,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr + s.log_text()
     p = subprocess.run([cnitool, "del", "netattach-list", s.netns_path], env=cnitool_env,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr + s.log_text()
-    assert_clean(s)
+    sc.assert_clean(s)
 
 
 def test_del_with_api_server_stopped(scenario, cluster):
@@ -109,7 +98,7 @@ def test_del_with_api_server_stopped(scenario, cluster):
     try:
         run = s.run("DEL")
         assert run.code == 0, run.stdout + s.log_text()
-        assert_clean(s)
+        sc.assert_clean(s)
     finally:
         cluster.start_apiserver()
 
@@ -123,9 +112,9 @@ def test_missing_nad_fails_cleanly(admin_api, plugin_kubeconfig, host_env, k8s_n
     assert set(err) >= {"cniVersion", "code", "msg"}
     assert f"{k8s_namespace}/no-such-net" in err["msg"] and "not found" in err["msg"]
     assert f"pod {k8s_namespace}/{s.pod_name}" in err["msg"]
-    assert_clean(s)
+    sc.assert_clean(s)
     assert s.run("DEL").code == 0  # the runtime's DEL after a failed ADD succeeds
-    assert_clean(s)
+    sc.assert_clean(s)
 
 
 def test_failing_delegate_rolls_back(admin_api, plugin_kubeconfig, host_env, k8s_namespace):
@@ -142,7 +131,7 @@ def test_failing_delegate_rolls_back(admin_api, plugin_kubeconfig, host_env, k8s
     assert f"{k8s_namespace}/net-bad" in err["msg"] and "net2" in err["msg"]
     assert "plugin type='macvlan'" in err["msg"] and "Link not found" in err["msg"]  # child's own
     assert err["code"] == 999  # the child's own code, passed through
-    assert_clean(s)
+    sc.assert_clean(s)
 
 
 def test_cluster_network_as_nad_default_networks_and_same_network_twice(
@@ -161,14 +150,14 @@ def test_cluster_network_as_nad_default_networks_and_same_network_twice(
     try:
         run = s.run("ADD", conf)
         assert run.code == 0, run.stdout + s.log_text()
-        assert pod_links(s) == ["eth0", "lo", "net1", "net2", "net3"]
+        assert sc.pod_links(s) == ["eth0", "lo", "net1", "net2", "net3"]
         status = json.loads(sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)[sc.STATUS])
         assert [(e["name"], e["interface"]) for e in status] == [
             ("kube-system/cluster-nad", "eth0"), ("kube-system/everyone", "net1"),
             (f"{s.namespace}/net-a", "net2"), (f"{s.namespace}/net-a", "net3")]
         assert status[2]["ips"] != status[3]["ips"]
         assert s.run("DEL", conf).code == 0, s.log_text()
-        assert_clean(s)
+        sc.assert_clean(s)
     finally:
         for name in ("cluster-nad", "everyone"):
             sc.delete_nad(admin_api, "kube-system", name)
@@ -185,9 +174,9 @@ def test_cluster_network_as_directory_and_as_name(admin_api, plugin_kubeconfig, 
         conf = {**s.netconf, "clusterNetwork": cluster_network}
         run = s.run("ADD", conf)
         assert run.code == 0, run.stdout + s.log_text()
-        assert pod_links(s) == ["eth0", "lo"]
+        assert sc.pod_links(s) == ["eth0", "lo"]
         assert s.run("DEL", conf).code == 0
-        assert_clean(s)
+        sc.assert_clean(s)
 
 
 def test_pod_not_visible_is_code_11(admin_api, plugin_kubeconfig, host_env, k8s_namespace):
@@ -196,7 +185,7 @@ def test_pod_not_visible_is_code_11(admin_api, plugin_kubeconfig, host_env, k8s_
     run = s.run("ADD")
     assert run.code == 1 and run.doc["code"] == 11
     assert f"pod {k8s_namespace}/no-such-pod" in run.doc["msg"]
-    assert_clean(s)
+    sc.assert_clean(s)
 
 
 def test_pod_uid_mismatch_refused_unless_mirror_pod(admin_api, plugin_kubeconfig, host_env,
@@ -205,7 +194,7 @@ def test_pod_uid_mismatch_refused_unless_mirror_pod(admin_api, plugin_kubeconfig
     stale = dataclasses.replace(s, pod_uid="00000000-0000-0000-0000-000000000000")
     run = stale.run("ADD")
     assert run.code == 1 and run.doc["code"] == 3 and "UID" in run.doc["msg"]
-    assert_clean(s)
+    sc.assert_clean(s)
     mirror = sc.pod(k8s_namespace, "static-web", "net-a")
     mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"] = "static-hash"
     sc.create_pod(admin_api, mirror)  # what a kubelet creates for a static pod
@@ -213,7 +202,7 @@ def test_pod_uid_mismatch_refused_unless_mirror_pod(admin_api, plugin_kubeconfig
     run = static.run("ADD")
     assert run.code == 0, run.stdout + s.log_text()
     assert static.run("DEL").code == 0
-    assert_clean(s)
+    sc.assert_clean(s)
 
 
 def test_del_without_state_rebuilds_from_the_api(scenario):
@@ -223,7 +212,7 @@ def test_del_without_state_rebuilds_from_the_api(scenario):
     run = s.run("DEL")
     assert run.code == 0, run.stdout + s.log_text()
     assert "no saved state; DEL rebuilt from the API (3 attachments)" in s.log_text()
-    assert_clean(s)
+    sc.assert_clean(s)
 
 
 def test_del_after_the_netns_is_gone(scenario):

@@ -30,7 +30,6 @@ import yaml
 
 from netattach.state import StateStore
 from tests.testbed import cluster as cl
-from tests.testbed import netns as tb
 from tests.testbed import scenario as sc
 
 
@@ -73,10 +72,6 @@ def assert_not_shown(texts: dict[str, str], secrets: list[str]) -> None:
     for where, text in texts.items():
         shown = sum(text[j:j + PIECE] in pieces for j in range(len(text) - PIECE + 1))
         assert not shown, f"{shown} {PIECE}-character pieces of a secret are in the {where}"
-
-
-def pod_links(s: sc.Scenario) -> list[str]:
-    return sorted(link["ifname"] for link in tb.links(s.netns))
 
 
 def debug_everywhere(s: sc.Scenario, kubeconfig: Path) -> dict:
@@ -161,7 +156,7 @@ def test_failure_paths_quote_no_credential(scenario, cluster, plugin_kubeconfig,
     assert (str(path) if "newline" not in fault else "Illegal header value") in runs[0].doc["msg"]
     assert all(r.code in (0, 1) and "Traceback" not in r.stderr for r in runs)
     assert_not_shown(outputs(s, runs), secrets)
-    assert pod_links(s) == ["lo"]  # nothing attached
+    assert sc.pod_links(s) == ["lo"]  # nothing attached
 
 
 # ---------------------------------------------------------------- modes
@@ -243,7 +238,7 @@ def test_link_planted_at_the_lock_file_refuses_add_and_del(scenario, victim):
         assert run.code == 1 and run.doc["code"] == 5, run.stdout
         assert f"cannot open lock file {lock}" in run.doc["msg"]
     assert_untouched(victim)
-    assert pod_links(s) == ["lo"] and s.env.ipam_allocations() == []
+    assert sc.pod_links(s) == ["lo"] and s.env.ipam_allocations() == []
     lock.unlink()
 
 
@@ -263,7 +258,7 @@ def test_link_swapped_in_for_the_state_file_before_del(scenario, victim):
     assert f"cannot open state file {state}" in s.log_text()
     assert victim.read_text() == saved and mode(victim) == 0o644
     assert not os.path.lexists(state)
-    assert pod_links(s) == ["lo"] and s.env.ipam_allocations() == []
+    assert sc.pod_links(s) == ["lo"] and s.env.ipam_allocations() == []
 
 
 def test_cni_dir_that_is_a_symlink_is_refused(scenario, tmp_path):
@@ -281,4 +276,4 @@ def test_cni_dir_that_is_a_symlink_is_refused(scenario, tmp_path):
         assert run.code == 1 and run.doc["code"] == 5, run.stdout
         assert f"state dir {link} is not a directory (symlink or file)" in run.doc["msg"]
     assert list(real.iterdir()) == []
-    assert pod_links(s) == ["lo"] and s.env.ipam_allocations() == []
+    assert sc.pod_links(s) == ["lo"] and s.env.ipam_allocations() == []

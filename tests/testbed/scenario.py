@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .netns import HostEnv, netns_path
+from .netns import HostEnv, links, netns_path
 
 DEBIAN_CNI_DIR = "/usr/lib/cni"
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
@@ -112,6 +112,19 @@ class Scenario:
     def log_text(self) -> str:
         path = Path(self.netconf["logFile"])
         return path.read_text() if path.exists() else ""
+
+
+def pod_links(s: Scenario) -> list[str]:
+    """The names of the links in the pod's netns, sorted."""
+    return sorted(link["ifname"] for link in links(s.netns))
+
+
+def assert_clean(s: Scenario) -> None:
+    """Nothing of the pod is left: only lo in the netns, no IP allocated, no state, lock
+    or temp file."""
+    assert pod_links(s) == ["lo"]
+    assert s.env.ipam_allocations() == []
+    assert sorted(os.listdir(s.env.state_dir)) == []
 
 
 @dataclass
