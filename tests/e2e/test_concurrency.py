@@ -19,7 +19,6 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.e2e.test_main_job import in_subnet, pod_links
 from tests.testbed import netns as tb
 from tests.testbed import scenario as sc
 
@@ -68,11 +67,11 @@ def assert_attached(s: sc.Scenario, networks: str, admin_api) -> list[str]:
     """The pod has exactly its interfaces, each with one address in the right subnet, as
     network-status says; returns its addresses."""
     expected = SELECTIONS[networks]
-    assert pod_links(s) == sorted([*expected, "lo"]), (s.pod_name, networks)
+    assert sc.pod_links(s) == sorted([*expected, "lo"]), (s.pod_name, networks)
     addrs = {}
     for ifname, subnet in expected.items():
         [addrs[ifname]] = tb.addresses(s.netns, ifname)
-        assert in_subnet(addrs[ifname], subnet), (s.pod_name, ifname, addrs[ifname])
+        assert sc.in_subnet(addrs[ifname], subnet), (s.pod_name, ifname, addrs[ifname])
     status = json.loads(sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)[sc.STATUS])
     assert {e["interface"]: e["ips"] for e in status} == {i: [a] for i, a in addrs.items()}
     return list(addrs.values())
@@ -101,7 +100,7 @@ def test_twenty_pods_add_then_del_in_parallel(admin_api, plugin_kubeconfig, host
 
     runs = run_all([(s, "DEL") for s, _ in pods])
     assert [r.code for r in runs] == [0] * 20, [r.stdout for r in runs if r.code]
-    assert all(pod_links(s) == ["lo"] for s, _ in pods)
+    assert all(sc.pod_links(s) == ["lo"] for s, _ in pods)
     assert host_env.ipam_allocations() == []
     assert_state_dir(host_env, [])
     log = pods[0][0].log_text()
@@ -132,7 +131,7 @@ def test_add_and_del_racing_for_one_container_end_whole(admin_api, plugin_kubeco
             assert all(a["attempted"] and a["result"] for a in saved["attachments"])
             attached.append(s)
         else:  # ADD ran first
-            assert pod_links(s) == ["lo"], s.pod_name
+            assert sc.pod_links(s) == ["lo"], s.pod_name
             assert held[s.container_id] == 0, s.pod_name
     assert_state_dir(host_env, [s.container_id for s in attached])
     log = pods[0][0].log_text()
@@ -140,6 +139,6 @@ def test_add_and_del_racing_for_one_container_end_whole(admin_api, plugin_kubeco
 
     runs = run_all([(s, "DEL") for s in attached])
     assert [r.code for r in runs] == [0] * len(attached)
-    assert all(pod_links(s) == ["lo"] for s, _ in pods)
+    assert all(sc.pod_links(s) == ["lo"] for s, _ in pods)
     assert host_env.ipam_allocations() == []
     assert_state_dir(host_env, [])

@@ -21,7 +21,6 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from netattach.kube import Kube, KubeError
-from tests.e2e.test_main_job import assert_clean, in_subnet, pod_links
 from tests.testbed import cluster as cl
 from tests.testbed import netns as tb
 from tests.testbed import scenario as sc
@@ -86,16 +85,16 @@ def assert_api_failure(s: sc.Scenario, run: sc.PluginRun, *phrases: str,
     assert f"pod {s.namespace}/{s.pod_name}" in err["msg"], err
     for phrase in phrases:
         assert phrase in err["msg"], (phrase, err)
-    assert_clean(s)
+    sc.assert_clean(s)
     assert recovered.run("DEL").code == 0, s.log_text()
-    assert_clean(s)
+    sc.assert_clean(s)
     return err["msg"]
 
 
 def assert_attached(s: sc.Scenario, run: sc.PluginRun) -> None:
     assert run.code == 0, run.stdout + run.stderr + s.log_text()
-    assert in_subnet(run.doc["ips"][0]["address"], sc.SUBNETS["default"])
-    assert pod_links(s) == ["data0", "eth0", "lo", "net1"]
+    assert sc.in_subnet(run.doc["ips"][0]["address"], sc.SUBNETS["default"])
+    assert sc.pod_links(s) == ["data0", "eth0", "lo", "net1"]
     for ifname in ("eth0", "net1", "data0"):
         [link] = [l for l in tb.links(s.netns) if l["ifname"] == ifname]
         assert "UP" in link["flags"], link
@@ -168,7 +167,7 @@ def test_del_releases_everything_from_saved_state(via_proxy, proxy, admin_api, f
     seen = len(proxy.requests), proxy.connections
     run = s.run("DEL")
     assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
-    assert_clean(s)
+    sc.assert_clean(s)
     assert (len(proxy.requests), proxy.connections) == seen
     [timing] = [l for l in s.log_text().splitlines() if "timing: DEL" in l]
     assert timing.endswith("api_requests 0"), timing
@@ -189,7 +188,7 @@ def test_status_patch_hanging_after_the_children_succeeded(via_proxy, proxy, adm
     assert "cannot record event AddedInterface" in log
     assert sc.STATUS not in sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)
     assert s.run("DEL").code == 0, s.log_text()
-    assert_clean(s)
+    sc.assert_clean(s)
 
 
 @pytest.mark.parametrize("fault", ["deleted", "replaced"])
@@ -220,7 +219,7 @@ def test_status_patch_of_a_pod_gone_before_it(via_proxy, proxy, admin_api, fault
         assert sc.STATUS not in (new.metadata.annotations or {})
         assert "the pod was deleted and re-created under the same name" in log, log
     assert s.run("DEL").code == 0, s.log_text()
-    assert_clean(s)
+    sc.assert_clean(s)
 
 
 def _service_account(cluster, admin_api, namespace: str, rules: list[dict] | None,
@@ -273,7 +272,7 @@ def test_status_patch_forbidden_by_rbac(scenario, cluster, admin_api, k8s_namesp
         assert "deploy/rbac.yaml" in log
         assert "cannot record event" not in log  # `create events` is granted
         assert s.run("DEL").code == 0, s.log_text()
-        assert_clean(s)
+        sc.assert_clean(s)
     finally:
         _delete_cluster_role(admin_api, name)
 

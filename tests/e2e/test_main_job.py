@@ -4,7 +4,6 @@ token bound only by deploy/rbac.yaml."""
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import json
 import os
 import subprocess
@@ -13,10 +12,6 @@ from pathlib import Path
 
 from tests.testbed import netns as tb
 from tests.testbed import scenario as sc
-
-
-def in_subnet(cidr: str, subnet: str) -> bool:
-    return ipaddress.ip_interface(cidr).ip in ipaddress.ip_network(subnet)
 
 
 def test_add_three_networks_status_and_del(scenario, admin_api):
@@ -29,13 +24,13 @@ def test_add_three_networks_status_and_del(scenario, admin_api):
     result = run.doc
     assert result["cniVersion"] == "1.0.0"
     assert {"version"} & set(result["ips"][0]) == set()  # 1.0.0 form: no per-IP version
-    assert in_subnet(result["ips"][0]["address"], sc.SUBNETS["default"])
+    assert sc.in_subnet(result["ips"][0]["address"], sc.SUBNETS["default"])
 
     assert sc.pod_links(s) == ["data0", "eth0", "lo", "net1"]
     addrs = {ifname: tb.addresses(s.netns, ifname) for ifname in ("eth0", "net1", "data0")}
-    assert in_subnet(addrs["eth0"][0], sc.SUBNETS["default"])
-    assert in_subnet(addrs["net1"][0], sc.SUBNETS["net-a"])
-    assert in_subnet(addrs["data0"][0], sc.SUBNETS["net-b"])
+    assert sc.in_subnet(addrs["eth0"][0], sc.SUBNETS["default"])
+    assert sc.in_subnet(addrs["net1"][0], sc.SUBNETS["net-a"])
+    assert sc.in_subnet(addrs["data0"][0], sc.SUBNETS["net-b"])
     mtu = json.loads(tb.run("ip", "-j", "-n", s.netns, "link", "show", "net1").stdout)[0]["mtu"]
     assert mtu == sc.NET_A_MTU  # the conflist's second plugin (tuning) ran on net1
     assert result["ips"][0]["address"] == addrs["eth0"][0]

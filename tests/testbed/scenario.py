@@ -11,6 +11,7 @@ The plugin is invoked exactly as a runtime does: `<binDir>/netattach` (a symlink
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -112,6 +113,11 @@ class Scenario:
     def log_text(self) -> str:
         path = Path(self.netconf["logFile"])
         return path.read_text() if path.exists() else ""
+
+
+def in_subnet(cidr: str, subnet: str) -> bool:
+    """True when the address of `cidr` ("198.18.2.5/24") lies in `subnet`."""
+    return ipaddress.ip_interface(cidr).ip in ipaddress.ip_network(subnet)
 
 
 def pod_links(s: Scenario) -> list[str]:
