@@ -128,7 +128,7 @@ def main() -> int:
     start = time.monotonic()
     subprocess.run([sys.executable, "-c", "pass"], check=True)
     print(f"interpreter start: {(time.monotonic() - start) * 1000:.0f} ms")
-    for module in ("netattach.cli", "netattach.attach", "jsonschema",
+    for module in ("netattach.cli", "netattach.add", "jsonschema",
                    "lightkube.config.client_adapter"):
         print(f"import {module:<31} {import_cost(module) * 1000:6.0f} ms (cumulative, -X importtime)")
     return 0

@@ -50,9 +50,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+from typing import Sequence
 
 from netattach.cni.chain import NetworkConfig
-from netattach.cni.errors import CniError
+from netattach.cni.errors import CniError, ConfigError
 from netattach.jsonutil import json_type, loads_strict
 
 __all__ = [
@@ -74,27 +75,21 @@ _LIST_EXT = ".conflist"
 _MAX_PROBLEMS_IN_MESSAGE = 5
 
 
-class DelegateError(Exception):
+class DelegateError(ConfigError):
     """The CNI config for a selected network cannot be determined (§3.4.1).
 
-    Attributes:
+    A ConfigError (7). Attributes:
         network: ``"namespace/name"`` of the NAD, or the path of the file.
-        message: the explanation (also ``str(err)``); it names the network.
+        msg: the explanation (also ``str(err)``); it names the network.
 
-    When the cause is an invalid CNI config, the :class:`CniError` (code 7)
-    raised by :meth:`NetworkConfig.from_dict` is chained as ``__cause__``.
+    When the cause is an invalid CNI config, the :class:`ConfigError` or
+    :class:`VersionError` raised by :meth:`NetworkConfig.from_dict` is chained as
+    ``__cause__``.
     """
 
     def __init__(self, network: str, message: str) -> None:
         super().__init__(message)
         self.network = network
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
-
-
-
 
 
 def _cni_error_message(exc: CniError, source: str) -> str:
@@ -189,11 +184,14 @@ def _ext(filename: str) -> str:
 
 
 def list_conf_files(conf_dir: str) -> list[str]:
-    """Paths of the CNI config files in *conf_dir*, sorted by file name.
+    """Paths of the CNI config files in *conf_dir*, in the order a runtime reads them.
 
-    Files (or symlinks to files) ending in ``.conf``, ``.conflist`` or
-    ``.json``; sub-directories are left out.  Sorted byte-wise by name, the
-    order in which libcni and kubelet pick the first match.
+    The one lister of config dirs (delegates, the cluster default network, the
+    installer's primary). libcni ``ConfFiles`` with the extensions runtimes pass
+    (``.conf``, ``.conflist``, ``.json``): every entry with such an extension that
+    is not a directory itself (a symlink counts as a file, wherever it points, as
+    Go's ``DirEntry.IsDir`` sees it), sorted byte-wise by name (Go's string order,
+    which libcni's callers sort by).
 
     Returns ``[]`` if *conf_dir* does not exist.
 
@@ -209,12 +207,12 @@ def list_conf_files(conf_dir: str) -> list[str]:
         if _ext(entry.name) not in CONF_EXTENSIONS:
             continue
         try:
-            if not entry.is_file():
+            if entry.is_dir(follow_symlinks=False):
                 continue
         except OSError:
             continue
         names.append(entry.name)
-    names.sort(key=lambda n: n.encode("utf-8", "surrogateescape"))
+    names.sort(key=os.fsencode)
     return [os.path.join(conf_dir, n) for n in names]
 
 
@@ -250,8 +248,10 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _side_plugins(conf_dir: str, name: object, path: str) -> list[dict]:
-    """Plugin configs in ``<conf_dir>/<name>/*.conf`` (libcni >= 1.2)."""
+def side_plugins(conf_dir: str, name: object, path: str) -> list[dict]:
+    """Plugin configs in ``<conf_dir>/<name>/*.conf``, in name order (libcni >= 1.2
+    NetworkPluginConfsFromFiles); [] when there is no such dir. *path* names the config
+    they belong to in errors. Raises DelegateError (7) naming the unreadable file."""
     if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\0" in name:
         return []
     plugin_dir = os.path.join(conf_dir, name)
@@ -280,7 +280,7 @@ def _config_from_file_data(path: str, data: dict) -> NetworkConfig:
                 path, f"CNI config {path}: loadOnlyInlinedPlugins is true, and no 'plugins' key"
             )
         if not load_only_inlined and (inline is None or isinstance(inline, list)):
-            side = _side_plugins(os.path.dirname(path), data.get("name"), path)
+            side = side_plugins(os.path.dirname(path), data.get("name"), path)
             if side:
                 data = dict(data, plugins=list(inline or []) + side)
         if data.get("plugins") is None:
@@ -323,61 +323,68 @@ def load_conf_file(path: str) -> NetworkConfig:
     return _config_from_file_data(path, _read_json_object(path))
 
 
-def _search_disk(conf_dir: str, name: str) -> tuple[NetworkConfig | None, list[str]]:
-    """§3.4.1 steps 2 and 3; also returns the problems met on the way."""
+def _dirs(conf_dirs: str | Sequence[str]) -> list[str]:
+    return [conf_dirs] if isinstance(conf_dirs, str) else list(dict.fromkeys(conf_dirs))
+
+
+def _search_disk(conf_dirs: str | Sequence[str], name: str) -> tuple[NetworkConfig | None, list[str]]:
+    """§3.4.1 steps 2 and 3 in each directory in turn; also returns the problems met."""
     problems: list[str] = []
-    try:
-        files = list_conf_files(conf_dir)
-    except OSError as exc:
-        problem = f"cannot list CNI config directory {conf_dir}: {exc.strerror or exc}"
-        log.warning("%s", problem)
-        return None, [problem]
-    conflists = [p for p in files if _ext(p) == _LIST_EXT]
-    confs = [p for p in files if _ext(p) != _LIST_EXT]  # .conf and .json, still sorted
-    for step in (conflists, confs):
-        for path in step:
-            try:
-                data = _read_json_object(path)
-            except DelegateError as exc:
-                log.warning("skipping %s", exc)
-                problems.append(exc.message)
-                continue
-            if data.get("name") != name:
-                continue
-            try:
-                return _config_from_file_data(path, data), problems
-            except DelegateError as exc:
-                log.warning("skipping %s", exc)
-                problems.append(exc.message)
+    for conf_dir in _dirs(conf_dirs):
+        try:
+            files = list_conf_files(conf_dir)
+        except OSError as exc:
+            problem = f"cannot list CNI config directory {conf_dir}: {exc.strerror or exc}"
+            log.warning("%s", problem)
+            problems.append(problem)
+            continue
+        conflists = [p for p in files if _ext(p) == _LIST_EXT]
+        confs = [p for p in files if _ext(p) != _LIST_EXT]  # .conf and .json, still sorted
+        for step in (conflists, confs):
+            for path in step:
+                try:
+                    data = _read_json_object(path)
+                except DelegateError as exc:
+                    log.warning("skipping %s", exc)
+                    problems.append(exc.msg)
+                    continue
+                if data.get("name") != name:
+                    continue
+                try:
+                    return _config_from_file_data(path, data), problems
+                except DelegateError as exc:
+                    log.warning("skipping %s", exc)
+                    problems.append(exc.msg)
     return None, problems
 
 
-def find_on_disk(conf_dir: str, name: str) -> NetworkConfig | None:
+def find_on_disk(conf_dirs: str | Sequence[str], name: str) -> NetworkConfig | None:
     """The on-disk CNI config named *name* (§3.4.1 steps 2 and 3).
 
-    First the ``.conflist`` files whose JSON ``name`` is *name*, then the
-    ``.conf`` and ``.json`` files; within a step in file-name order; the first
-    valid match wins.  Files that cannot be read, are not JSON, or match but
-    are invalid are skipped with a warning on the ``netattach.delegates``
-    logger.
+    In each of *conf_dirs* in order (a single path is one dir): first the
+    ``.conflist`` files whose JSON ``name`` is *name*, then the ``.conf`` and
+    ``.json`` files; within a step in file-name order; the first valid match
+    wins.  Files that cannot be read, are not JSON, or match but are invalid
+    are skipped with a warning on the ``netattach.delegates`` logger.
 
     Returns:
         The :class:`NetworkConfig` (``source`` = its path), or ``None`` when
-        nothing matches or *conf_dir* does not exist.  Never raises
-        :class:`DelegateError`.
+        nothing matches or no dir exists.  Never raises :class:`DelegateError`.
     """
-    config, _ = _search_disk(conf_dir, name)
+    config, _ = _search_disk(conf_dirs, name)
     return config
 
 
-def resolve_delegate(nad: dict | None, namespace: str, name: str, conf_dir: str) -> NetworkConfig:
+def resolve_delegate(nad: dict | None, namespace: str, name: str,
+                     conf_dirs: str | Sequence[str]) -> NetworkConfig:
     """The CNI config to delegate to for the NAD *namespace*/*name* (§3.4.1).
 
     Args:
         nad: the NetworkAttachmentDefinition object from the API, or ``None``
             if it does not exist.
         namespace, name: the reference from the selection annotation.
-        conf_dir: the CNI config directory searched in steps 2-3.
+        conf_dirs: the CNI config directories searched in steps 2-3, in order
+            (``find_on_disk``).
 
     Returns:
         The :class:`NetworkConfig` from ``spec.config`` (step 1), else from
@@ -397,12 +404,12 @@ def resolve_delegate(nad: dict | None, namespace: str, name: str, conf_dir: str)
     config = config_from_nad(nad, default_name=name)
     if config is not None:
         return config
-    config, problems = _search_disk(conf_dir, name)
+    config, problems = _search_disk(conf_dirs, name)
     if config is not None:
         return config
     message = (
         f"NetworkAttachmentDefinition {ref} has no spec.config and no CNI config "
-        f"named '{name}' in {conf_dir}"
+        f"named '{name}' in {' or '.join(_dirs(conf_dirs))}"
     )
     if problems:
         shown = problems[:_MAX_PROBLEMS_IN_MESSAGE]

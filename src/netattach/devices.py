@@ -3,7 +3,7 @@
 A NAD annotated `k8s.v1.cni.cncf.io/resourceName: <resource>` (for example an
 SR-IOV VF pool) needs, per attachment, one of the devices of that resource that
 the kubelet allocated to the pod. The kubelet tells which through its
-PodResources v1 gRPC API on a unix socket (`pod_devices`, `pod_device_ids`);
+PodResources v1 gRPC API on a unix socket (`pod_devices`);
 `assign_device_ids` hands them out, one per attachment, in plan order.
 
 Device information (Network Plumbing WG "Device Information Specification"
@@ -34,6 +34,8 @@ import time
 from collections import Counter
 from typing import Any, Iterable
 
+from . import atomicfile
+from .cni.errors import ConfigError, IOFailure, TryAgain
 from .jsonutil import json_type, loads_strict
 
 log = logging.getLogger("netattach.devices")
@@ -51,8 +53,13 @@ _MAX_MESSAGE_BYTES = 16 << 20
 _MAX_DEVINFO_BYTES = 1 << 20
 
 
-class DeviceError(Exception):
-    """Devices for an attachment could not be found; the message says which and why."""
+class DeviceError(TryAgain):
+    """The kubelet could not say which devices the pod has, or allocated too few; the
+    message says which resource and why (code 11: the kubelet may answer later)."""
+
+
+class DeviceInfoError(IOFailure):
+    """A device-info file could not be written or removed (code 5)."""
 
 
 # --- NAD annotation ---------------------------------------------------------------
@@ -109,29 +116,15 @@ def assign_device_ids(requests: list[str | None],
 # --- kubelet PodResources API ------------------------------------------------------
 
 
-def pod_device_ids(socket_path: str, namespace: str, pod: str, resource_name: str,
-                   timeout: float) -> list[str]:
-    """The device IDs of `resource_name` the kubelet allocated to the pod.
-
-    Order: container order, then the kubelet's order within a container; an ID
-    seen twice is kept once. Raises DeviceError (naming socket, pod and
-    resource) when the kubelet cannot be asked or answers badly, or when no
-    device of the resource is allocated to the pod.
-    """
-    ids = pod_devices(socket_path, namespace, pod, [resource_name], timeout)[resource_name]
-    if not ids:
-        raise DeviceError(f"resource {resource_name} is not allocated to pod {namespace}/{pod} "
-                          f"(kubelet pod-resources socket {socket_path})")
-    return ids
-
-
 def pod_devices(socket_path: str, namespace: str, pod: str, resource_names: Iterable[str],
                 timeout: float) -> dict[str, list[str]]:
     """For each of `resource_names`, the pod's device IDs of it ([] when none), in one request.
 
-    Same order and errors as `pod_device_ids`, except that a resource with no
-    device is an empty list, not an error (assign_device_ids reports shortages).
-    `timeout` (seconds) bounds the whole exchange, fallback included.
+    Order: container order, then the kubelet's order within a container; an ID seen
+    twice is kept once. A resource with no device is an empty list, not an error
+    (assign_device_ids reports shortages). `timeout` (seconds) bounds the whole
+    exchange, fallback included. Raises DeviceError (naming socket, pod and
+    resources) when the kubelet cannot be asked or answers badly.
     """
     wanted = list(dict.fromkeys(resource_names))
     label = (f"kubelet pod-resources socket {socket_path}, pod {namespace}/{pod}, "
@@ -229,7 +222,7 @@ def _component(value: str, what: str) -> str:
     """`value` made safe as part of one file name: "/" -> "-" (as the spec says for
     resource names); empty or NUL-bearing values refused."""
     if not value or "\0" in value:
-        raise DeviceError(f"invalid {what} {value!r} for a device-info file name")
+        raise ConfigError(f"invalid {what} {value!r} for a device-info file name")
     return value.replace("/", "-")
 
 
@@ -245,7 +238,7 @@ def cni_device_info_path(container_id: str, ifname: str, base_dir: str = DEVINFO
     `CNIDeviceInfoFile` capability for its plugins, and what DEL removes."""
     for value, what in ((container_id, "container ID"), (ifname, "interface name")):
         if value in (".", "..") or "/" in value:
-            raise DeviceError(f"invalid {what} {value!r} for a device-info file name")
+            raise ConfigError(f"invalid {what} {value!r} for a device-info file name")
     name = f"{_component(container_id, 'container ID')}_{_component(ifname, 'interface name')}"
     return os.path.join(base_dir, "cni", name)
 
@@ -323,41 +316,18 @@ def save_device_info(container_id: str, ifname: str, info: dict,
     """Write `info` as the attachment's CNI device-info file (creating `cni/`) and
     return its path. Atomic: plugins never see half a file.
 
-    Raises DeviceError when `info` is not device information or the file cannot
-    be written.
+    Raises ConfigError when `info` is not device information, DeviceInfoError (5)
+    when the file cannot be written.
     """
     problem = _invalid(info)
     if problem:
-        raise DeviceError(f"not device information: {problem}")
+        raise ConfigError(f"not device information: {problem}")
     path = cni_device_info_path(container_id, ifname, base_dir)
-    directory = os.path.dirname(path)
-    data = json.dumps(info, separators=(",", ":")).encode()
     try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-        # Our own temp name (tempfile costs an import on the exec'd path); the
-        # container lock makes pid + name unique, a crash's leftover is replaced.
-        tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)  # whatever the umask
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        atomicfile.replace(path, json.dumps(info, separators=(",", ":")).encode(), 0o644)
     except OSError as e:
-        raise DeviceError(f"cannot write device-info file {path}: {e.strerror or e}") from None
+        raise DeviceInfoError(f"cannot write device-info file {path}: {e.strerror or e}") from None
     return path
 
 
@@ -368,7 +338,7 @@ def copy_device_info(resource_name: str, device_id: str, container_id: str, ifna
     information, or None when the device plugin left none (or an invalid one):
     then the CNI plugin may write the file itself.
 
-    Raises DeviceError when the copy cannot be written.
+    Raises DeviceInfoError (5) when the copy cannot be written.
     """
     info = _load(dp_device_info_path(resource_name, device_id, base_dir))
     if info is not None:
@@ -379,7 +349,7 @@ def copy_device_info(resource_name: str, device_id: str, container_id: str, ifna
 def remove_device_info(container_id: str, ifname: str, base_dir: str = DEVINFO_DIR) -> None:
     """On DEL: delete the attachment's CNI device-info file (§4.2.1); absent is fine.
 
-    Raises DeviceError when it exists but cannot be removed.
+    Raises DeviceInfoError (5) when it exists but cannot be removed.
     """
     path = cni_device_info_path(container_id, ifname, base_dir)
     try:
@@ -387,4 +357,4 @@ def remove_device_info(container_id: str, ifname: str, base_dir: str = DEVINFO_D
     except FileNotFoundError:
         pass
     except OSError as e:
-        raise DeviceError(f"cannot remove device-info file {path}: {e.strerror}") from None
+        raise DeviceInfoError(f"cannot remove device-info file {path}: {e.strerror}") from None

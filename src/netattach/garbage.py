@@ -6,7 +6,7 @@ The runtime sends GC with netattach's own configuration plus
 netattach's container IDs with the runtime's CNI_IFNAME (eth0).
 
 1. Every saved state (`<cniDir>/<id>.json`) whose (containerID, ifname) is not
-   valid is stale and is DEL-ed exactly as a runtime DEL would (`attach.cmd_del`,
+   valid is stale and is DEL-ed exactly as a runtime DEL would (`delete.cmd_del`,
    with the netns, ifname and CNI_ARGS the ADD saved), under the container's lock.
 2. GC is forwarded to every distinct 1.1.0+ delegate: the cluster default
    network as configured now plus every delegate in the states left. The
@@ -19,22 +19,32 @@ netattach's container IDs with the runtime's CNI_IFNAME (eth0).
    When a valid container has no readable state, its children's pairs are
    unknown, so no child is asked to GC at all (an error says why).
 
+A state file that is damaged goes through DEL's own recovery (`delete`): when its
+container is not valid any more it is DEL-ed exactly like a runtime DEL of it
+(set aside as `.corrupt`, whole attachments salvaged, the rest rebuilt from the API
+server when it answers), with the netns, ifname and CNI_ARGS read before the damage;
+when it is still valid, its children's pairs are unknown and no delegate gets GC.
+Tombstones older than state.TOMBSTONE_SECONDS are pruned (StateStore.prune_tombstones).
+
 Failures do not stop the collection; they are reported together in one CniError.
+GC makes no API request, except where DEL's recovery of a damaged state asks.
 """
 from __future__ import annotations
 
 import json
 import logging
+from typing import TYPE_CHECKING, Any
 
-from . import attach
-from .cni import chain
-from .cni.errors import (CniError, INCOMPATIBLE_VERSION, INVALID_CONFIG, IO_FAILURE,
-                         UNKNOWN_CONTAINER)
+from . import delete
+from .cni import chain, version
+from .cni.errors import CniError, ConfigError, UnknownContainer, VersionError
 from .cni.request import CniRequest
-from .cni.result import version_at_least
-from .delegates import DelegateError
 from .netconf import NetConf
-from .state import StateError, StateStore
+from .networks import resolve_cluster_network
+from .state import CorruptState, SavedState, StateError, StateStore, salvage
+
+if TYPE_CHECKING:
+    from .orchestrator import Orchestrator
 
 log = logging.getLogger("netattach.gc")
 
@@ -45,158 +55,182 @@ def valid_attachments(config: dict) -> set[Pair]:
     """The (containerID, ifname) pairs of `cni.dev/valid-attachments` in a GC stdin object
     (`cni.dev/attachments` when only the older key is given).
 
-    A missing key or a malformed list raises CniError INVALID_CONFIG (7): read as
-    "nothing is valid" it would DEL every container on the node.
+    A missing key or a malformed list raises ConfigError (7): read as "nothing is
+    valid" it would DEL every container on the node.
     """
     for key in (chain.GC_ATTACHMENTS_KEY, chain.GC_ATTACHMENTS_KEY_COMPAT):
         if key in config:
             entries = config[key]
             break
     else:
-        raise CniError(INVALID_CONFIG, f"GC without {chain.GC_ATTACHMENTS_KEY!r}: refusing to "
-                       "treat every attachment on the node as stale")
+        raise ConfigError(f"GC without {chain.GC_ATTACHMENTS_KEY!r}: refusing to treat every "
+                          "attachment on the node as stale")
     if not isinstance(entries, list):
-        raise CniError(INVALID_CONFIG, f"GC: {key!r} must be a list, not {type(entries).__name__}")
+        raise ConfigError(f"GC: {key!r} must be a list, not {type(entries).__name__}")
     pairs: set[Pair] = set()
     for i, entry in enumerate(entries):
         if not (isinstance(entry, dict) and isinstance(entry.get("containerID"), str)
                 and isinstance(entry.get("ifname"), str)):
-            raise CniError(INVALID_CONFIG, f"GC: {key}[{i}] must be an object with string "
-                           f"'containerID' and 'ifname', got {entry!r}")
+            raise ConfigError(f"GC: {key}[{i}] must be an object with string 'containerID' "
+                              f"and 'ifname', got {entry!r}")
         pairs.add((entry["containerID"], entry["ifname"]))
     return pairs
 
 
-def del_request(state: dict, cni_path: tuple[str, ...]) -> CniRequest:
+def del_request(state: SavedState, cni_path: tuple[str, ...]) -> CniRequest:
     """The DEL request a runtime would send for a saved state: its container ID, netns,
     ifname and CNI_ARGS as the ADD saved them; `cni_path` is the GC's CNI_PATH (the ADD's
     is not saved)."""
-    return CniRequest(
-        command="DEL", container_id=state["containerID"], netns=state.get("netns") or "",
-        ifname=state["ifname"], args=tuple((k, v) for k, v in state.get("cniArgs", ())),
-        path=cni_path, stdin=b"", config=None)
+    return CniRequest(command="DEL", container_id=state.container_id, netns=state.netns,
+                      ifname=state.ifname, args=state.cni_args, path=cni_path, stdin=b"",
+                      config=None)
 
 
-def _load_locked(store: StateStore, container_id: str) -> dict | None:
+def _damaged_request(container_id: str, header: dict[str, Any],
+                     cni_path: tuple[str, ...]) -> CniRequest:
+    """The DEL request for a damaged state: what was readable of its netns, ifname and
+    CNI_ARGS (eth0, no netns, no args when not)."""
+    netns = header.get("netns")
+    ifname = header.get("ifname")
+    args = header.get("cniArgs")
+    pairs = tuple((str(kv[0]), str(kv[1])) for kv in args
+                  if isinstance(kv, list) and len(kv) == 2) if isinstance(args, list) else ()
+    return CniRequest(command="DEL", container_id=container_id,
+                      netns=netns if isinstance(netns, str) else "",
+                      ifname=ifname if isinstance(ifname, str) and ifname else "eth0",
+                      args=pairs, path=cni_path, stdin=b"", config=None)
+
+
+def _load_locked(store: StateStore, container_id: str) -> SavedState | None:
     """The saved state, read under the container's lock so that an ADD or DEL running
-    now is finished first. Raises StateError (also for a state without the keys DEL needs:
-    StateStore.load checks them)."""
+    now is finished first. Raises StateError (CorruptState for a damaged file)."""
     with store.lock(container_id):
-        try:
-            state = store.load(container_id)
-        except OSError as e:  # e.g. `<id>.json` is a directory
-            raise StateError(f"cannot read the state of container {container_id}: "
-                             f"{e.strerror or e}") from None
-    return state
+        return store.load(container_id)
 
 
-def cmd_gc(req: CniRequest, conf: NetConf) -> None:
+def cmd_gc(orch: "Orchestrator", req: CniRequest, conf: NetConf) -> None:
     """GC (CNI SPEC.md "GC", 1.1.0): DEL stale containers, then GC every 1.1.0+ delegate.
 
-    Needs netattach's cniVersion >= 1.1.0, else CniError INCOMPATIBLE_VERSION (1).
-    Makes no API request. Raises one CniError listing every failure (code of the
-    first one); everything that could be collected was collected.
+    Needs netattach's cniVersion >= 1.1.0, else VersionError (1). Raises one CniError
+    listing every failure (the kind and code of the first one); everything that could
+    be collected was collected.
     """
-    if not version_at_least(conf.cni_version, "1.1.0"):
-        raise CniError(INCOMPATIBLE_VERSION, f"GC needs cniVersion 1.1.0 or later, the "
-                       f"configuration says {conf.cni_version}")
+    if not version.at_least(conf.cni_version, "1.1.0"):
+        raise VersionError(f"GC needs cniVersion 1.1.0 or later, the configuration says "
+                           f"{conf.cni_version}")
     valid = valid_attachments(req.config or {})
-    store = StateStore(conf.cni_dir)
+    valid_ids = {c for c, _ in valid}
+    store = orch.store(conf)
     errors: list[CniError] = []
     try:
         ids = store.container_ids()
     except StateError as e:
-        raise CniError(IO_FAILURE, f"GC: {e}") from None
+        raise e.within("GC") from None
 
-    kept: dict[str, dict] = {}  # container ID -> state still saved after step 1
+    kept: dict[str, SavedState] = {}  # container ID -> state still saved after step 1
     for cid in ids:
         try:
             state = _load_locked(store, cid)
+        except CorruptState as e:
+            if cid in valid_ids:
+                errors.append(e.within(f"container {cid}"))
+                continue
+            log.info("GC: container %s is not valid any more and its state is damaged: DEL "
+                     "recovers what it can", cid)
+            _gc_del(orch, _damaged_request(cid, salvage(e.raw, cid).header, req.path), conf,
+                    errors)
+            continue
         except StateError as e:
-            errors.append(CniError(IO_FAILURE, f"container {cid}: {e}"))
+            errors.append(e.within(f"container {cid}"))
             continue
         if state is None:  # DEL-ed since the listing
             continue
-        if (cid, state["ifname"]) in valid:
+        if (cid, state.ifname) in valid:
             kept[cid] = state
             continue
-        log.info("GC: container %s (%s) is not valid any more: DEL", cid, state["ifname"])
-        try:
-            attach.cmd_del(del_request(state, req.path), conf)
-        except CniError as e:
-            errors.append(CniError(e.code, f"DEL of stale container {cid}: {e.msg}", e.details))
+        log.info("GC: container %s (%s) is not valid any more: DEL", cid, state.ifname)
+        if not _gc_del(orch, del_request(state, req.path), conf, errors):
             kept[cid] = state  # its delegates still get the GC below
+    store.prune_tombstones()
 
-    unknown = sorted(p for p in valid if p[0] not in kept or kept[p[0]]["ifname"] != p[1])
+    unknown = sorted(p for p in valid if p[0] not in kept or kept[p[0]].ifname != p[1])
     if unknown:
-        errors.append(CniError(UNKNOWN_CONTAINER, "GC not forwarded to any delegate: valid "
-                               f"attachment(s) without saved state on this node: "
-                               f"{', '.join(f'{c}/{i}' for c, i in unknown)}",
-                               "their delegates' interfaces are unknown, so a delegate's GC "
-                               "could free resources still in use"))
+        errors.append(UnknownContainer(
+            "GC not forwarded to any delegate: valid attachment(s) without saved state on "
+            f"this node: {', '.join(f'{c}/{i}' for c, i in unknown)}",
+            "their delegates' interfaces are unknown, so a delegate's GC could free resources "
+            "still in use"))
     else:
-        errors += _forward(req, conf, kept, valid)
+        errors += _forward(orch, req, conf, kept, valid)
 
     if len(errors) == 1:
-        e = errors[0]
-        raise CniError(e.code, f"GC: {e.msg}", e.details)
+        raise errors[0].within("GC")
     if errors:
-        raise CniError(errors[0].code, f"GC: {len(errors)} failures: "
-                       + "; ".join(e.msg for e in errors),
-                       "; ".join(e.details for e in errors if e.details))
+        raise errors[0].reworded(f"GC: {len(errors)} failures: " + "; ".join(e.msg for e in errors),
+                                 "; ".join(e.details for e in errors if e.details))
 
 
-def child_attachments(states: dict[str, dict], valid: set[Pair]) -> list[dict]:
+def _gc_del(orch: "Orchestrator", request: CniRequest, conf: NetConf,
+            errors: list[CniError]) -> bool:
+    """DEL one stale container as a runtime would; a failure goes into `errors`.
+    Returns whether the DEL succeeded."""
+    try:
+        delete.cmd_del(orch, request, conf)
+        return True
+    except CniError as e:
+        errors.append(e.within(f"DEL of stale container {request.container_id}"))
+        return False
+
+
+def child_attachments(states: dict[str, SavedState], valid: set[Pair]) -> list[dict[str, str]]:
     """[{"containerID", "ifname"}] of every attachment of every state whose runtime pair is
     valid, in container then attachment order."""
     out, seen = [], set()
     for cid, state in states.items():
-        if (cid, state["ifname"]) not in valid:
+        if (cid, state.ifname) not in valid:
             continue
-        for att in state["attachments"]:
-            pair = (cid, att.get("ifname"))
-            if isinstance(pair[1], str) and pair not in seen:
+        for att in state.attachments:
+            pair = (cid, att.ifname)
+            if pair not in seen:
                 seen.add(pair)
-                out.append({"containerID": cid, "ifname": pair[1]})
+                out.append({"containerID": cid, "ifname": att.ifname})
     return out
 
 
-def _delegates(conf: NetConf, states: dict[str, dict]) -> tuple[list[chain.NetworkConfig],
-                                                                   list[CniError]]:
+def _delegates(conf: NetConf, states: dict[str, SavedState]
+               ) -> tuple[list[chain.NetworkConfig], list[CniError]]:
     """Distinct delegate configs (by content): the cluster default network as configured
     now, then those of the saved states in order."""
     found: dict[str, chain.NetworkConfig] = {}
     errors: list[CniError] = []
     try:
-        _, default = attach.resolve_cluster_network(conf, None)
+        _, default = resolve_cluster_network(conf, None)
         found[json.dumps(default.raw, sort_keys=True)] = default
-    except (DelegateError, CniError) as e:
+    except CniError as e:
         # e.g. clusterNetwork names a NAD (needs the API): every live container's state
         # holds the config it was attached with, so GC still reaches that delegate.
         log.warning("GC: cluster default network %s not resolved without the API (%s); "
                     "using the configs saved with each container", conf.cluster_network, e)
     for cid, state in states.items():
-        for att in state["attachments"]:
-            key = json.dumps(att.get("config"), sort_keys=True)
+        for att in state.attachments:
+            key = json.dumps(att.config, sort_keys=True)
             if key in found:
                 continue
             try:
-                found[key] = attach.saved_config(att)
+                found[key] = chain.NetworkConfig.from_dict(att.config, att.source)
             except CniError as e:
-                errors.append(CniError(e.code, f"container {cid}: network {att.get('network')}: "
-                                       f"saved config: {e.msg}", e.details))
+                errors.append(e.within(f"container {cid}: network {att.network}: saved config"))
     return list(found.values()), errors
 
 
-def _forward(req: CniRequest, conf: NetConf, states: dict[str, dict],
+def _forward(orch: "Orchestrator", req: CniRequest, conf: NetConf, states: dict[str, SavedState],
              valid: set[Pair]) -> list[CniError]:
     """GC every distinct 1.1.0+ delegate (not disableGC) with the children's valid pairs."""
     nets, errors = _delegates(conf, states)
     attachments = child_attachments(states, valid)
-    rt = chain.RuntimeConf(container_id="", netns="", ifname="", cni_path=req.path,
-                           bin_dirs=(conf.bin_dir,), timeout=conf.delegate_timeout)
+    rt = orch.bare_runtime_conf(req, conf)
     for net in nets:
-        if not version_at_least(net.cni_version, "1.1.0") or net.disable_gc:
+        if not version.at_least(net.cni_version, "1.1.0") or net.disable_gc:
             log.debug("GC: skipping %s (cniVersion %s%s)", net.source, net.cni_version,
                       ", disableGC" if net.disable_gc else "")
             continue
@@ -205,6 +239,5 @@ def _forward(req: CniRequest, conf: NetConf, states: dict[str, dict],
             log.info("GC: forwarded to %s with %d valid attachment(s)", net.source,
                      len(attachments))
         except CniError as e:
-            errors.append(CniError(e.code, f"network {net.name} ({net.source}): {e.msg}",
-                                   e.details))
+            errors.append(e.within(f"network {net.name} ({net.source})"))
     return errors

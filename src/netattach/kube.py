@@ -24,8 +24,8 @@ deadline, and none is sent once it is spent. A per-read timeout alone would not
 bound a request: an answer that trickles in a byte at a time never lets a read time
 out, so the request runs in a worker thread that is abandoned at the deadline
 (it is a daemon; the process exits after the operation without waiting for it).
-Every call is counted in `Kube.requests` (reported by `make bench`). The bearer
-token is never logged.
+Every request is counted in `requests_made()` (the timing log line `make bench`
+reads). The bearer token is never logged.
 """
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ import logging
 import threading
 import time
 from typing import Any
+
+from .cni.errors import TryAgain
 
 log = logging.getLogger("netattach.kube")
 
@@ -49,8 +51,8 @@ def requests_made() -> int:
     return _requests_made
 
 
-class KubeError(Exception):
-    """An API request failed.
+class KubeError(TryAgain):
+    """The API server could not be asked, or refused (code 11: a later try may succeed).
 
     `status` is the HTTP status (0 when the server could not be reached or the
     request timed out); the message says what to fix.
@@ -105,7 +107,6 @@ class Kube:
         self.timeout = timeout
         self.setting = setting
         self.spent = 0.0
-        self.requests = 0
         self._http: Any = None
         self._errors: Any = None
         self._namespace = "default"
@@ -178,7 +179,6 @@ class Kube:
             raise KubeError(f"API server {http.base_url} too slow: {method} {path} not sent, "
                             f"the earlier requests used up the time ({self._limit()})")
         global _requests_made
-        self.requests += 1
         _requests_made += 1
         start = time.monotonic()
         timed_out, unreachable = self._errors

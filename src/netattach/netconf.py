@@ -21,11 +21,38 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cni.errors import CniError, INVALID_CONFIG
+from .cni import version
+from .cni.errors import ConfigError, VersionError
 from .devices import DEVINFO_DIR, KUBELET_SOCKET
+from .logsetup import LOG_LEVELS
+from .names import network_name_problem
 from .selection import SelectionError, parse_network_selection
 
 DEFAULT_CONF_DIR = "/etc/cni/net.d"
+MULTUS_CONF_DIR = "/etc/cni/multus/net.d"
+"""Multus' default `confDir`: searched after DEFAULT_CONF_DIR when `confDir` is not set,
+so that on-disk configs of NADs without spec.config are found after a switch."""
+DEFAULT_GLOBAL_NAMESPACES = ("default",)
+"""Multus' default `globalNamespaces`: with namespaceIsolation on, every pod may use the
+NetworkAttachmentDefinitions in `default` unless `globalNamespaces` says otherwise."""
+MULTUS_ONLY_KEYS: dict[str, str] = {
+    "delegates": "netattach takes the cluster default network from clusterNetwork only",
+    "daemonSocketDir": "thick mode (a node daemon) is not available yet",
+    "socketDir": "thick mode (a node daemon) is not available yet",
+    "cniConfigDir": "thick mode's daemon key; netattach install writes the conflist",
+    "multusConfigFile": "thick mode's daemon key; netattach install writes the conflist",
+    "multusAutoconfigDir": "thick mode's daemon key; netattach install writes the conflist",
+    "multusMasterCNI": "thick mode's daemon key; netattach install finds the primary config",
+    "forceCNIVersion": "thick mode's daemon key; netattach serves the conflist's cniVersion",
+    "overrideNetworkName": "thick mode's daemon key",
+    "chrootDir": "thick mode's daemon key",
+    "metricsPort": "thick mode's daemon key",
+    "enablePprof": "thick mode's daemon key",
+    "perNodeCertificate": "thick mode's daemon key; netattach install writes the kubeconfig",
+    "connectionLimit": "thick mode's daemon key",
+}
+"""Multus configuration keys that netattach reads but does not honour -> why; each
+invocation that finds one logs one WARNING naming them (`NetConf.unhonoured`)."""
 DEFAULT_CNI_DIR = "/var/lib/cni/netattach"
 DEFAULT_BIN_DIR = "/opt/cni/bin"
 DEFAULT_NAMESPACE = "kube-system"
@@ -47,7 +74,7 @@ SCHEMA: dict[str, Any] = {
     "properties": {
         "name": _STR,
         "type": {"type": "string", "minLength": 1},
-        "cniVersion": {"type": "string", "pattern": r"^\d+\.\d+\.\d+$"},
+        "cniVersion": {"type": "string"},
         "kubeconfig": _PATH,
         "clusterNetwork": _PATH,
         "defaultNetworks": {"type": "array", "items": {"type": "string", "minLength": 1}},
@@ -55,7 +82,16 @@ SCHEMA: dict[str, Any] = {
         "cniDir": _PATH,
         "binDir": _PATH,
         "logFile": _PATH,
-        "logLevel": {"enum": ["panic", "error", "warning", "info", "debug", "verbose"]},
+        "logLevel": {"enum": list(LOG_LEVELS)},
+        # Multus' logOptions (lumberjack): rotation of logFile.
+        "logOptions": {"type": "object", "properties": {
+            "maxAge": {"type": "integer", "minimum": 0},
+            "maxSize": {"type": "integer", "minimum": 0},
+            "maxBackups": {"type": "integer", "minimum": 0},
+            "compress": {"type": "boolean"},
+        }},
+        "auxiliaryCNIChainName": {"type": "string"},
+        "retryDeleteOnError": {"type": "boolean"},
         "logToStderr": {"type": "boolean"},
         "multusNamespace": {"type": "string", "pattern": _DNS1123_LABEL, "maxLength": 63},
         "systemNamespaces": _STR_LIST,
@@ -77,23 +113,31 @@ SCHEMA: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class NetConf:
-    """The validated configuration, defaults applied. Times in seconds."""
+    """The validated configuration, defaults applied. Times in seconds.
+
+    conf_dirs: where on-disk delegate configs are searched, in order (`confDir`, or
+    DEFAULT_CONF_DIR then MULTUS_CONF_DIR when it is not set). log_options: Multus'
+    `logOptions` (maxSize MB, maxAge days, maxBackups, compress). auxiliary_chain:
+    `auxiliaryCNIChainName` or None. unhonoured: Multus keys present in the config
+    that netattach does not honour -> why (MULTUS_ONLY_KEYS).
+    """
     raw: dict[str, Any]
     name: str
     cni_version: str
     cluster_network: str
     default_networks: tuple[str, ...] = ()
     kubeconfig: str | None = None
-    conf_dir: str = DEFAULT_CONF_DIR
+    conf_dirs: tuple[str, ...] = (DEFAULT_CONF_DIR, MULTUS_CONF_DIR)
     cni_dir: str = DEFAULT_CNI_DIR
     bin_dir: str = DEFAULT_BIN_DIR
     log_file: str | None = None
     log_level: str = "info"
     log_to_stderr: bool = True
+    log_options: dict[str, Any] = field(default_factory=dict)
     multus_namespace: str = DEFAULT_NAMESPACE
     system_namespaces: tuple[str, ...] = (DEFAULT_NAMESPACE,)
     namespace_isolation: bool = False
-    global_namespaces: tuple[str, ...] = ()
+    global_namespaces: tuple[str, ...] = DEFAULT_GLOBAL_NAMESPACES
     readiness_indicator_file: str | None = None
     runtime_config: dict[str, Any] = field(default_factory=dict)
     api_timeout: float = 5.0
@@ -101,16 +145,27 @@ class NetConf:
     readiness_timeout: float = 30.0
     pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
     device_info_dir: str = DEFAULT_DEVICE_INFO_DIR
+    auxiliary_chain: str | None = None
+    unhonoured: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def conf_dir(self) -> str:
+        """The first of conf_dirs: where a `clusterNetwork` name is looked up first."""
+        return self.conf_dirs[0]
 
 
-def _validator():
+def _validator() -> Any:
     # jsonschema costs ~0.1 s to import; only ADD/DEL/CHECK/STATUS/GC reach here.
     from jsonschema import Draft202012Validator
     return Draft202012Validator(SCHEMA)
 
 
+def _invalid(key: str, reason: str, details: str = "") -> ConfigError:
+    return ConfigError(f"invalid netattach configuration: key {key!r}: {reason}", details)
+
+
 def _check_default_networks(refs: list[str]) -> None:
-    """Raise CniError 7 unless `defaultNetworks` reads, joined, as the pod annotation's
+    """Raise ConfigError (7) unless `defaultNetworks` reads, joined, as the pod annotation's
     comma format (what ADD does with it): one [namespace/]name[@interface] per entry,
     DNS-1123 names (§3.3), no interface twice. Checked before anything uses a name."""
     try:
@@ -122,43 +177,72 @@ def _check_default_networks(refs: list[str]) -> None:
     if reason:
         key = "defaultNetworks" if index is None or index >= len(refs) else f"defaultNetworks.{index}"
         value = "" if key == "defaultNetworks" else f"{refs[index]!r}: "
-        raise CniError(INVALID_CONFIG, f"invalid netattach configuration: key {key!r}: {value}{reason}")
+        raise _invalid(key, f"{value}{reason}")
+
+
+def _unhonoured(config: dict[str, Any]) -> dict[str, str]:
+    out = {k: why for k, why in MULTUS_ONLY_KEYS.items() if k in config}
+    if config.get("retryDeleteOnError") is False:
+        out["retryDeleteOnError"] = ("netattach always goes on past a failed delegate DEL "
+                                     "(multi-net spec §7.2), as with true")
+    return out
 
 
 def parse_netconf(config: dict[str, Any]) -> NetConf:
     """Validate the stdin config and apply defaults.
 
     config: the decoded stdin JSON object.
-    Returns NetConf. Raises CniError code 7 (INVALID_CONFIG) naming the first bad
-    key and why (CNI SPEC.md "Error codes": 7 = invalid network config).
+    Returns NetConf. Raises VersionError (1) when `cniVersion` is not one netattach
+    supports (cni.version.SUPPORTED_VERSIONS; as libcni's skel does, before anything
+    runs), ConfigError (7) naming the first bad key and why (CNI SPEC.md "Error
+    codes": 7 = invalid network config).
     """
     errors = sorted(_validator().iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
         where = ".".join(str(p) for p in e.absolute_path) or "(top level)"
-        raise CniError(INVALID_CONFIG, f"invalid netattach configuration: key {where!r}: {e.message}",
-                       f"{len(errors)} problem(s) in the configuration on stdin")
+        raise _invalid(where, e.message, f"{len(errors)} problem(s) in the configuration on stdin")
+    cni_version = config.get("cniVersion", version.DEFAULT_VERSION)
+    try:
+        version.parse(cni_version)
+    except VersionError:
+        raise _invalid("cniVersion", f"{cni_version!r} is not a CNI version (MAJOR.MINOR.PATCH)") \
+            from None
+    try:
+        version.check_supported(cni_version, "netattach cniVersion")
+    except VersionError as e:
+        raise e.within("invalid netattach configuration") from None
     _check_default_networks(config.get("defaultNetworks", []))
-    g = config.get("globalNamespaces", ())
-    if isinstance(g, str):
-        g = [s.strip() for s in g.split(",")]
+    aux = config.get("auxiliaryCNIChainName") or None
+    if aux is not None and network_name_problem(aux):
+        raise _invalid("auxiliaryCNIChainName", f"{aux!r}: {network_name_problem(aux)} (it names "
+                       "a subdirectory of the cluster default network's config dir)")
+    g = config.get("globalNamespaces")
+    if g is None:
+        global_namespaces = DEFAULT_GLOBAL_NAMESPACES
+    else:
+        items = g.split(",") if isinstance(g, str) else g
+        global_namespaces = tuple(n for n in (s.strip() for s in items) if n)
+    conf_dirs = ((config["confDir"],) if "confDir" in config
+                 else (DEFAULT_CONF_DIR, MULTUS_CONF_DIR))
     return NetConf(
         raw=config,
         name=config.get("name", "netattach"),
-        cni_version=config.get("cniVersion", "0.1.0"),
+        cni_version=cni_version,
         cluster_network=config["clusterNetwork"],
         default_networks=tuple(config.get("defaultNetworks", ())),
         kubeconfig=config.get("kubeconfig"),
-        conf_dir=config.get("confDir", DEFAULT_CONF_DIR),
+        conf_dirs=conf_dirs,
         cni_dir=config.get("cniDir", DEFAULT_CNI_DIR),
         bin_dir=config.get("binDir", DEFAULT_BIN_DIR),
         log_file=config.get("logFile"),
         log_level=config.get("logLevel", "info"),
         log_to_stderr=config.get("logToStderr", True),
+        log_options=dict(config.get("logOptions") or {}),
         multus_namespace=config.get("multusNamespace", DEFAULT_NAMESPACE),
         system_namespaces=tuple(config.get("systemNamespaces", (DEFAULT_NAMESPACE,))),
         namespace_isolation=config.get("namespaceIsolation", False),
-        global_namespaces=tuple(s for s in g if s),
+        global_namespaces=global_namespaces,
         readiness_indicator_file=config.get("readinessindicatorfile") or None,
         runtime_config=dict(config.get("runtimeConfig", {})),
         api_timeout=float(config.get("apiTimeout", 5.0)),
@@ -166,4 +250,6 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         readiness_timeout=float(config.get("readinessTimeout", 30.0)),
         pod_resources_socket=config.get("podResourcesSocket", DEFAULT_POD_RESOURCES_SOCKET),
         device_info_dir=config.get("deviceInfoDir", DEFAULT_DEVICE_INFO_DIR),
+        auxiliary_chain=aux,
+        unhonoured=_unhonoured(config),
     )

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .cni.chain import NetworkConfig
+from .cni.errors import ConfigError
 from .selection import NetworkSelectionElement
 
 # network selection element attribute -> (runtimeConfig key == capability name, spec section).
@@ -52,7 +53,6 @@ RUNTIME_KEYS: tuple[tuple[str, str, str | None], ...] = (
 #   follow; this one is the annotation key in the camelCase of the other runtimeConfig
 #   keys (portMappings, infinibandGUID, deviceID).
 IPAM_CLAIM_ARGS_KEY = "ipam-claim-reference"
-IPAM_CLAIM_CAPABILITY = "ipamClaimReference"
 
 # The reference bandwidth plugin's limits (containernetworking/plugins v1.9.1,
 # plugins/meta/bandwidth), used by default_burst().
@@ -62,7 +62,7 @@ BURST_RATE_WINDOW_DIVISOR = 10                  # rate / 10 = 100 ms of traffic 
 BURST_MAX_SECONDS = 200                         # stay clear of the 2**32 x 64 ns = 274.9 s overflow
 
 
-class PlanError(Exception):
+class PlanError(ConfigError):
     """The request cannot be planned; the message names the network and the cause."""
 
 
@@ -74,6 +74,9 @@ class Attachment:
     "ns/nad" for the cluster default network).
     capability_args: runtimeConfig values by capability name; the chain engine
     passes each only to plugins that declare that capability.
+    auxiliary: Multus' auxiliary CNI chain (`auxiliaryCNIChainName`): plugins that
+    work on the pod's existing interfaces; its chain starts from an empty prevResult
+    and it has no network-status entry.
     """
     network: str
     ifname: str
@@ -81,6 +84,7 @@ class Attachment:
     config: NetworkConfig
     capability_args: dict[str, Any] = field(default_factory=dict)
     element: NetworkSelectionElement | None = None
+    auxiliary: bool = False
 
     @property
     def default_route(self) -> tuple[str, ...] | None:
@@ -234,6 +238,7 @@ def plan_attachments(
     runtime_ifname: str,
     runtime_config: dict[str, Any],
     secondaries: Sequence[tuple[NetworkSelectionElement, NetworkConfig]],
+    auxiliary: NetworkConfig | None = None,
 ) -> list[Attachment]:
     """Build the attachment plan.
 
@@ -242,11 +247,18 @@ def plan_attachments(
     runtime_config: the runtimeConfig the runtime passed to netattach; only the
       cluster default network gets it (spec §7.5).
     secondaries: defaultNetworks entries then the pod's selection, in order.
+    auxiliary: Multus' auxiliary CNI chain, run last; its CNI_IFNAME is the name an
+      unnamed element after the secondaries would get (`net<N+1>`), as Multus names it.
     Raises PlanError for a duplicate interface name or a missing capability.
     """
     name, config = default_network
     plan = [Attachment(name, runtime_ifname, True, config, dict(runtime_config))]
-    ifnames = interface_names(runtime_ifname, [e for e, _ in secondaries])
+    elements = [e for e, _ in secondaries]
+    if auxiliary is not None:
+        placeholder = NetworkSelectionElement(name=auxiliary.name, namespace="",
+                                              index=len(elements))
+        aux_ifname = interface_names(runtime_ifname, elements + [placeholder])[-1]
+    ifnames = interface_names(runtime_ifname, elements)
     for (element, config), ifname in zip(secondaries, ifnames):
         cni_args = dict(element.cni_args or {})
         if element.ipam_claim_reference:
@@ -256,4 +268,6 @@ def plan_attachments(
             config = with_cni_args(config, cni_args)
         plan.append(Attachment(element.ref, ifname, False, config,
                                runtime_args_for(element, config), element))
+    if auxiliary is not None:
+        plan.append(Attachment(auxiliary.name, aux_ifname, False, auxiliary, auxiliary=True))
     return plan

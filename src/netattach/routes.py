@@ -72,6 +72,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
+from .cni.errors import ConfigError
+from .cni.version import is_legacy_result
+
 __all__ = [
     "RouteError",
     "RouteTarget",
@@ -88,7 +91,7 @@ _AF = {4: socket.AF_INET, 6: socket.AF_INET6}
 _V4_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
 
 
-class RouteError(ValueError):
+class RouteError(ConfigError, ValueError):
     """A default-route request that cannot be honoured, or a netlink failure.
 
     The message names the network (or netns) and the cause.
@@ -214,20 +217,6 @@ def plan_default_routes(
                             v6=per_family[6][0] if per_family[6] else None)
 
 
-def _is_legacy(result: dict) -> bool:
-    """True for a result of CNI < 0.3.0 (``ip4``/``ip6`` blocks instead of ``ips``)."""
-    version = result.get("cniVersion")
-    if isinstance(version, str) and version:
-        parts = version.split(".")
-        try:
-            nums = tuple(int(p) for p in parts) + (0, 0)
-        except ValueError:
-            nums = None
-        if nums is not None:
-            return nums[:3] < (0, 3, 0)
-    return "ips" not in result and ("ip4" in result or "ip6" in result)
-
-
 def _default_family(route: Any) -> int | None:
     """4 or 6 when `route` is a main-table default route of a CNI result, else None."""
     if not isinstance(route, dict):
@@ -282,7 +271,7 @@ def with_default_routes(result: dict | None, gateways: Sequence[str] = (),
     if not isinstance(result, dict):
         raise RouteError(f"network {network}: CNI result is not an object: {result!r}")
     out = copy.deepcopy(result)
-    if _is_legacy(result):
+    if is_legacy_result(result):
         for key, family in (("ip4", 4), ("ip6", 6)):
             block = out.get(key)
             if block is None:

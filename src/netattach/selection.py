@@ -76,7 +76,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .cni.errors import ConfigError
 from .jsonutil import json_type, loads_strict
+from .names import ifname_problem, is_dns1123_label, is_dns1123_subdomain
 
 __all__ = [
     "NETWORKS_ANNOTATION",
@@ -85,9 +87,6 @@ __all__ = [
     "NetworkSelectionElement",
     "SelectionError",
     "parse_network_selection",
-    "is_dns1123_label",
-    "is_dns1123_subdomain",
-    "is_valid_ifname",
 ]
 
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
@@ -101,9 +100,6 @@ MAX_ANNOTATION_BYTES = 64 * 1024
 
 _MAX_GO_INT = 2**63 - 1
 
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_LABEL_MAX = 63
-_DNS1123_SUBDOMAIN_MAX = 253
 _HEX_PAIR_SEPARATED = {
     ":": re.compile(r"[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2})*"),
     "-": re.compile(r"[0-9A-Fa-f]{2}(-[0-9A-Fa-f]{2})*"),
@@ -111,10 +107,6 @@ _HEX_PAIR_SEPARATED = {
 _HEX_DOTTED = re.compile(r"[0-9A-Fa-f]{4}(\.[0-9A-Fa-f]{4})*")
 _PREFIX_LEN = re.compile(r"0|[1-9][0-9]{0,2}")  # no leading zeros (Go's ParsePrefix)
 
-# Bytes the kernel's isspace() treats as white space (lib/ctype.c): HT, LF,
-# VT, FF, CR, space, and 0xA0 (Latin-1 no-break space).
-_KERNEL_SPACE_BYTES = frozenset(b"\t\n\v\f\r \xa0")
-_IFNAMSIZ = 16
 
 # Keys of §4.1.2.1 plus the Multus keys we honour.
 _PROTOCOLS = ("TCP", "UDP", "SCTP")
@@ -122,7 +114,7 @@ _PORT_MAPPING_KEYS = frozenset({"hostPort", "containerPort", "protocol", "hostIP
 _BANDWIDTH_KEYS = ("ingressRate", "ingressBurst", "egressRate", "egressBurst")
 
 
-class SelectionError(ValueError):
+class SelectionError(ConfigError, ValueError):
     """The selection annotation is invalid (§4.1).
 
     Attributes:
@@ -201,45 +193,6 @@ class NetworkSelectionElement:
 
 
 # ---------------------------------------------------------------- validators
-
-
-def is_dns1123_label(value: object) -> bool:
-    """True if *value* is a DNS-1123 label of at most 63 characters (§3.3)."""
-    return (
-        isinstance(value, str)
-        and len(value) <= _DNS1123_LABEL_MAX
-        and _DNS1123_LABEL.fullmatch(value) is not None
-    )
-
-
-def is_dns1123_subdomain(value: object) -> bool:
-    """True if *value* is a DNS-1123 subdomain (an object name such as a pod's): dot-separated
-    DNS-1123 labels, at most 253 characters."""
-    return isinstance(value, str) and len(value) <= _DNS1123_SUBDOMAIN_MAX and all(
-        is_dns1123_label(part) for part in value.split(".")
-    )
-
-
-def is_valid_ifname(value: object) -> bool:
-    """True if *value* is a name the Linux kernel accepts for a link (§4.1.2.1.5).
-
-    Mirrors ``dev_valid_name``: 1 to 15 bytes of UTF-8, not ``.`` or ``..``,
-    no ``/``, ``:`` or white space; control characters are refused as well.
-    """
-    if not isinstance(value, str) or value in ("", ".", ".."):
-        return False
-    try:
-        raw = value.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates
-        return False
-    if len(raw) >= _IFNAMSIZ:
-        return False
-    for byte in raw:
-        if byte < 0x20 or byte == 0x7F or byte in _KERNEL_SPACE_BYTES:
-            return False
-        if byte in b"/:":
-            return False
-    return True
 
 
 def _parse_hw_addr(value: str, size: int) -> bytes | None:
@@ -684,10 +637,10 @@ def _check_namespace(namespace: str, index: int) -> None:
 
 
 def _check_ifname(interface: str, index: int, key: str = "interface") -> None:
-    if not is_valid_ifname(interface):
+    problem = ifname_problem(interface)
+    if problem:
         raise SelectionError(
-            "not a valid Linux interface name: 1-15 bytes, not '.' or '..', without "
-            "'/', ':', white space or control characters (§4.1.2.1.5)",
+            f"not a valid Linux interface name: {problem} (§4.1.2.1.5)",
             key=key,
             value=interface,
             index=index,

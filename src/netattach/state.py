@@ -1,11 +1,22 @@
-"""Per-container state files in `cniDir`: what DEL and CHECK need, saved before any child runs.
+"""Per-container state: the typed record that ADD, DEL, CHECK and GC share, and its files.
 
-Layout: `<cniDir>/<containerID>.json` (0600) and, only while an operation runs,
-`<cniDir>/<containerID>.lock` (0600); `cniDir` itself is 0700. A state file found
-damaged by DEL is kept for the admin as `<cniDir>/<containerID>.json.corrupt` (0600).
+`SavedState` / `SavedAttachment` are the one contract between ADD (which saves
+everything DEL needs before any child runs), DEL (which works from it without the
+API server), CHECK and GC, and later the node daemon. They are format-versioned:
+`STATE_FORMAT` is what this release writes, and every format an earlier release
+wrote stays readable (`_READERS`), so an upgrade never strands a pod.
 
-Writes are atomic (temp file + fsync + rename + fsync of the directory), and no
-path here follows a symlink planted in the state dir (O_NOFOLLOW, and the
+Layout in `cniDir` (0700):
+* `<containerID>.json` (0600): the state. Compact JSON, the attachments (each with its
+  delegate's raw config) before the final `format` key, so that a file cut short
+  still holds the attachments before the cut (`salvage`).
+* `<containerID>.lock` (0600): exists only while an operation on the container runs.
+* `<containerID>.json.corrupt` (0600): a damaged state file DEL set aside for the admin.
+* `<containerID>.deleted` (empty, 0600): a tombstone: the last DEL of this container
+  completed (`StateStore.mark_deleted`).
+
+Writes are atomic (atomicfile: temp file + fsync + rename + fsync of the directory),
+and no path here follows a symlink planted in the state dir (O_NOFOLLOW, and the
 directory is checked to be a real directory owned by us).
 
 The lock serializes operations on one container (multi-net spec §7.3; CNI
@@ -20,17 +31,32 @@ import contextlib
 import errno
 import fcntl
 import json
+import logging
 import os
-import re
 import stat
-from typing import Any, Iterator
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator, NamedTuple
+
+from . import atomicfile
+from .cni.errors import IOFailure
+from .names import container_id_problem
 
 STATE_FORMAT = 1
-_CONTAINER_ID = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
+"""The format this release writes. Format 1: the keys of `SavedState.to_dict`."""
+
+TOMBSTONE_SECONDS = 7 * 24 * 3600.0
+"""How long a tombstone is kept after the DEL that wrote it (see `Tombstones`)."""
+
+_TOMBSTONE = ".deleted"
+_PRUNE_STAMP = ".tombstones-pruned"
+_PRUNE_EVERY = 3600.0
+_OLD_TMP = ".json.tmp"  # temp files of releases before atomicfile: <id>.json.tmp<pid>
 
 
-class StateError(Exception):
-    """State could not be read or written; the message names the file and the cause."""
+class StateError(IOFailure):
+    """State could not be read or written; the message names the file and the cause
+    (code 5)."""
 
 
 class CorruptState(StateError):
@@ -42,21 +68,187 @@ class CorruptState(StateError):
         self.raw = raw
 
 
-def _well_formed_attachment(att: object) -> bool:
-    return (isinstance(att, dict) and isinstance(att.get("network"), str)
-            and isinstance(att.get("ifname"), str) and isinstance(att.get("config"), dict))
+@dataclass(frozen=True)
+class PodRef:
+    """The pod a sandbox belongs to, as the runtime named it in CNI_ARGS."""
+    namespace: str
+    name: str
+    uid: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
-def _well_formed(state: dict, container_id: str) -> bool:
-    """True when the state is this container's and has what DEL, CHECK and GC read: the
-    runtime's ifname and, per attachment, network, ifname and config."""
-    atts = state.get("attachments")
-    return (state.get("containerID") == container_id and isinstance(state.get("ifname"), str)
-            and isinstance(atts, list)) and all(_well_formed_attachment(a) for a in atts)
+@dataclass
+class SavedAttachment:
+    """One attachment as the ADD planned and ran it.
+
+    network: its network-status name; ifname: its CNI_IFNAME; default: the cluster
+    default network; source: where its config came from (for messages); config: the
+    delegate's raw conf or conflist, exactly as run; capability_args: its
+    runtimeConfig values by capability. attempted: its ADD was started (so DEL must
+    undo it); result: what its ADD returned (None until then); add_failed: its ADD
+    returned an error (the child undid what it could); from_config: a best-effort DEL
+    took it from the configuration as it is now, not from what the ADD ran;
+    device: (resourceName, deviceID) when it got a device from the kubelet.
+    """
+    network: str
+    ifname: str
+    config: dict[str, Any]
+    source: str = ""
+    default: bool = False
+    capability_args: dict[str, Any] = field(default_factory=dict)
+    attempted: bool = False
+    result: dict[str, Any] | None = None
+    add_failed: bool = False
+    from_config: bool = False
+    device: tuple[str, str] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "network": self.network, "ifname": self.ifname, "default": self.default,
+            "source": self.source or self.network, "config": self.config,
+            "capabilityArgs": self.capability_args, "attempted": self.attempted,
+            "result": self.result,
+        }
+        if self.add_failed:
+            out["addFailed"] = True
+        if self.from_config:
+            out["fromConfig"] = True
+        if self.device:
+            out["device"] = {"resourceName": self.device[0], "deviceID": self.device[1]}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: object) -> "SavedAttachment | None":
+        """The attachment of a saved dict (format 1), or None when it lacks what DEL
+        needs (network, ifname, config) or has a key of the wrong type."""
+        if not (isinstance(data, dict) and isinstance(data.get("network"), str)
+                and isinstance(data.get("ifname"), str) and isinstance(data.get("config"), dict)):
+            return None
+        caps = data.get("capabilityArgs", {})
+        result = data.get("result")
+        device = data.get("device")
+        if (not isinstance(caps, dict) or not (result is None or isinstance(result, dict))
+                or not (device is None or isinstance(device, dict))):
+            return None
+        dev = None
+        if isinstance(device, dict):
+            rn, did = device.get("resourceName"), device.get("deviceID")
+            if not (isinstance(rn, str) and isinstance(did, str)):
+                return None
+            dev = (rn, did)
+        source = data.get("source")
+        return cls(network=data["network"], ifname=data["ifname"], config=data["config"],
+                   source=source if isinstance(source, str) else data["network"],
+                   default=data.get("default") is True, capability_args=caps,
+                   attempted=data.get("attempted", True) is not False, result=result,
+                   add_failed=data.get("addFailed") is True,
+                   from_config=data.get("fromConfig") is True, device=dev)
 
 
-def salvage(raw: bytes, container_id: str) -> tuple[list[dict], bool]:
-    """(attachments, complete): what DEL can still use of a damaged state file.
+@dataclass
+class DelPending:
+    """A best-effort DEL ran while the API server could not be asked: `since` (epoch
+    seconds) the first such DEL, `reason` why the API could not be asked."""
+    since: float
+    reason: str
+
+
+@dataclass
+class SavedState:
+    """Everything DEL, CHECK and GC need of one container, saved by ADD.
+
+    The runtime's view: container_id, netns (CNI_NETNS of the ADD), ifname (the
+    runtime's CNI_IFNAME), cni_args (its CNI_ARGS pairs, in order), pod; cni_version:
+    netattach's own config version. attachments: in ADD order, the cluster default
+    network first; [] for the marker an ADD saves before its first API request (it
+    has attached nothing yet). del_pending: see DelPending.
+    """
+    container_id: str
+    netns: str
+    ifname: str
+    cni_args: tuple[tuple[str, str], ...] = ()
+    pod: PodRef | None = None
+    cni_version: str = ""
+    attachments: list[SavedAttachment] = field(default_factory=list)
+    del_pending: DelPending | None = None
+
+    def attempted(self) -> list[SavedAttachment]:
+        """The attachments whose ADD was started: what DEL must undo."""
+        return [a for a in self.attachments if a.attempted]
+
+    def with_attachments(self, attachments: list[SavedAttachment]) -> "SavedState":
+        return replace(self, attachments=attachments)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Format STATE_FORMAT, keys in the order of the file (attachments last but
+        `format`, see the module doc)."""
+        out: dict[str, Any] = {
+            "containerID": self.container_id, "netns": self.netns, "ifname": self.ifname,
+            "cniArgs": [list(kv) for kv in self.cni_args],
+            "pod": ({"namespace": self.pod.namespace, "name": self.pod.name,
+                     "uid": self.pod.uid} if self.pod else None),
+            "cniVersion": self.cni_version,
+        }
+        if self.del_pending:
+            out["delPending"] = {"since": self.del_pending.since,
+                                 "reason": self.del_pending.reason}
+        out["attachments"] = [a.to_dict() for a in self.attachments]
+        out["format"] = STATE_FORMAT
+        return out
+
+
+def _read_v1(data: dict[str, Any], container_id: str) -> SavedState | None:
+    """Format 1 (every release up to this one): None when it is not a whole state of
+    `container_id`."""
+    atts = data.get("attachments")
+    if (data.get("containerID") != container_id or not isinstance(data.get("ifname"), str)
+            or not isinstance(atts, list)):
+        return None
+    attachments = [SavedAttachment.from_dict(a) for a in atts]
+    if any(a is None for a in attachments):
+        return None
+    pod = data.get("pod")
+    pod_ref = None
+    if isinstance(pod, dict) and isinstance(pod.get("namespace"), str) \
+            and isinstance(pod.get("name"), str):
+        pod_ref = PodRef(pod["namespace"], pod["name"],
+                         pod["uid"] if isinstance(pod.get("uid"), str) else "")
+    args = data.get("cniArgs", [])
+    cni_args = tuple((str(kv[0]), str(kv[1])) for kv in args
+                     if isinstance(kv, list) and len(kv) == 2) if isinstance(args, list) else ()
+    pending = data.get("delPending")
+    del_pending = None
+    if isinstance(pending, dict):
+        since = pending.get("since")
+        del_pending = DelPending(float(since) if isinstance(since, (int, float))
+                                 and not isinstance(since, bool) else time.time(),
+                                 str(pending.get("reason", "")))
+    netns = data.get("netns")
+    version = data.get("cniVersion")
+    return SavedState(container_id=container_id, netns=netns if isinstance(netns, str) else "",
+                      ifname=data["ifname"], cni_args=cni_args, pod=pod_ref,
+                      cni_version=version if isinstance(version, str) else "",
+                      attachments=[a for a in attachments if a is not None],
+                      del_pending=del_pending)
+
+
+_READERS: dict[int, Callable[[dict[str, Any], str], SavedState | None]] = {1: _read_v1}
+"""format -> reader. A new format adds a reader; none is ever removed."""
+
+
+class Salvaged(NamedTuple):
+    """What `salvage` could read: `attachments` as the ADD saved them, `complete` when
+    that is all of them, `header` the other top-level members read before the damage
+    (containerID, netns, ifname, cniArgs, pod... as saved)."""
+    attachments: list[SavedAttachment]
+    complete: bool
+    header: dict[str, Any]
+
+
+def salvage(raw: bytes, container_id: str) -> Salvaged:
+    """What DEL (and GC, the same way) can still use of a damaged state file.
 
     The document is read from its start, member by member and, inside
     `attachments`, element by element, up to the first damage (a truncation, a
@@ -64,11 +256,12 @@ def salvage(raw: bytes, container_id: str) -> tuple[list[dict], bool]:
     holding what DEL needs (network, ifname, config) is returned, as the ADD saved
     it. `complete` is True when the whole list was read and every element was
     usable: DEL then knows every attachment. A file naming another container
-    gives ([], False).
+    gives nothing.
     """
     text = raw.decode("utf-8", "replace")
     decoder = json.JSONDecoder()
-    found: list = []
+    found: list[Any] = []
+    header: dict[str, Any] = {}
     complete = False
 
     def skip(i: int) -> int:
@@ -79,7 +272,7 @@ def salvage(raw: bytes, container_id: str) -> tuple[list[dict], bool]:
     try:
         i = skip(0)
         if text[i] != "{":
-            return [], False
+            return Salvaged([], False, {})
         i += 1
         while text[skip(i)] != "}":
             key, i = decoder.raw_decode(text, skip(i))
@@ -102,31 +295,38 @@ def salvage(raw: bytes, container_id: str) -> tuple[list[dict], bool]:
             else:
                 value, i = decoder.raw_decode(text, i)
                 if key == "containerID" and value != container_id:
-                    return [], False
+                    return Salvaged([], False, {})
+                header[key] = value
             i = skip(i)
             if text[i] != ",":
                 break
             i += 1
     except (ValueError, IndexError, RecursionError):
         pass  # the damage: keep what came before it
-    usable = [a for a in found if _well_formed_attachment(a)]
-    return usable, complete and len(usable) == len(found)
+    usable = [a for a in (SavedAttachment.from_dict(x) for x in found) if a is not None]
+    return Salvaged(usable, complete and len(usable) == len(found), header)
+
+
+def _check_id(container_id: str) -> None:
+    # The request layer validated the ID already; checked again where it becomes a path.
+    problem = container_id_problem(container_id)
+    if problem:
+        raise StateError(f"invalid container ID {container_id!r}: {problem}")
 
 
 class StateStore:
     """State files of one `cniDir`.
 
-    cni_dir: directory path; created 0700 on first write.
+    cni_dir: directory path; created 0700 on first write. clock: epoch seconds
+    (time.time), for tombstones.
     """
 
-    def __init__(self, cni_dir: str):
+    def __init__(self, cni_dir: str, clock: Callable[[], float] = time.time):
         self.dir = cni_dir
+        self.clock = clock
 
     def _path(self, container_id: str, suffix: str) -> str:
-        # The request layer validated the ID already; checked again because this
-        # is where it becomes a path.
-        if not _CONTAINER_ID.match(container_id) or len(container_id) > 255:
-            raise StateError(f"invalid container ID {container_id!r}")
+        _check_id(container_id)
         return os.path.join(self.dir, container_id + suffix)
 
     def ensure_dir(self) -> None:
@@ -157,11 +357,12 @@ class StateStore:
         if st.st_mode & 0o077:
             os.chmod(self.dir, 0o700)
 
-    def load(self, container_id: str) -> dict | None:
-        """The saved state dict, or None when there is none.
+    def load(self, container_id: str) -> SavedState | None:
+        """The saved state, or None when there is none.
 
-        Raises StateError when the file exists but cannot be opened, CorruptState
-        when what it holds is not a whole state of this container.
+        Raises StateError when the file exists but cannot be opened or read (a
+        directory in its place included), CorruptState when what it holds is not a
+        whole state of this container in a known format.
         """
         path = self._path(container_id, ".json")
         try:
@@ -170,18 +371,23 @@ class StateStore:
             return None
         except OSError as e:
             raise StateError(f"cannot open state file {path}: {e.strerror}") from None
-        with os.fdopen(fd, "rb") as f:
-            raw = f.read()
+        try:
+            with os.fdopen(fd, "rb") as f:
+                raw = f.read()
+        except OSError as e:
+            raise StateError(f"cannot read state file {path}: {e.strerror}") from None
         try:
             data = json.loads(raw)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise CorruptState(f"state file {path} is corrupt: {e}", raw) from None
-        if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
+        reader = _READERS.get(data.get("format")) if isinstance(data, dict) else None
+        if reader is None:
             raise CorruptState(f"state file {path} has an unknown format", raw)
-        if not _well_formed(data, container_id):
+        state = reader(data, container_id)
+        if state is None:
             raise CorruptState(f"state file {path} is corrupt: containerID, ifname or "
                                "attachments are missing or malformed", raw)
-        return data
+        return state
 
     def set_aside(self, container_id: str) -> str:
         """Move a damaged state file to `<id>.json.corrupt` (0600), for the admin to read;
@@ -196,47 +402,28 @@ class StateStore:
                 os.fchmod(fd, 0o600)  # a foreign writer may have made it readable
             finally:
                 os.close(fd)
-            self._fsync_dir()
+            atomicfile.fsync_dir(self.dir)
         except OSError as e:
             raise StateError(f"cannot move damaged state file {path} aside: {e.strerror}") from None
         return aside
 
-    def _fsync_dir(self) -> None:
-        dfd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-
-    def save(self, container_id: str, state: dict[str, Any]) -> None:
-        """Write `state` atomically (0600). Raises StateError (disk full, read-only, ...)."""
+    def save(self, state: SavedState) -> None:
+        """Write `state` atomically (0600) as `<containerID>.json`. Raises StateError
+        (disk full, read-only, ...)."""
         self.ensure_dir()
-        path = self._path(container_id, ".json")
-        tmp = f"{path}.tmp{os.getpid()}"
-        data = json.dumps({**state, "format": STATE_FORMAT}, separators=(",", ":")).encode()
+        path = self._path(state.container_id, ".json")
+        data = json.dumps(state.to_dict(), separators=(",", ":")).encode()
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, path)
-            self._fsync_dir()
+            atomicfile.replace(path, data, 0o600)
         except OSError as e:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
             raise StateError(f"cannot write state file {path}: {e.strerror}") from None
 
     def container_ids(self) -> list[str]:
         """IDs of every container with a saved state file, sorted; [] when `cniDir` is absent.
 
         Only `<id>.json` entries whose <id> is a valid container ID count: lock files,
-        temp files of an interrupted save and anything else in the dir are skipped.
-        Raises StateError when the dir exists but cannot be listed.
+        tombstones, temp files of an interrupted save and anything else in the dir are
+        skipped. Raises StateError when the dir exists but cannot be listed.
         """
         try:
             names = os.listdir(self.dir)
@@ -245,28 +432,93 @@ class StateStore:
         except OSError as e:
             raise StateError(f"cannot list state dir {self.dir}: {e.strerror}") from None
         ids = (n[:-len(".json")] for n in names if n.endswith(".json"))
-        return sorted(i for i in ids if _CONTAINER_ID.match(i) and len(i) <= 255)
-
-    def exists(self, container_id: str) -> bool:
-        """True when a state file is saved for the container."""
-        return os.path.lexists(self._path(container_id, ".json"))
+        return sorted(i for i in ids if container_id_problem(i) is None)
 
     def remove(self, container_id: str) -> None:
         """Delete the state file if present, and the temp files of saves that a killed
-        netattach left for this container (`<id>.json.tmp<pid>`). The caller holds the
-        container's lock, so no live save of this container can own one."""
+        netattach left for this container (this release's `.<id>.json.tmp-<pid>` and
+        earlier releases' `<id>.json.tmp<pid>`). The caller holds the container's lock,
+        so no live save of this container can own one."""
         path = self._path(container_id, ".json")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        prefix = os.path.basename(path) + ".tmp"
+        name = os.path.basename(path)
+        prefixes = (f".{name}.tmp-", name + ".tmp")
         try:
             names = os.listdir(self.dir)
         except OSError:
             return
-        for name in names:
-            if name.startswith(prefix) and name[len(prefix):].isdigit():
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(self.dir, name))
+        for entry in names:
+            for prefix in prefixes:
+                if entry.startswith(prefix) and entry[len(prefix):].isdigit():
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(self.dir, entry))
+
+    # -- tombstones
+
+    def mark_deleted(self, container_id: str) -> None:
+        """Record that a DEL of the container completed: `<id>.deleted`, an empty 0600
+        file whose mtime is the time of that DEL. Best effort: a tombstone that cannot
+        be written only costs the next DEL of this container the slower path (it is
+        logged at debug level). Then prunes expired tombstones (at most once an hour)."""
+        path = self._path(container_id, _TOMBSTONE)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                now = self.clock()
+                os.utime(fd, (now, now))
+            finally:
+                os.close(fd)
+        except OSError as e:
+            logging.getLogger("netattach.state").debug("cannot write tombstone %s: %s", path, e)
+            return
+        self.prune_tombstones()
+
+    def deleted_since(self, container_id: str) -> float | None:
+        """When the last DEL of the container completed (epoch seconds), from its
+        tombstone; None when there is none or it is older than TOMBSTONE_SECONDS."""
+        try:
+            st = os.lstat(self._path(container_id, _TOMBSTONE))
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode) or self.clock() - st.st_mtime > TOMBSTONE_SECONDS:
+            return None
+        return st.st_mtime
+
+    def forget_deleted(self, container_id: str) -> None:
+        """Remove the container's tombstone (an ADD of the same ID starts anew)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path(container_id, _TOMBSTONE))
+
+    def prune_tombstones(self, force: bool = False) -> int:
+        """Remove tombstones older than TOMBSTONE_SECONDS; returns how many. Unless
+        `force`, runs at most once per hour (the time of the last run is the mtime of
+        `<cniDir>/.tombstones-pruned`). Never raises."""
+        stamp = os.path.join(self.dir, _PRUNE_STAMP)
+        now = self.clock()
+        try:
+            if not force and now - os.lstat(stamp).st_mtime < _PRUNE_EVERY:
+                return 0
+        except OSError:
+            pass
+        removed = 0
+        try:
+            fd = os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                os.utime(fd, (now, now))
+            finally:
+                os.close(fd)
+            with os.scandir(self.dir) as entries:
+                for entry in entries:
+                    if not entry.name.endswith(_TOMBSTONE):
+                        continue
+                    with contextlib.suppress(OSError):
+                        if now - entry.stat(follow_symlinks=False).st_mtime > TOMBSTONE_SECONDS:
+                            os.unlink(entry.path)
+                            removed += 1
+        except OSError:
+            pass
+        return removed
 
     @contextlib.contextmanager
     def lock(self, container_id: str) -> Iterator[None]:

@@ -40,6 +40,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .cni.version import is_legacy_result
+
 __all__ = [
     "NETWORK_STATUS_ANNOTATION",
     "status_entry",
@@ -60,24 +62,6 @@ _KEY_ORDER = (
     "default-route",
     "device-info",
 )
-
-
-def _version_tuple(version: object) -> tuple[int, int, int] | None:
-    if not isinstance(version, str):
-        return None
-    parts = version.strip().split(".")
-    if not 1 <= len(parts) <= 3 or not all(p.isdigit() and p.isascii() for p in parts):
-        return None
-    nums = [int(p) for p in parts] + [0] * (3 - len(parts))
-    return (nums[0], nums[1], nums[2])
-
-
-def _is_legacy(result: dict) -> bool:
-    """True for a result of CNI < 0.3.0 (``ip4``/``ip6`` instead of ``ips``)."""
-    version = _version_tuple(result.get("cniVersion"))
-    if version is not None:
-        return version < (0, 3, 0)
-    return "ip4" in result or "ip6" in result
 
 
 def _nonempty_str(value: object) -> str | None:
@@ -213,7 +197,7 @@ def status_entry(
     """
     fields: dict[str, Any] = {"name": name, "default": bool(default)}
     if isinstance(result, dict):
-        if _is_legacy(result):
+        if is_legacy_result(result):
             fields.update(_legacy_fields(result, ifname))
         else:
             fields.update(_current_fields(result, ifname))

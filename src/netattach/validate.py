@@ -76,10 +76,12 @@ import yaml
 
 from . import delegates, plan, routes, selection
 from .cni import invoke, request
-from .cni.chain import DEFAULT_VERSION, NetworkConfig
+from .cni.chain import NetworkConfig
 from .cni.errors import CniError
+from .cni.version import DEFAULT_VERSION
 from .devices import DEVICE_INFO_CAPABILITY
 from .jsonutil import json_type
+from .names import is_dns1123_label, is_dns1123_subdomain
 from .netconf import DEFAULT_NAMESPACE as MULTUS_NAMESPACE
 from .status import NETWORK_STATUS_ANNOTATION
 
@@ -261,11 +263,11 @@ def _check_metadata(obj: dict, report: Report, *, what: str) -> tuple[str | None
     elif not isinstance(name, str):
         report(ERROR, "metadata.name", f"must be a string, not {json_type(name)}")
         name = None
-    elif not selection.is_dns1123_label(name):
+    elif not is_dns1123_label(name):
         report(ERROR, "metadata.name", _label_message(name, what))
         name = None
     namespace = meta.get("namespace")
-    if namespace is not None and not selection.is_dns1123_label(namespace):
+    if namespace is not None and not is_dns1123_label(namespace):
         report(ERROR, "metadata.namespace", _label_message(namespace, "namespace"))
         namespace = None
     return name, namespace
@@ -276,7 +278,7 @@ def _label_message(value: Any, what: str) -> str:
     rule = ("a DNS-1123 label: at most 63 lower-case alphanumerics or '-', starting and "
             "ending alphanumeric (§3.3)")
     if (what == NAD_KIND and isinstance(value, str) and "." in value
-            and all(selection.is_dns1123_label(p) for p in value.split("."))):
+            and is_dns1123_subdomain(value)):
         return (f"{value!r} is a DNS-1123 subdomain: the API server accepts it for a custom "
                 f"resource, but the k8s.v1.cni.cncf.io/networks annotation (and netattach) "
                 f"only take {rule}")
@@ -427,7 +429,7 @@ def _lint_pod(doc: _Doc, report: Report, nads: dict[tuple[str, str], _Nad], name
         return
     _check_annotation_values(meta, prefix, report)
     own = _at(doc.obj, ("metadata", "namespace"))
-    namespace = own if selection.is_dns1123_label(own) else namespace
+    namespace = own if is_dns1123_label(own) else namespace
     annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
     akey = f"{prefix}.annotations"
     value = annotations.get(selection.NETWORKS_ANNOTATION)
@@ -445,7 +447,7 @@ def _lint_pod(doc: _Doc, report: Report, nads: dict[tuple[str, str], _Nad], name
 
 def _lint_default_network(value: str, key: str, nads: dict[tuple[str, str], _Nad],
                           strict: bool, report: Report) -> None:
-    """Multus' pod default-network annotation, read as attach._pod_default_network does:
+    """Multus' pod default-network annotation, read as networks._pod_default_network does:
     one element, unqualified names in multusNamespace (default kube-system)."""
     try:
         elements = selection.parse_network_selection(value, MULTUS_NAMESPACE)

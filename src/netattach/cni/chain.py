@@ -12,20 +12,17 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import invoke
-from .errors import ChildError, CniError, DECODE_FAILURE, INCOMPATIBLE_VERSION, INVALID_CONFIG
+from . import invoke, version
+from .errors import ChildError, CniError, ConfigError, DecodeFailure, VersionError
 from .request import validate_container_id, validate_ifname, validate_network_name
-from .result import (SUPPORTED_VERSIONS, check_supported, convert_result, parse_version,
-                     version_at_least)
-
-DEFAULT_VERSION = "0.1.0"  # a config without cniVersion (libcni create.DecodeVersion)
+from .result import convert_result
 GC_ATTACHMENTS_KEY = "cni.dev/valid-attachments"  # SPEC.md GC
 # libcni also sends the list under the key an earlier draft of the spec used.
 GC_ATTACHMENTS_KEY_COMPAT = "cni.dev/attachments"
 
 
-def _config_error(source: str, problem: str) -> CniError:
-    return CniError(INVALID_CONFIG, f"invalid network configuration {source}: {problem}")
+def _config_error(source: str, problem: str) -> ConfigError:
+    return ConfigError(f"invalid network configuration {source}: {problem}")
 
 
 def _flag(data: dict, key: str, source: str) -> bool:
@@ -50,29 +47,22 @@ def _check_plugin(plugin: Any, where: str, source: str) -> None:
 
 
 def _pick_version(data: dict, source: str) -> str:
-    """cniVersion of a config: highest supported of `cniVersions` (CNI 1.1.0) if given,
-    else `cniVersion`, else "0.1.0". Must be one of SUPPORTED_VERSIONS."""
-    version = data.get("cniVersion", "")
-    if not isinstance(version, str):
-        raise _config_error(source, f"cniVersion must be a string, got {version!r}")
+    """cniVersion of a config (version.config_version: the highest supported of
+    `cniVersions` and `cniVersion`, else "0.1.0"), after checking the keys' shapes.
+    Raises ConfigError (7) for a malformed key or version, VersionError (1) for a
+    well-formed but unsupported one, both naming `source`."""
+    if not isinstance(data.get("cniVersion", ""), str):
+        raise _config_error(source, f"cniVersion must be a string, got {data['cniVersion']!r}")
     versions = data.get("cniVersions")
-    if versions is not None:
-        if not isinstance(versions, list) or not all(isinstance(v, str) for v in versions):
-            raise _config_error(source, "cniVersions must be a list of strings")
-        usable = [v for v in versions if v in SUPPORTED_VERSIONS]
-        if version in SUPPORTED_VERSIONS:
-            usable.append(version)
-        if usable:
-            version = max(usable, key=parse_version)
-    version = version or DEFAULT_VERSION
+    if versions is not None and (not isinstance(versions, list)
+                                 or not all(isinstance(v, str) for v in versions)):
+        raise _config_error(source, "cniVersions must be a list of strings")
     try:
-        parse_version(version)
-    except CniError:
-        raise _config_error(source, f"invalid cniVersion {version!r}") from None
-    try:
-        return check_supported(version, "cniVersion")
-    except CniError as e:
-        raise CniError(e.code, f"network configuration {source}: {e.msg}", e.details) from None
+        return version.config_version(data)
+    except VersionError as e:
+        if "invalid CNI version" in e.msg:
+            raise _config_error(source, f"invalid cniVersion {data.get('cniVersion')!r}") from None
+        raise e.within(f"network configuration {source}") from None
 
 
 @dataclass(frozen=True)
@@ -99,9 +89,9 @@ class NetworkConfig:
         A dict with "plugins" is a list: "plugins" a non-empty list of objects each
         with a non-empty string "type"; "disableCheck"/"disableGC" booleans. Otherwise
         a single conf with a string "type". Both need a string "name". A missing
-        cniVersion is "0.1.0" as in libcni; it must be one of SUPPORTED_VERSIONS.
-        Raises CniError INVALID_CONFIG (7) naming `source` and the problem
-        (INCOMPATIBLE_VERSION (1) for a well-formed but unsupported cniVersion).
+        cniVersion is "0.1.0" as in libcni; it must be one of version.SUPPORTED_VERSIONS.
+        Raises ConfigError (7) naming `source` and the problem (VersionError (1) for
+        a well-formed but unsupported cniVersion).
         `data` is not changed.
         """
         if not isinstance(data, dict):
@@ -109,7 +99,7 @@ class NetworkConfig:
         name = data.get("name")
         if not isinstance(name, str) or not name:
             raise _config_error(source, "missing 'name' (a non-empty string)")
-        version = _pick_version(data, source)
+        cni_version = _pick_version(data, source)
         raw = copy.deepcopy(data)
         if "plugins" in data:
             plugins = raw["plugins"]
@@ -117,10 +107,10 @@ class NetworkConfig:
                 raise _config_error(source, "'plugins' must be a non-empty list")
             for i, p in enumerate(plugins):
                 _check_plugin(p, f"plugins[{i}]", source)
-            return cls(name, version, tuple(plugins), True, raw, source,
+            return cls(name, cni_version, tuple(plugins), True, raw, source,
                        _flag(data, "disableCheck", source), _flag(data, "disableGC", source))
         _check_plugin(raw, "the configuration", source)
-        return cls(name, version, (raw,), False, raw, source)
+        return cls(name, cni_version, (raw,), False, raw, source)
 
 
 @dataclass(frozen=True)
@@ -130,7 +120,8 @@ class RuntimeConf:
     `args` are the CNI_ARGS pairs; `capability_args` the runtimeConfig values by
     capability name (e.g. {"portMappings": [...], "ips": [...]}); plugins are looked
     up in `bin_dirs` then `cni_path`; children get CNI_PATH = ':'.join(cni_path);
-    each child may run `timeout` seconds.
+    each child may run `timeout` seconds; `executor` finds and runs them (the
+    process executor, or a fake in unit tests).
     """
     container_id: str
     netns: str
@@ -140,6 +131,7 @@ class RuntimeConf:
     cni_path: tuple[str, ...] = ()
     bin_dirs: tuple[str, ...] = ()
     timeout: float = 60.0
+    executor: invoke.Executor = invoke.PROCESS_EXECUTOR
 
     def cni_args(self) -> str:
         """`args` rendered as CNI_ARGS "K=V;K=V"."""
@@ -166,7 +158,7 @@ def plugin_config(net: NetworkConfig, plugin: dict, rt: RuntimeConf,
       replaced, and the key is left out when nothing is declared;
     * "prevResult" = prev_result converted to net.cni_version (absent when None;
       a prev_result without cniVersion is read as net.cni_version).
-    Raises CniError from convert_result.
+    Raises DecodeFailure / VersionError from convert_result.
     """
     conf = copy.deepcopy(plugin)
     conf["name"] = net.name
@@ -201,32 +193,33 @@ def _annotated(e: CniError, net: NetworkConfig, plugin: dict, index: int,
 def _run(net: NetworkConfig, index: int, plugin: dict, command: str, conf: dict,
          env: invoke.PluginEnv, rt: RuntimeConf) -> dict | None:
     try:
-        path = invoke.find_plugin(plugin["type"], rt.bin_dirs + rt.cni_path)
-        return invoke.exec_plugin(path, command, conf, env, rt.timeout)
+        path = rt.executor.find(plugin["type"], rt.bin_dirs + rt.cni_path)
+        return rt.executor.run(path, command, conf, env, rt.timeout)
     except CniError as e:
         raise _annotated(e, net, plugin, index, command) from e
 
 
-def add(net: NetworkConfig, rt: RuntimeConf) -> dict | None:
-    """ADD: run every plugin in order, each with the previous result as prevResult.
+def add(net: NetworkConfig, rt: RuntimeConf, prev_result: dict | None = None) -> dict | None:
+    """ADD: run every plugin in order, each with the previous result as prevResult (the
+    first one with `prev_result`, when given: a chain that continues an earlier one).
 
-    Validates container ID, ifname (INVALID_ENV, 4) and network name
-    (INVALID_CONFIG, 7) first, as libcni's addNetwork. Returns the last plugin's
+    Validates container ID, ifname (InvalidEnv, 4) and network name
+    (ConfigError, 7) first, as libcni's addNetwork. Returns the last plugin's
     result converted to net.cni_version. A plugin printing no result raises
-    DECODE_FAILURE (6) (libcni cannot decode an empty ADD result either).
+    DecodeFailure (6) (libcni cannot decode an empty ADD result either).
     The first failure stops the chain and is raised as a ChildError naming the
     plugin (libcni AddNetworkList).
     """
     validate_container_id(rt.container_id)
     validate_network_name(net.name)
     validate_ifname(rt.ifname)
-    result: dict | None = None
+    result = prev_result
     env = rt.plugin_env()
     for i, plugin in enumerate(net.plugins):
         conf = plugin_config(net, plugin, rt, result)
         out = _run(net, i, plugin, "ADD", conf, env, rt)
         if out is None:
-            raise _annotated(CniError(DECODE_FAILURE, "it printed no result"), net, plugin, i,
+            raise _annotated(DecodeFailure("it printed no result"), net, plugin, i,
                              "ADD")
         try:
             result = convert_result(out, net.cni_version, net.cni_version)
@@ -243,7 +236,7 @@ def delete(net: NetworkConfig, rt: RuntimeConf, prev_result: dict | None) -> Non
     failure stops the chain and is raised as a ChildError naming the plugin, as
     libcni does.
     """
-    prev = prev_result if version_at_least(net.cni_version, "0.4.0") else None
+    prev = prev_result if version.at_least(net.cni_version, "0.4.0") else None
     env = rt.plugin_env()
     for i in range(len(net.plugins) - 1, -1, -1):
         plugin = net.plugins[i]
@@ -254,14 +247,14 @@ def delete(net: NetworkConfig, rt: RuntimeConf, prev_result: dict | None) -> Non
 def check(net: NetworkConfig, rt: RuntimeConf, prev_result: dict | None) -> None:
     """CHECK: run every plugin in order with prevResult = prev_result.
 
-    Needs net.cni_version >= 0.4.0, else CniError INCOMPATIBLE_VERSION (1)
+    Needs net.cni_version >= 0.4.0, else VersionError (1)
     (libcni CheckNetworkList). Does nothing when the list sets disableCheck
     (SPEC.md "CHECK"). Stops at the first failure (a ChildError naming the plugin).
     """
-    if not version_at_least(net.cni_version, "0.4.0"):
-        raise CniError(INCOMPATIBLE_VERSION, f"configuration version {net.cni_version!r} of "
-                       f"network {net.name!r} does not support the CHECK command",
-                       "CHECK needs cniVersion 0.4.0 or later")
+    if not version.at_least(net.cni_version, "0.4.0"):
+        raise VersionError(f"configuration version {net.cni_version!r} of network "
+                           f"{net.name!r} does not support the CHECK command",
+                           "CHECK needs cniVersion 0.4.0 or later")
     if net.disable_check:
         return
     env = rt.plugin_env()
@@ -285,7 +278,7 @@ def status(net: NetworkConfig, rt: RuntimeConf) -> None:
     only "name" and "cniVersion" injected and only CNI_COMMAND/CNI_PATH set. The
     first failure is raised (e.g. code NOT_AVAILABLE 50) as a ChildError.
     """
-    if not version_at_least(net.cni_version, "1.1.0"):
+    if not version.at_least(net.cni_version, "1.1.0"):
         return
     env = rt.bare_env()
     for i, plugin in enumerate(net.plugins):
@@ -303,7 +296,7 @@ def gc(net: NetworkConfig, rt: RuntimeConf, valid_attachments: list[dict]) -> No
     GCNetworkList joins the errors); one failure is re-raised, several are raised
     as one CniError with the first one's code and all messages in details.
     """
-    if not version_at_least(net.cni_version, "1.1.0") or net.disable_gc:
+    if not version.at_least(net.cni_version, "1.1.0") or net.disable_gc:
         return
     attachments = [dict(a) for a in valid_attachments]
     extra = {GC_ATTACHMENTS_KEY: attachments, GC_ATTACHMENTS_KEY_COMPAT: attachments}
@@ -317,5 +310,5 @@ def gc(net: NetworkConfig, rt: RuntimeConf, valid_attachments: list[dict]) -> No
     if len(errors) == 1:
         raise errors[0]
     if errors:
-        raise CniError(errors[0].code, f"GC failed for {len(errors)} plugins of network "
-                       f"{net.name!r}", "; ".join(str(e) for e in errors))
+        raise errors[0].reworded(f"GC failed for {len(errors)} plugins of network {net.name!r}",
+                                 "; ".join(str(e) for e in errors))

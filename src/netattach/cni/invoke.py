@@ -15,10 +15,9 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Protocol, Sequence
 
-from .errors import (ChildError, CniError, DECODE_FAILURE, INVALID_CONFIG, IO_FAILURE,
-                     TRY_AGAIN, UNKNOWN)
+from .errors import INTERNAL, ChildError, ConfigError, DecodeFailure, IOFailure, TryAgain
 
 log = logging.getLogger("netattach.invoke")
 
@@ -32,15 +31,9 @@ _child_seconds = 0.0
 
 
 def child_seconds() -> float:
-    """Wall-clock seconds spent running children since the last reset (for benchmarks)."""
+    """Wall-clock seconds this process spent running children (the timing log line,
+    read by `make bench`)."""
     return _child_seconds
-
-
-def reset_child_seconds() -> None:
-    """Set the child_seconds() counter back to 0."""
-    global _child_seconds
-    with _child_lock:
-        _child_seconds = 0.0
 
 
 def _add_child_seconds(seconds: float) -> None:
@@ -63,14 +56,14 @@ class PluginEnv:
 
 
 def check_plugin_type(plugin_type: object) -> None:
-    """Raise CniError INVALID_CONFIG (7) "invalid plugin type" unless `plugin_type` is a
+    """Raise ConfigError (7) "invalid plugin type" unless `plugin_type` is a
     plain file name: not empty, ".", "..", no '/' or NUL (SPEC.md "Plugin configuration
     objects": `type` "must not contain characters disallowed in file paths"). Anything
     else could name a file outside the plugin directories."""
     if (not isinstance(plugin_type, str) or not plugin_type or plugin_type in (".", "..")
             or "/" in plugin_type or "\0" in plugin_type):
-        raise CniError(INVALID_CONFIG, f"invalid plugin type {plugin_type!r}",
-                       "a plugin type is a file name: not empty, '.', '..', no '/' or NUL")
+        raise ConfigError(f"invalid plugin type {plugin_type!r}",
+                          "a plugin type is a file name: not empty, '.', '..', no '/' or NUL")
 
 
 def find_plugin(plugin_type: str, dirs: Sequence[str]) -> str:
@@ -78,8 +71,8 @@ def find_plugin(plugin_type: str, dirs: Sequence[str]) -> str:
 
     SPEC.md: the runtime uses the network "type" as the executable name and looks
     for it in its plugin directories (libcni invoke.FindInPath). A type that is not a
-    plain file name raises CniError INVALID_CONFIG (7) (check_plugin_type);
-    no regular executable file found raises INVALID_CONFIG naming the type and dirs.
+    plain file name raises ConfigError (7) (check_plugin_type); no regular
+    executable file found raises ConfigError naming the type and dirs.
     """
     check_plugin_type(plugin_type)
     for d in dirs:
@@ -88,8 +81,8 @@ def find_plugin(plugin_type: str, dirs: Sequence[str]) -> str:
         candidate = os.path.join(d, plugin_type)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
-    raise CniError(INVALID_CONFIG, f"failed to find plugin {plugin_type!r} in path "
-                   f"[{', '.join(d for d in dirs if d)}]")
+    raise ConfigError(f"failed to find plugin {plugin_type!r} in path "
+                      f"[{', '.join(d for d in dirs if d)}]")
 
 
 def child_environ(command: str, env: PluginEnv) -> dict[str, str]:
@@ -182,20 +175,28 @@ def _spawn(path: str, environ: dict[str, str], deadline: float) -> subprocess.Po
                 if remaining > 0:
                     time.sleep(min(1.0, remaining))
                     continue
-            raise ChildError(IO_FAILURE, f"cannot execute plugin {name!r}: {e.strerror or e}",
-                             path, plugin=name) from None
+            raise IOFailure(f"cannot execute plugin {name!r}: {e.strerror or e}", path) from None
     raise AssertionError("unreachable")
 
 
 def _failure(name: str, returncode: int, stdout: str, stderr: str) -> ChildError:
-    """The ChildError for a non-zero exit (libcni invoke RawExec.pluginErr rules).
+    """The ChildError for a non-zero exit (libcni invoke RawExec.pluginErr rules, but never
+    code 0, which the spec does not define).
 
-    A JSON error object on stdout gives code/msg/details; otherwise, like libcni,
-    the code is UNKNOWN (0) and the message says what the plugin left (nothing,
-    only stderr, or unparsable stdout). The stderr tail goes into details then.
+    A JSON error object on stdout gives code/msg/details (a code that is not a
+    positive integer becomes 999). Otherwise the code is 999 (libcni's ErrInternal:
+    the plugin failed outside the protocol) and the message says how it ended (the
+    signal's name, or the exit status) and what it left (nothing, only stderr, or
+    unparsable stdout); the stderr tail goes into details.
     """
-    how = (f"was killed by signal {-returncode}" if returncode < 0
-           else f"exited with status {returncode}")
+    if returncode < 0:
+        try:
+            signame = signal.Signals(-returncode).name
+        except ValueError:
+            signame = f"signal {-returncode}"
+        how = f"was killed by {signame} ({-returncode})"
+    else:
+        how = f"exited with status {returncode}"
     text = stdout.strip()
     if text:
         try:
@@ -204,18 +205,18 @@ def _failure(name: str, returncode: int, stdout: str, stderr: str) -> ChildError
             obj = None
         if isinstance(obj, dict) and ("code" in obj or "msg" in obj):
             code = obj.get("code")
-            code = code if isinstance(code, int) and not isinstance(code, bool) else UNKNOWN
             msg = obj.get("msg") if isinstance(obj.get("msg"), str) else ""
             details = obj.get("details") if isinstance(obj.get("details"), str) else ""
-            return ChildError(code, msg or f"plugin {name!r} {how} with an empty error message",
+            return ChildError(code if isinstance(code, int) else INTERNAL,
+                              msg or f"plugin {name!r} {how} with an empty error message",
                               details, plugin=name, stderr=_tail(stderr))
-        return ChildError(UNKNOWN, f"plugin {name!r} {how} and its error output is not a CNI "
+        return ChildError(INTERNAL, f"plugin {name!r} {how} and its error output is not a CNI "
                           f"error object: {_tail(text, 512)!r}", _tail(stderr),
                           plugin=name, stderr=_tail(stderr))
     if stderr.strip():
-        return ChildError(UNKNOWN, f"plugin {name!r} {how}: {_tail(stderr, 512)!r}",
+        return ChildError(INTERNAL, f"plugin {name!r} {how}: {_tail(stderr, 512)!r}",
                           _tail(stderr), plugin=name, stderr=_tail(stderr))
-    return ChildError(UNKNOWN, f"plugin {name!r} {how} with no error message", "",
+    return ChildError(INTERNAL, f"plugin {name!r} {how} and wrote no error", "",
                       plugin=name, stderr="")
 
 
@@ -228,13 +229,14 @@ def exec_plugin(path: str, command: str, config: dict, env: PluginEnv,
     Returns the JSON object the plugin printed on success, or None when it printed
     nothing (or JSON null), which is normal for DEL, CHECK, STATUS and GC.
 
-    Raises ChildError (a CniError):
-    * the child's own code/msg/details when it exits non-zero with a CNI error object;
-    * UNKNOWN (0) for a non-zero exit without one (libcni RawExec.pluginErr), the
-      stderr tail in details;
-    * DECODE_FAILURE (6) when it exits 0 but stdout is not a JSON object;
-    * IO_FAILURE (5) when it cannot be executed;
-    * TRY_AGAIN (11) when it runs longer than `timeout` seconds: it, its process
+    Raises:
+    * ChildError with the child's own code/msg/details when it exits non-zero with a
+      CNI error object;
+    * ChildError 999 for a non-zero exit or a death by signal without one
+      (`_failure`: the message names the signal or status), the stderr tail in details;
+    * DecodeFailure (6) when it exits 0 but stdout is not a JSON object;
+    * IOFailure (5) when it cannot be executed;
+    * TryAgain (11) when it runs longer than `timeout` seconds: it, its process
       group and all its descendants are killed (_kill_tree).
     """
     name = os.path.basename(path)
@@ -270,8 +272,8 @@ def exec_plugin(path: str, command: str, config: dict, env: PluginEnv,
         log.debug("%s %s stderr: %s", command, name, _tail(stderr))
 
     if timed_out:
-        raise ChildError(TRY_AGAIN, f"plugin {name!r} timed out after {timeout:g} seconds "
-                         f"({command})", _tail(stderr), plugin=name, stderr=_tail(stderr))
+        raise TryAgain(f"plugin {name!r} timed out after {timeout:g} seconds ({command})",
+                       _tail(stderr))
     if proc.returncode != 0:
         raise _failure(name, proc.returncode, stdout, stderr)
     if not stdout.strip():
@@ -279,13 +281,39 @@ def exec_plugin(path: str, command: str, config: dict, env: PluginEnv,
     try:
         obj = json.loads(stdout)
     except (ValueError, RecursionError) as e:
-        raise ChildError(DECODE_FAILURE, f"plugin {name!r} printed output that is not JSON "
-                         f"({command}): {e}", _tail(stdout, 512), plugin=name,
-                         stderr=_tail(stderr)) from None
+        raise DecodeFailure(f"plugin {name!r} printed output that is not JSON ({command}): {e}",
+                            _tail(stdout, 512)) from None
     if obj is None:
         return None
     if not isinstance(obj, dict):
-        raise ChildError(DECODE_FAILURE, f"plugin {name!r} printed a JSON "
-                         f"{type(obj).__name__}, not an object ({command})",
-                         _tail(stdout, 512), plugin=name, stderr=_tail(stderr))
+        raise DecodeFailure(f"plugin {name!r} printed a JSON {type(obj).__name__}, not an "
+                            f"object ({command})", _tail(stdout, 512))
     return obj
+
+
+class Executor(Protocol):
+    """How the chain engine finds and runs a plugin (the seam of libcni's invoke.Exec):
+    the process executor below in production, a fake in unit tests."""
+
+    def find(self, plugin_type: str, dirs: Sequence[str]) -> str:
+        """The path of plugin `plugin_type` (find_plugin's contract)."""
+        ...
+
+    def run(self, path: str, command: str, config: dict[str, Any], env: PluginEnv,
+            timeout: float) -> dict[str, Any] | None:
+        """Run it once (exec_plugin's contract)."""
+        ...
+
+
+class ProcessExecutor:
+    """The executor of real plugin executables: find_plugin + exec_plugin."""
+
+    def find(self, plugin_type: str, dirs: Sequence[str]) -> str:
+        return find_plugin(plugin_type, dirs)
+
+    def run(self, path: str, command: str, config: dict[str, Any], env: PluginEnv,
+            timeout: float) -> dict[str, Any] | None:
+        return exec_plugin(path, command, config, env, timeout)
+
+
+PROCESS_EXECUTOR = ProcessExecutor()

@@ -5,12 +5,12 @@
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from .errors import CniError, DECODE_FAILURE, INVALID_CONFIG, INVALID_ENV
+from .errors import ConfigError, DecodeFailure, InvalidEnv
 from ..jsonutil import loads_strict
+from ..names import container_id_problem, ifname_problem, network_name_problem
 
 COMMANDS = ("ADD", "DEL", "CHECK", "VERSION", "STATUS", "GC")
 
@@ -27,60 +27,38 @@ REQUIRED_ENV: dict[str, tuple[str, ...]] = {
 
 MAX_STDIN = 1 << 20  # 1 MiB: far above any real network configuration
 
-# libcni pkg/utils ValidateContainerID / ValidateNetworkName (and SPEC.md "Container ID").
-_ID_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
-IFNAMSIZ = 16  # Linux, including the terminating NUL
-
-
 def validate_container_id(container_id: str) -> None:
-    """Raise CniError INVALID_ENV (4) unless `container_id` is a valid CNI container ID.
-
-    Rule (SPEC.md "Container ID", libcni utils.ValidateContainerID): not empty,
-    starts with an ASCII alphanumeric, then only alphanumerics, '_', '.', '-'.
-    """
-    if not container_id:
-        raise CniError(INVALID_ENV, "missing container ID")
-    if not _ID_RE.fullmatch(container_id):
-        raise CniError(INVALID_ENV, f"invalid characters in container ID {container_id!r}",
-                       "must match ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$")
+    """Raise InvalidEnv (4) unless `container_id` is a valid CNI container ID
+    (names.container_id_problem: SPEC.md "Parameters", libcni utils.ValidateContainerID)."""
+    problem = container_id_problem(container_id)
+    if problem:
+        raise InvalidEnv(f"invalid container ID {container_id!r}" if container_id
+                         else "missing container ID", problem)
 
 
 def validate_network_name(name: str) -> None:
-    """Raise CniError INVALID_CONFIG (7) unless `name` is a valid network name.
-
-    Same character rule as a container ID (libcni utils.ValidateNetworkName).
-    """
-    if not name:
-        raise CniError(INVALID_CONFIG, "missing network name")
-    if not _ID_RE.fullmatch(name):
-        raise CniError(INVALID_CONFIG, f"invalid characters in network name {name!r}",
-                       "must match ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$")
+    """Raise ConfigError (7) unless `name` is a valid network name
+    (names.network_name_problem: libcni utils.ValidateNetworkName)."""
+    problem = network_name_problem(name)
+    if problem:
+        raise ConfigError(f"invalid network name {name!r}" if name else "missing network name",
+                          problem)
 
 
 def validate_ifname(ifname: str) -> None:
-    """Raise CniError INVALID_ENV (4) unless `ifname` is a valid interface name.
-
-    Rule (SPEC.md "Attachment Parameters", libcni utils.ValidateInterfaceName):
-    1..15 bytes, not "." or "..", no '/', ':', NUL or whitespace.
-    """
-    if not ifname:
-        raise CniError(INVALID_ENV, "interface name is empty")
-    if len(ifname.encode("utf-8", "surrogatepass")) > IFNAMSIZ - 1:
-        raise CniError(INVALID_ENV, f"interface name {ifname!r} is too long",
-                       f"must be at most {IFNAMSIZ - 1} bytes")
-    if ifname in (".", ".."):
-        raise CniError(INVALID_ENV, f"interface name {ifname!r} is invalid")
-    for c in ifname:
-        if c in "/:\0" or c.isspace():
-            raise CniError(INVALID_ENV, f"interface name {ifname!r} contains an invalid "
-                           f"character {c!r}")
+    """Raise InvalidEnv (4) unless `ifname` is a valid interface name (names.ifname_problem:
+    the kernel's and libcni's rules together, SPEC.md "Parameters" CNI_IFNAME)."""
+    problem = ifname_problem(ifname)
+    if problem:
+        raise InvalidEnv(f"invalid interface name {ifname!r}" if ifname
+                         else "interface name is empty", problem)
 
 
 def parse_cni_args(text: str) -> tuple[tuple[str, str], ...]:
     """CNI_ARGS "K=V;K=V" as ((K, V), ...) in order (SPEC.md "Parameters": CNI_ARGS).
 
     The value is everything after the first '='. Empty pairs (";;", a trailing ';')
-    are skipped. A pair without '=' or with an empty key raises CniError INVALID_ENV (4).
+    are skipped. A pair without '=' or with an empty key raises InvalidEnv (4).
     """
     out: list[tuple[str, str]] = []
     for pair in text.split(";"):
@@ -88,27 +66,27 @@ def parse_cni_args(text: str) -> tuple[tuple[str, str], ...]:
             continue
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise CniError(INVALID_ENV, f"invalid CNI_ARGS pair {pair!r}",
+            raise InvalidEnv(f"invalid CNI_ARGS pair {pair!r}",
                            "CNI_ARGS must be KEY=VALUE pairs separated by ';'")
         out.append((key, value))
     return tuple(out)
 
 
 def decode_json_object(data: bytes, what: str = "stdin") -> dict:
-    """Decode `data` as one JSON object; anything else raises CniError DECODE_FAILURE (6).
+    """Decode `data` as one JSON object; anything else raises DecodeFailure (6).
 
     Guards: more than MAX_STDIN bytes, invalid UTF-8, NaN/Infinity, nesting that
     exhausts the recursion limit.
     """
     if len(data) > MAX_STDIN:
-        raise CniError(DECODE_FAILURE, f"{what} is too large: {len(data)} bytes",
+        raise DecodeFailure(f"{what} is too large: {len(data)} bytes",
                        f"the limit is {MAX_STDIN} bytes")
     try:
         obj = loads_strict(data)
     except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
-        raise CniError(DECODE_FAILURE, f"{what} is not valid JSON: {e}") from None
+        raise DecodeFailure(f"{what} is not valid JSON: {e}") from None
     if not isinstance(obj, dict):
-        raise CniError(DECODE_FAILURE, f"{what} is not a JSON object",
+        raise DecodeFailure(f"{what} is not a JSON object",
                        f"got a JSON {type(obj).__name__}")
     return obj
 
@@ -157,9 +135,9 @@ def parse_request(environ: Mapping[str, str], stdin: bytes) -> CniRequest:
     command = environ.get("CNI_COMMAND", "")
     if command not in COMMANDS:
         if not command:
-            raise CniError(INVALID_ENV, "CNI_COMMAND is not set",
+            raise InvalidEnv("CNI_COMMAND is not set",
                            f"expected one of {', '.join(COMMANDS)}")
-        raise CniError(INVALID_ENV, f"unknown CNI_COMMAND {command!r}",
+        raise InvalidEnv(f"unknown CNI_COMMAND {command!r}",
                        f"expected one of {', '.join(COMMANDS)}")
 
     if command == "VERSION":
@@ -170,7 +148,7 @@ def parse_request(environ: Mapping[str, str], stdin: bytes) -> CniRequest:
 
     missing = [name for name in REQUIRED_ENV[command] if not environ.get(name)]
     if missing:
-        raise CniError(INVALID_ENV, f"required environment variables missing for {command}: "
+        raise InvalidEnv(f"required environment variables missing for {command}: "
                        f"{', '.join(missing)}")
 
     container_id = environ.get("CNI_CONTAINERID", "")
@@ -182,7 +160,7 @@ def parse_request(environ: Mapping[str, str], stdin: bytes) -> CniRequest:
 
     for name in ("CNI_NETNS", "CNI_PATH"):  # paths: a NUL would fail at the first use
         if "\0" in environ.get(name, ""):
-            raise CniError(INVALID_ENV, f"{name} contains a NUL character",
+            raise InvalidEnv(f"{name} contains a NUL character",
                            f"{name} must be a path")
     args = parse_cni_args(environ.get("CNI_ARGS", ""))
     path = tuple(p for p in environ.get("CNI_PATH", "").split(":") if p)

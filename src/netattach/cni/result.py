@@ -23,18 +23,14 @@ the first IPv4 and the first IPv6 address and their routes only, as libcni does.
 from __future__ import annotations
 
 import copy
-import re
 from typing import Any
 
-from .errors import CniError, DECODE_FAILURE, INCOMPATIBLE_VERSION
-
-SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+from .errors import DecodeFailure, VersionError
+from .version import SUPPORTED_VERSIONS, check_supported
 
 # Result layout families, as libcni's Go types group the versions.
 _FAMILY = {"0.1.0": "020", "0.2.0": "020", "0.3.0": "040", "0.3.1": "040", "0.4.0": "040",
            "1.0.0": "100", "1.1.0": "110"}
-
-_VERSION_RE = re.compile(r"[0-9]+(\.[0-9]+){0,2}")
 
 _DNS_KEYS = ("nameservers", "domain", "search", "options")
 _IFACE_KEYS = ("name", "mac", "sandbox")
@@ -43,60 +39,25 @@ _ROUTE_KEYS = ("dst", "gw")
 _ROUTE_KEYS_110 = ("dst", "gw", "mtu", "advmss", "priority", "table", "scope")
 
 
-def parse_version(version: str) -> tuple[int, int, int]:
-    """(major, minor, patch) of a CNI version string.
-
-    libcni version.ParseVersion rules: "" means "0.1.0" (no declared version);
-    one to three dot-separated decimal numbers, missing parts are 0 ("1.1" is
-    (1, 1, 0)). Anything else raises CniError INCOMPATIBLE_VERSION (1).
-    """
-    if not isinstance(version, str):
-        raise CniError(INCOMPATIBLE_VERSION, f"invalid CNI version {version!r}",
-                       "a version is a string like \"1.0.0\"")
-    if version == "":
-        return (0, 1, 0)
-    if not _VERSION_RE.fullmatch(version):
-        raise CniError(INCOMPATIBLE_VERSION, f"invalid CNI version {version!r}",
-                       "expected MAJOR.MINOR.PATCH")
-    parts = [int(p) for p in version.split(".")] + [0, 0]
-    return (parts[0], parts[1], parts[2])
-
-
-def version_at_least(version: str, minimum: str) -> bool:
-    """True when `version` >= `minimum` (libcni version.GreaterThanOrEqualTo).
-
-    Raises CniError INCOMPATIBLE_VERSION (1) if either does not parse.
-    """
-    return parse_version(version) >= parse_version(minimum)
-
-
-def check_supported(version: str, what: str = "CNI version") -> str:
-    """Return `version` if it is one of SUPPORTED_VERSIONS, else raise CniError (1)."""
-    if version not in SUPPORTED_VERSIONS:
-        raise CniError(INCOMPATIBLE_VERSION, f"unsupported {what} {version!r}",
-                       f"supported: {', '.join(SUPPORTED_VERSIONS)}")
-    return version
-
-
 def result_version(result: dict, default_version: str) -> str:
     """The result's "cniVersion", or `default_version` when it is missing or "".
 
     libcni invoke.fixupResultVersion reads a child's result that lacks a version
     as the version of the configuration it was given. A non-string cniVersion
-    raises CniError DECODE_FAILURE (6).
+    raises DecodeFailure (6).
     """
     v = result.get("cniVersion")
     if v is None or v == "":
         return default_version
     if not isinstance(v, str):
-        raise CniError(DECODE_FAILURE, f"result cniVersion is not a string: {v!r}")
+        raise DecodeFailure(f"result cniVersion is not a string: {v!r}")
     return v
 
 
 # ------------------------------------------------------------------ helpers
 
-def _fail(msg: str, details: str = "") -> CniError:
-    return CniError(DECODE_FAILURE, f"invalid CNI result: {msg}", details)
+def _fail(msg: str, details: str = "") -> DecodeFailure:
+    return DecodeFailure(f"invalid CNI result: {msg}", details)
 
 
 def _list_of_dicts(value: Any, where: str) -> list[dict]:
@@ -175,9 +136,9 @@ def _write(canon: dict, family: str, to_version: str) -> dict:
         ip4 = next((ip for ip in canon["ips"] if _ip_version(ip) == "4"), None)
         ip6 = next((ip for ip in canon["ips"] if _ip_version(ip) == "6"), None)
         if ip4 is None and ip6 is None:
-            raise CniError(INCOMPATIBLE_VERSION, f"cannot convert result to version {to_version}: "
-                           "it has no IP address",
-                           "results of versions 0.1.0 and 0.2.0 need an IPv4 or IPv6 address")
+            raise VersionError(f"cannot convert result to version {to_version}: it has no IP "
+                               "address", "results of versions 0.1.0 and 0.2.0 need an IPv4 or "
+                               "IPv6 address")
         for key, ip, v4 in (("ip4", ip4, True), ("ip6", ip6, False)):
             if ip is None:
                 continue
@@ -224,15 +185,15 @@ def convert_result(result: dict, to_version: str, default_version: str | None = 
     default_version None a result without cniVersion is taken as already being
     `to_version`. The output always has "cniVersion" = to_version.
 
-    Raises CniError:
-    * INCOMPATIBLE_VERSION (1): source or target not in SUPPORTED_VERSIONS, or a
+    Raises:
+    * VersionError (1): source or target not in SUPPORTED_VERSIONS, or a
       conversion to 0.1.0/0.2.0 of a result with no IP address (libcni types040
       convertTo02x "no valid IP addresses");
-    * DECODE_FAILURE (6): the result is not an object or its fields have the wrong
+    * DecodeFailure (6): the result is not an object or its fields have the wrong
       shape for its version.
     """
     if not isinstance(result, dict):
-        raise CniError(DECODE_FAILURE, "invalid CNI result: not a JSON object")
+        raise DecodeFailure("invalid CNI result: not a JSON object")
     check_supported(to_version, "target result version")
     source = check_supported(result_version(result, default_version or to_version),
                              "result version")

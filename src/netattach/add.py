@@ -1,0 +1,279 @@
+"""ADD: attach the cluster default network, then every selected network (spec §6, §7).
+
+The order of what is saved is the contract DEL relies on:
+1. a marker (a SavedState without attachments) before the first API request, so that
+   a runtime DEL of a container whose ADD failed or died before attaching anything
+   succeeds at once, without the API server;
+2. the whole plan (every delegate's raw config, ifnames, runtimeConfig, devices)
+   before any child runs;
+3. each attachment marked attempted before its child runs, its result after.
+Any failure from the first child on rolls back every attempted attachment in reverse
+(spec §7.2). A rollback (or an ADD that attached nothing) that leaves nothing behind
+removes the state and writes the container's tombstone, so the runtime's cleanup DEL
+is quiet and needs no API request.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from . import devices, netnsinfo, routes, status
+from .api import PodApi, pod_ref
+from .cni import chain
+from .cni.errors import CniError, InvalidEnv, TryAgain
+from .cni.request import CniRequest
+from .cni.result import convert_result
+from .delete import delete_attachments
+from .kube import KubeError
+from .netconf import NetConf
+from .networks import InvalidSelection, Plan, build_plan, empty_result, where
+from .state import (CorruptState, PodRef, SavedAttachment, SavedState, StateError,
+                    StateStore)
+
+if TYPE_CHECKING:
+    from .orchestrator import Orchestrator
+
+log = logging.getLogger("netattach")
+
+
+def cmd_add(orch: "Orchestrator", req: CniRequest, conf: NetConf) -> dict[str, Any]:
+    """ADD: attach the cluster default network, then every selected network.
+
+    Returns the cluster default network's result converted to the configuration's
+    cniVersion (multi-net spec §6, CNI SPEC.md "ADD"). Raises CniError naming the
+    pod, the network and the cause; every attempted attachment was DEL-ed then
+    (§7.2), and a Warning event was recorded on the pod when the API answers.
+    """
+    pod = pod_ref(req)
+    api = orch.api(conf) if pod else None
+    store = orch.store(conf)
+    try:
+        wait_ready(conf)
+        with store.lock(req.container_id):
+            return _add_locked(orch, req, conf, pod, api, store)
+    except InvalidSelection as e:
+        _event(api, pod, "Warning", "InvalidNetworkSelection", e.msg)
+        raise
+    except StateError as e:
+        error: CniError = e.within(where(pod))
+    except CniError as e:
+        error = e
+    _event(api, pod, "Warning", "ErrorAddingNetwork", error.msg)
+    raise error
+
+
+def wait_ready(conf: NetConf) -> None:
+    """Block until `readinessindicatorfile` exists, at most `readinessTimeout` seconds
+    (multi-net spec §6.1.2: operations wait for the cluster default network).
+    Raises TryAgain (11) naming the file."""
+    path = conf.readiness_indicator_file
+    if not path or os.path.exists(path):
+        return
+    deadline = time.monotonic() + conf.readiness_timeout
+    log.info("waiting up to %.0f s for readiness indicator file %s", conf.readiness_timeout, path)
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        if os.path.exists(path):
+            return
+    raise TryAgain(f"cluster default network not ready: readiness indicator file {path} did "
+                   f"not appear within {conf.readiness_timeout:.0f} s")
+
+
+def _event(api: PodApi | None, pod: PodRef | None, type_: str, reason: str,
+           message: str) -> None:
+    """Record an Event on the pod; best effort (a failure is logged, never fatal)."""
+    if api is None or pod is None:
+        return
+    try:
+        api.create_event({"namespace": pod.namespace, "name": pod.name, "uid": pod.uid},
+                         type_, reason, message)
+    except Exception as e:  # an event never fails the ADD
+        log.warning("pod %s: cannot record event %s: %s", pod, reason, e)
+
+
+def marker(req: CniRequest, conf: NetConf, pod: PodRef | None) -> SavedState:
+    """The state of a container with nothing attached yet: the runtime's view only."""
+    return SavedState(container_id=req.container_id, netns=req.netns, ifname=req.ifname,
+                      cni_args=req.args, pod=pod, cni_version=conf.cni_version)
+
+
+def planned_state(base: SavedState, plan: Plan) -> SavedState:
+    """`base` with every attachment of `plan`, none attempted yet."""
+    return base.with_attachments([
+        SavedAttachment(network=a.network, ifname=a.ifname, default=a.default,
+                        source=a.config.source, config=a.config.raw,
+                        capability_args=a.capability_args, device=plan.devices.get(i))
+        for i, a in enumerate(plan.attachments)])
+
+
+def _refuse_second_add(store: StateStore, req: CniRequest) -> None:
+    """Raise InvalidEnv (4) when the container already has attachments (or a state that
+    cannot be read): CNI SPEC.md forbids a second ADD of a container without a DEL in
+    between, and overwriting its state would lose what DEL must release."""
+    try:
+        existing = store.load(req.container_id)
+    except CorruptState:
+        existing = None
+        attached = True
+    else:
+        attached = bool(existing and (existing.attempted() or existing.del_pending))
+    if attached:
+        raise InvalidEnv(f"container {req.container_id} is already attached on this node (an "
+                         "ADD without the DEL of an earlier ADD of it): DEL it first",
+                         "CNI SPEC.md: the runtime must not call ADD twice for the same "
+                         "container and interface without a DEL in between")
+
+
+def _add_locked(orch: "Orchestrator", req: CniRequest, conf: NetConf, pod: PodRef | None,
+                api: PodApi | None, store: StateStore) -> dict[str, Any]:
+    _refuse_second_add(store, req)
+    state = marker(req, conf, pod)
+    store.save(state)  # before the first API request
+    store.forget_deleted(req.container_id)
+    try:
+        plan = build_plan(req, conf, pod, api)
+    except BaseException:
+        _released(store, req.container_id)  # nothing was attached
+        raise
+    state = planned_state(state, plan)
+    store.save(state)  # before any child runs
+    try:
+        results = _attach_all(orch, req, conf, pod, plan, state, store)
+        if plan.default_route is not None:
+            results = _apply_default_route(req, plan, results, state, store)
+        out = convert_result(results[0], conf.cni_version)
+        entries = _status_entries(req, conf, plan, results) if pod and api else []
+    except _AttachFailed as e:
+        rollback(orch, req, conf, state, store)
+        raise e.cause from None
+    except BaseException as e:
+        # any failure after the children ran (a result that cannot be given in the
+        # configuration's version, a default route, a bug) undoes them all
+        log.error("%s: ADD failed after its children ran: %s", where(pod), e)
+        rollback(orch, req, conf, state, store)
+        if isinstance(e, CniError):
+            raise e.within(where(pod)) from None
+        raise
+    if pod and api:
+        _publish_status(api, pod, entries, plan.pod_uid)
+        for att, entry in zip([a for a in plan.attachments if not a.auxiliary], entries):
+            _event(api, pod, "Normal", "AddedInterface",
+                   f"Add {att.ifname} {entry.get('ips', [])} from {att.network}")
+    return out
+
+
+class _AttachFailed(Exception):
+    """An attachment's ADD failed: `cause` is the CniError for the runtime."""
+
+    def __init__(self, cause: CniError):
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _attach_all(orch: "Orchestrator", req: CniRequest, conf: NetConf, pod: PodRef | None,
+                plan: Plan, state: SavedState, store: StateStore) -> list[dict[str, Any]]:
+    """Run every attachment's ADD in order, saving as it goes. Raises _AttachFailed."""
+    results: list[dict[str, Any]] = []
+    for i, att in enumerate(plan.attachments):
+        saved = state.attachments[i]
+        saved.attempted = True
+        try:
+            store.save(state)
+            if i in plan.devices:
+                devices.copy_device_info(*plan.devices[i], req.container_id, att.ifname,
+                                         conf.device_info_dir)
+            result = chain.add(att.config, orch.runtime_conf(req, conf, att.ifname,
+                                                             att.capability_args),
+                               empty_result(att.config.cni_version) if att.auxiliary else None)
+        except CniError as e:
+            log.error("%s: ADD of network %s (%s) failed: %s", where(pod), att.network,
+                      att.ifname, e)
+            saved.add_failed = True
+            raise _AttachFailed(e.within(where(pod, f"{att.network} (interface {att.ifname})"))) \
+                from None
+        assert result is not None  # chain.add raises when a plugin prints no result
+        results.append(result)
+        saved.result = result
+        try:
+            store.save(state)
+        except CniError as e:
+            log.warning("%s: cannot save result of %s: %s", where(pod), att.network, e)
+        log.info("%s: attached network %s as %s", where(pod), att.network, att.ifname)
+    return results
+
+
+def rollback(orch: "Orchestrator", req: CniRequest, conf: NetConf, state: SavedState,
+             store: StateStore) -> None:
+    """DEL the attempted attachments in reverse (spec §7.2). When all succeeded the state
+    is removed and the tombstone written (the runtime's DEL then has nothing to do);
+    otherwise the state is saved, so the runtime's DEL retries what is left."""
+    errors = delete_attachments(orch, req, conf, state)
+    for e in errors:
+        log.error("rollback: %s", e)
+    if errors:
+        store.save(state)
+    else:
+        _released(store, req.container_id)
+
+
+def _released(store: StateStore, container_id: str) -> None:
+    """Nothing of the container is attached any more: state gone, tombstone written."""
+    store.remove(container_id)
+    store.mark_deleted(container_id)
+
+
+def _status_entries(req: CniRequest, conf: NetConf, plan: Plan,
+                    results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """network-status entries (spec §5): MTUs read from the pod netns in one visit,
+    `default-route` on the chosen attachment, `device-info` for attachments with a device.
+    The auxiliary chain has none (it adds no interface)."""
+    mtus = netnsinfo.link_mtus(req.netns, [a.ifname for a in plan.attachments])
+    chosen = plan.default_route
+    entries = []
+    for i, (a, r) in enumerate(zip(plan.attachments, results)):
+        if a.auxiliary:
+            continue
+        info = None
+        if i in plan.devices:
+            info = devices.read_device_info(*plan.devices[i], req.container_id, a.ifname,
+                                            conf.device_info_dir)
+        entries.append(status.status_entry(
+            a.network, r, ifname=a.ifname, default=a.default, mtu=mtus.get(a.ifname),
+            default_route=list(chosen.gateways) if chosen and chosen.index == i else None,
+            device_info=info))
+    return entries
+
+
+def _apply_default_route(req: CniRequest, plan: Plan, results: list[dict[str, Any]],
+                         state: SavedState, store: StateStore) -> list[dict[str, Any]]:
+    """Install the chosen default route(s) in the pod netns and save the rewritten results
+    (so CHECK and DEL see what the netns holds). Raises RouteError (7) naming the
+    gateway problem; the caller rolls back."""
+    assert plan.default_route is not None
+    targets = [routes.RouteTarget(a.ifname, r, a.default_route, a.network)
+               for a, r in zip(plan.attachments, results)]
+    try:
+        new = routes.apply_default_routes(req.netns, targets)
+    except CniError as e:
+        raise e.within(f"network {plan.default_route.network} (default-route)") from None
+    for saved, result in zip(state.attachments, new):
+        saved.result = result
+    store.save(state)
+    return [r if r is not None else {} for r in new]
+
+
+def _publish_status(api: PodApi, pod: PodRef, entries: list[dict[str, Any]], uid: str) -> None:
+    """PATCH network-status (spec §5) onto the pod of UID `uid` only. A failure is logged,
+    not fatal: every interface is up and the runtime's sandbox works; failing the ADD
+    here would tear down a working pod network over a report. docs/architecture.md
+    records this decision."""
+    try:
+        api.patch_pod_annotations(pod.namespace, pod.name,
+                                  {status.NETWORK_STATUS_ANNOTATION: status.encode_status(entries)},
+                                  uid)
+    except KubeError as e:
+        log.warning("pod %s: attachments are up but the %s annotation could not be written: %s",
+                    pod, status.NETWORK_STATUS_ANNOTATION, e)
+

@@ -1,0 +1,65 @@
+"""The API seam: what the orchestrator asks of the Kubernetes API server, and the pod a
+request names.
+
+`PodApi` is a protocol: thin mode hands the orchestrator `kube.Kube` (live requests
+within one `apiTimeout` budget); the node daemon will hand it its watch caches; unit
+tests hand it a fake. Implementations raise `kube.KubeError` (code 11) when the
+server cannot be asked or refuses, and return None for an object that does not exist.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+from .cni.errors import InvalidEnv
+from .cni.request import CniRequest
+from .names import is_dns1123_label, is_dns1123_subdomain
+from .state import PodRef
+
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+class PodApi(Protocol):
+    """The requests one CNI operation makes (multi-net spec §5 status, §3 NADs)."""
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Pod as a JSON dict, None when it does not exist. Raises KubeError."""
+        ...
+
+    def get_nad(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The NetworkAttachmentDefinition, None when it does not exist. Raises KubeError."""
+        ...
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str],
+                              uid: str | None = None) -> None:
+        """Merge `annotations` into the pod of UID `uid` (status subresource). Raises
+        KubeError."""
+        ...
+
+    def create_event(self, pod: dict[str, str], type_: str, reason: str, message: str) -> None:
+        """Record an Event on the pod ({"namespace", "name", "uid"}). Raises KubeError."""
+        ...
+
+    def pause(self, seconds: float) -> bool:
+        """Wait `seconds` before asking again (a retry's backoff), out of the operation's
+        API budget; False, without waiting, when the budget has less than that left."""
+        ...
+
+
+ApiFactory = Callable[[Any], PodApi]
+"""NetConf -> a PodApi for one operation (its budget is the operation's apiTimeout)."""
+
+
+def pod_ref(req: CniRequest) -> PodRef | None:
+    """The pod named by CNI_ARGS (K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID), if any.
+
+    Raises InvalidEnv (4) when the namespace is not a DNS-1123 label or the name not
+    a DNS-1123 subdomain (names.py): both become API request paths ("../..", "?",
+    "#" would reach other resources than the pod).
+    """
+    ns, name = req.arg("K8S_POD_NAMESPACE"), req.arg("K8S_POD_NAME")
+    if not ns or not name:
+        return None
+    if not is_dns1123_label(ns) or not is_dns1123_subdomain(name):
+        raise InvalidEnv(f"CNI_ARGS K8S_POD_NAMESPACE={ns!r} K8S_POD_NAME={name!r} is not a pod",
+                         "a namespace is a DNS-1123 label, a pod name a DNS-1123 subdomain")
+    return PodRef(ns, name, req.arg("K8S_POD_UID") or "")

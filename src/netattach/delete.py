@@ -1,0 +1,234 @@
+"""DEL: undo every attachment of a container from its saved state (spec §7.2), and the
+recovery when that state is missing, damaged or only partly known.
+
+What DEL works from, in order (`_load_or_rebuild`):
+1. the saved state, whole: no API request;
+2. no state but a tombstone (its last DEL completed): nothing to do, at once, quietly;
+3. a damaged file: moved aside as `<id>.json.corrupt`, the attachments still whole in
+   it salvaged; when that is all of them, DEL uses them (no API request);
+4. otherwise the plan rebuilt from the pod and its NADs, an attachment read from the
+   file replacing the rebuilt one of the same interface (it is what the ADD ran);
+5. otherwise a best effort (`_best_effort`): what is known, plus the cluster default
+   network as configured now, and, while the API server cannot be asked, code 11 for
+   DEL_RETRY_WINDOW so that the runtime retries (`_settle_pending`).
+A DEL that completes removes the state and writes the tombstone; one that fails
+keeps (or saves) what it worked from, so the runtime's retry finds it.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from . import devices, plan as planning
+from .api import PodApi, pod_ref
+from .cni import chain
+from .cni.errors import CniError, TryAgain
+from .cni.request import CniRequest
+from .kube import KubeError
+from .netconf import NetConf
+from .networks import build_plan, resolve_cluster_network, where
+from .state import (CorruptState, DelPending, PodRef, SavedAttachment, SavedState, StateError,
+                    StateStore, is_missing_netns, salvage)
+
+if TYPE_CHECKING:
+    from .orchestrator import Orchestrator
+
+log = logging.getLogger("netattach")
+
+DEL_RETRY_WINDOW = 600.0
+"""DEL without a usable saved state while the API server cannot be asked: for this many
+seconds after the first such DEL it fails with code 11, so that the runtime retries until
+the API answers; after that it succeeds with what it could do (docs/architecture.md
+"Decisions")."""
+
+
+def delete_attachments(orch: "Orchestrator", req: CniRequest, conf: NetConf,
+                       state: SavedState) -> list[str]:
+    """DEL every attempted attachment in reverse order, past failures (spec §7.2).
+
+    Returns one message per failed DEL; the DEL failure of an attachment whose
+    ADD itself returned an error is logged only. A netns already gone is passed as ""
+    so children release IPAM and skip the namespace (CNI SPEC.md: DEL must
+    succeed when resources are already gone).
+    """
+    netns = "" if is_missing_netns(req.netns) else req.netns
+    errors = []
+    for att in reversed(state.attempted()):
+        try:
+            chain.delete(chain.NetworkConfig.from_dict(att.config, att.source),
+                         orch.saved_runtime_conf(req, conf, att, netns), att.result)
+            if att.device:
+                devices.remove_device_info(req.container_id, att.ifname, conf.device_info_dir)
+        except CniError as e:
+            message = f"network {att.network} (interface {att.ifname}): {e}"
+            if att.add_failed:
+                # Its ADD returned an error, so the child already undid what it could; a
+                # DEL that fails the same way (e.g. macvlan's master is missing) would
+                # otherwise fail every DEL of the sandbox forever.
+                log.warning("DEL of an attachment whose ADD failed also failed (ignored): %s",
+                            message)
+                continue
+            errors.append(message)
+    return errors
+
+
+def cmd_del(orch: "Orchestrator", req: CniRequest, conf: NetConf) -> None:
+    """DEL: detach everything from saved state; needs neither the pod nor the API server.
+
+    Without a usable saved state, `_load_or_rebuild` says what DEL works from (module
+    doc). Raises TryAgain (11) listing every attachment whose DEL failed (what DEL
+    worked from is saved then, so the runtime's retry finds it), or while only part
+    of the pod is known and the API server may still answer (`_settle_pending`);
+    StateError (5) when the state dir cannot be used.
+    """
+    pod = pod_ref(req)
+    store = orch.store(conf)
+    try:
+        with store.lock(req.container_id):
+            state, as_saved = _load_or_rebuild(orch, req, conf, pod, store)
+            if state is None:
+                return
+            errors = delete_attachments(orch, req, conf, state)
+            if errors:
+                if not as_saved:
+                    store.save(state)
+                raise TryAgain(f"pod {pod or req.container_id}: DEL failed for {len(errors)} "
+                               "attachment(s): " + "; ".join(errors))
+            if state.del_pending is not None:
+                _settle_pending(orch, req, pod, state, store)
+            store.remove(req.container_id)
+            store.mark_deleted(req.container_id)
+            log.info("%s: detached %d attachment(s)", where(pod), len(state.attempted()))
+    except StateError as e:
+        raise e.within(where(pod)) from None
+
+
+def _names(attachments: list[SavedAttachment]) -> str:
+    return ", ".join(f"{a.network} ({a.ifname})" for a in attachments) or "nothing"
+
+
+def runtime_view(req: CniRequest, conf: NetConf, pod: PodRef | None) -> SavedState:
+    """A state of the request's container with no attachment (what DEL knows by itself)."""
+    return SavedState(container_id=req.container_id, netns=req.netns, ifname=req.ifname,
+                      cni_args=req.args, pod=pod, cni_version=conf.cni_version)
+
+
+def _load_or_rebuild(orch: "Orchestrator", req: CniRequest, conf: NetConf, pod: PodRef | None,
+                     store: StateStore) -> tuple[SavedState | None, bool]:
+    """The state DEL works from (module doc), and whether it is the saved file as it is;
+    (None, True) when there is nothing to do (a tombstone). Every case but a whole
+    state, a marker and a tombstone is logged, naming the container."""
+    cid = req.container_id
+    who = f"container {cid} (pod {pod or '?'})"
+    known: list[SavedAttachment] = []
+    since: float | None = None
+    try:
+        state = store.load(cid)
+    except CorruptState as e:
+        salvaged = salvage(e.raw, cid)
+        try:
+            aside = f"moved to {store.set_aside(cid)}"
+        except StateError as e2:
+            aside = f"left in place: {e2}"
+        log.error("%s: %s; %s; %d attachment(s) readable in it (%s)", who, e, aside,
+                  len(salvaged.attachments), "all of them: DEL uses them" if salvaged.complete
+                  else "the rest is lost")
+        if salvaged.complete:
+            return runtime_view(req, conf, pod).with_attachments(salvaged.attachments), False
+        known, situation, loud = salvaged.attachments, "saved state damaged", True
+    except StateError as e:
+        log.error("%s: %s", who, e)
+        situation, loud = "saved state unreadable", True
+    else:
+        if state is not None and state.del_pending is None:
+            return state, True
+        if state is None:
+            deleted = store.deleted_since(cid)
+            if deleted is not None:
+                log.debug("%s: already released by the DEL of %s; nothing to do", who,
+                          time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deleted)))
+                return None, True
+            situation, loud = ("no saved state (its ADD failed or never ran, or the state "
+                               "was lost)"), False
+        else:
+            assert state.del_pending is not None
+            known = [a for a in state.attachments if not a.from_config]
+            since = state.del_pending.since
+            situation = (f"DEL pending since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(since))}"
+                         f" ({state.del_pending.reason})")
+            loud = True
+    api = orch.api(conf) if pod else None
+    try:
+        plan = build_plan(req, conf, pod, api, wait_for_pod=False)
+    except CniError as e:
+        return _best_effort(orch, req, conf, pod, known, e, since, api, situation, loud), False
+    from .add import planned_state
+    rebuilt = planned_state(runtime_view(req, conf, pod), plan)
+    for att in rebuilt.attachments:
+        att.attempted = True
+    read = {a.ifname: a for a in known}
+    attachments = [read.pop(a.ifname, a) for a in rebuilt.attachments] + list(read.values())
+    log.log(logging.ERROR if loud else logging.WARNING,
+            "%s: %s; DEL rebuilt from the API (%d attachments%s)", who, situation,
+            len(attachments), f", {len(known)} of them as read from the saved state"
+            if known else "")
+    return rebuilt.with_attachments(attachments), False
+
+
+def _best_effort(orch: "Orchestrator", req: CniRequest, conf: NetConf, pod: PodRef | None,
+                 known: list[SavedAttachment], cause: CniError, since: float | None,
+                 api: PodApi | None, situation: str, loud: bool) -> SavedState:
+    """What DEL does when the plan cannot be rebuilt: the attachments read from a damaged
+    or pending state, plus the cluster default network as configured now on CNI_IFNAME
+    (the runtime named that interface), so that at least the pod's primary IP is
+    released. Logs what is DEL-ed and that anything else is unknown and not released.
+    When the API server could not be asked (KubeError, rather than an answer that the
+    pod or a NAD is gone), the state is marked pending: see `_settle_pending`.
+    """
+    who = f"container {req.container_id} (pod {pod or '?'})"
+    attachments = list(known)
+    unreachable = isinstance(cause, KubeError)
+    if not any(a.ifname == req.ifname for a in attachments):
+        try:
+            network, config = resolve_cluster_network(conf, None if unreachable else api)
+            primary = planning.plan_attachments((network, config), req.ifname,
+                                                conf.runtime_config, [])[0]
+            attachments.insert(0, SavedAttachment(
+                network=primary.network, ifname=primary.ifname, default=True,
+                source=config.source, config=config.raw,
+                capability_args=primary.capability_args, attempted=True, from_config=True))
+        except CniError as e:
+            log.error("%s: the cluster default network %s cannot be read either: %s", who,
+                      conf.cluster_network, e)
+    state = runtime_view(req, conf, pod).with_attachments(attachments)
+    if unreachable:
+        state.del_pending = DelPending(since or orch.clock(), cause.msg)
+    log.log(logging.ERROR if loud or unreachable else logging.WARNING,
+            "%s: %s and the plan cannot be rebuilt (%s); DEL releases only what it knows: %s; "
+            "any other attachment of the pod is unknown and NOT released", who, situation,
+            cause.msg, _names(attachments))
+    return state
+
+
+def _settle_pending(orch: "Orchestrator", req: CniRequest, pod: PodRef | None,
+                    state: SavedState, store: StateStore) -> None:
+    """After a best-effort DEL while the API server could not be asked: within
+    DEL_RETRY_WINDOW of the first such DEL, save what is known and raise TryAgain (11),
+    so that the runtime retries until the API answers and every attachment can be
+    released; after it, log what is given up and return (DEL succeeds)."""
+    pending = state.del_pending
+    assert pending is not None
+    waited = orch.clock() - pending.since
+    done = _names(state.attachments)
+    if waited < DEL_RETRY_WINDOW:
+        store.save(state)
+        raise TryAgain(f"pod {pod or '?'} (container {req.container_id}): DEL incomplete: "
+                       f"released {done}, but without saved state the pod's other attachments "
+                       f"are known only to the API server, which cannot be asked "
+                       f"({pending.reason}); retry: DEL gives up on them "
+                       f"{DEL_RETRY_WINDOW - waited:.0f} s from now")
+    log.error("container %s (pod %s): the API server could not be asked for %.0f s (%s); DEL "
+              "gives up: released %s; any other attachment of the pod is NOT released and its "
+              "addresses stay allocated", req.container_id, pod or "?", waited,
+              pending.reason, done)

@@ -1,0 +1,316 @@
+"""Which networks a pod gets: the cluster default network and the selected networks,
+resolved through the API seam and planned (spec §3.4 delegates, §4 selection, §6.2
+ordering). ADD plans with it; DEL rebuilds a lost plan with it; STATUS and GC resolve
+the cluster default network with it, without the API.
+
+Every failure is a CniError (its kind carries the code) whose message names the pod
+(`ns/name`), the network and the cause.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from . import delegates, devices, plan as planning, routes, selection
+from .api import MIRROR_POD_ANNOTATION, PodApi
+from .cni import invoke
+from .cni.chain import NetworkConfig
+from .cni.errors import CniError, ConfigError, TryAgain, UnknownContainer
+from .cni.request import CniRequest
+from .names import is_dns1123_label
+from .netconf import NetConf
+from .state import PodRef
+
+log = logging.getLogger("netattach")
+
+POD_RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8)
+"""Backoff (seconds) of an ADD while its pod is not yet visible in the API (informer lag
+on a fresh pod). DEL does not wait: a pod it cannot find is gone."""
+
+
+class InvalidSelection(ConfigError):
+    """The pod's selection annotation is invalid (code 7); the ADD records a Warning event."""
+
+
+class PodNotFound(TryAgain):
+    """The API server answered that the pod does not exist (code 11: on ADD the pod may
+    not be visible yet)."""
+
+
+def where(pod: PodRef | None, network: str | None = None) -> str:
+    """The context an error message starts with: "pod ns/name: network x"."""
+    out = f"pod {pod}" if pod else "request"
+    return f"{out}: network {network}" if network else out
+
+
+def _is_own(config: NetworkConfig, conf: NetConf) -> bool:
+    """True when a plugin of `config` is netattach itself (its own `type`)."""
+    own = conf.raw.get("type", "netattach")
+    return any(p.get("type") == own for p in config.plugins)
+
+
+def resolve_cluster_network(conf: NetConf, api: PodApi | None) -> tuple[str, NetworkConfig]:
+    """(status name, delegate) of the cluster default network, from `clusterNetwork`.
+
+    An absolute path is a conf/conflist file or a directory (its first config in
+    the runtime's order, delegates.list_conf_files, skipping netattach's own);
+    otherwise the `name` of a config in `conf_dirs`; otherwise a
+    NetworkAttachmentDefinition `[ns/]name` (namespace defaults to `multusNamespace`).
+    Disk is tried before the API so that the common case needs no request.
+    Raises ConfigError (DelegateError) and KubeError (11).
+    """
+    value = conf.cluster_network
+    if value.startswith("/"):
+        if os.path.isdir(value):
+            for path in delegates.list_conf_files(value):
+                try:
+                    config = delegates.load_conf_file(path)
+                except CniError as e:
+                    log.warning("skipping %s: %s", path, e)
+                    continue
+                if not _is_own(config, conf):
+                    return config.name, config
+            raise delegates.DelegateError(value, f"no CNI config for the cluster default "
+                                                 f"network in {value}")
+        config = delegates.load_conf_file(value)
+        return config.name, config
+    on_disk = delegates.find_on_disk(conf.conf_dirs, value)
+    if on_disk is not None and not _is_own(on_disk, conf):
+        return on_disk.name, on_disk
+    ns, _, name = value.rpartition("/")
+    ns = ns or conf.multus_namespace
+    if not (is_dns1123_label(ns) and is_dns1123_label(name)):
+        raise delegates.DelegateError(value, f"cluster default network {value!r} is neither an "
+                                      f"absolute path, nor the name of a config in "
+                                      f"{' or '.join(conf.conf_dirs)}, nor a "
+                                      "NetworkAttachmentDefinition [namespace/]name of "
+                                      "DNS-1123 labels (§3.3)")
+    if api is None:
+        raise delegates.DelegateError(value, f"cluster default network {value!r} is neither a "
+                                      f"file nor a config in {' or '.join(conf.conf_dirs)}, "
+                                      "and no pod API access")
+    return f"{ns}/{name}", delegates.resolve_delegate(api.get_nad(ns, name), ns, name,
+                                                      conf.conf_dirs)
+
+
+def auxiliary_chain(conf: NetConf, cluster_source: str) -> NetworkConfig | None:
+    """Multus' auxiliary CNI chain (`auxiliaryCNIChainName`), or None when it is not set
+    or its directory holds no plugin config.
+
+    Its plugins are the `*.conf` files of `<dir>/<auxiliaryCNIChainName>/` (libcni's
+    subdirectory plugin configs, in name order), where <dir> is the directory of the
+    cluster default network's config file when clusterNetwork is a path, else the
+    first conf dir. Its cniVersion is netattach's. Where Multus puts its `passthru`
+    plugin first, netattach starts the chain from an empty prevResult (the same
+    input, without a binary to install). Raises ConfigError (DelegateError).
+    """
+    name = conf.auxiliary_chain
+    if not name:
+        return None
+    base = os.path.dirname(cluster_source) if cluster_source.startswith("/") else conf.conf_dir
+    source = os.path.join(base, name)
+    plugins = delegates.side_plugins(base, name, source)
+    if not plugins:
+        log.debug("auxiliary CNI chain %s: no plugin config in %s", name, source)
+        return None
+    try:
+        return NetworkConfig.from_dict({"cniVersion": conf.cni_version, "name": name,
+                                        "plugins": plugins}, source)
+    except CniError as e:
+        raise delegates.DelegateError(source, f"auxiliary CNI chain {source}: {e}") from None
+
+
+def empty_result(cni_version: str) -> dict[str, Any]:
+    """The result Multus' passthru plugin prints, the start of an auxiliary chain."""
+    return {"cniVersion": cni_version, "interfaces": [], "ips": [], "routes": [], "dns": {}}
+
+
+def get_pod(api: PodApi, pod: PodRef, wait: bool) -> dict[str, Any] | None:
+    """The pod; None when the API server says it does not exist. With `wait` (ADD) it is
+    asked again after each of POD_RETRY_DELAYS first, the pauses counted against the
+    API budget, and a pod still missing raises PodNotFound (11). Raises KubeError."""
+    waited = 0.0
+    for delay in (POD_RETRY_DELAYS if wait else ()) + (None,):
+        obj = api.get_pod(pod.namespace, pod.name)
+        if obj is not None:
+            return obj
+        if delay is None or not api.pause(delay):
+            break
+        waited += delay
+    if wait:
+        raise PodNotFound(f"pod {pod}: not found in the API server (retried for {waited:.1f}s)")
+    return None
+
+
+def _check_uid(pod: PodRef, obj: dict[str, Any]) -> None:
+    meta = obj.get("metadata", {})
+    if not pod.uid or MIRROR_POD_ANNOTATION in meta.get("annotations", {}):
+        return  # static pods: the kubelet's UID differs from the mirror pod's
+    if meta.get("uid") != pod.uid:
+        raise UnknownContainer(f"pod {pod}: UID mismatch: the runtime asked for {pod.uid} but "
+                               f"the API server has {meta.get('uid')} (pod was recreated)")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything an ADD will do, decided before any child runs.
+
+    attachments: in order, the cluster default network first.
+    devices: attachment index -> (resourceName, deviceID) for NADs annotated
+      k8s.v1.cni.cncf.io/resourceName (devices from the kubelet's PodResources API).
+    default_route: the validated default-route choice (spec §4.1.2.1.9), if any.
+    pod_uid: the UID of the pod as the API server showed it ("" if not read); the
+      network-status PATCH is for that pod only (a mirror pod's differs from the
+      runtime's K8S_POD_UID).
+    """
+    attachments: list[planning.Attachment]
+    devices: dict[int, tuple[str, str]]
+    default_route: routes.DefaultRoutePlan | None
+    pod_uid: str = ""
+
+
+def _with_device_id(config: NetworkConfig, device_id: str) -> NetworkConfig:
+    """The delegate with `deviceID` set in every plugin's config, as Multus injects it
+    (SR-IOV-style plugins read it there; runtimeConfig.deviceID carries it too)."""
+    raw = copy.deepcopy(config.raw)
+    for plugin in raw["plugins"] if config.is_list else [raw]:
+        plugin["deviceID"] = device_id
+    return NetworkConfig.from_dict(raw, config.source)
+
+
+def _pod_default_network(conf: NetConf, pod: PodRef | None, api: PodApi | None,
+                         annotations: dict[str, Any]) -> tuple[str, NetworkConfig] | None:
+    """The pod's `v1.multus-cni.io/default-network` choice, replacing the cluster default
+    network for this pod (Multus-compatible): exactly one network selection element,
+    resolved in `multusNamespace` unless namespaced. None when the pod has none."""
+    value = annotations.get(selection.DEFAULT_NETWORK_ANNOTATION, "").strip()
+    if not value or api is None:
+        return None
+    try:
+        elements = selection.parse_network_selection(value, conf.multus_namespace)
+    except selection.SelectionError as e:
+        raise InvalidSelection(f"pod {pod}: {selection.DEFAULT_NETWORK_ANNOTATION}: {e}") \
+            from None
+    if len(elements) != 1:
+        raise InvalidSelection(f"pod {pod}: {selection.DEFAULT_NETWORK_ANNOTATION} must name "
+                               f"exactly one network, not {len(elements)}")
+    element = elements[0]
+    try:
+        nad = api.get_nad(element.namespace, element.name)
+        return element.ref, delegates.resolve_delegate(nad, element.namespace, element.name,
+                                                       conf.conf_dirs)
+    except CniError as e:
+        raise e.within(where(pod, f"{element.ref} (pod's default network)")) from None
+
+
+def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi | None,
+               wait_for_pod: bool = True) -> Plan:
+    """Fetch what is needed (pod, NADs, devices) and plan all attachments.
+
+    wait_for_pod: ADD waits for a pod not visible yet (get_pod); DEL does not: a pod
+    the API server does not know raises PodNotFound at once (its selection is unknown).
+    Raises CniError (its kind names the cause: KubeError when the API server could
+    not be asked, ConfigError for configs and the selection, ...).
+    """
+    pod_obj = None
+    if pod and api:
+        try:
+            pod_obj = get_pod(api, pod, wait_for_pod)
+        except CniError as e:
+            raise e.within(where(pod)) if not isinstance(e, PodNotFound) else e from None
+        if pod_obj is None:
+            raise PodNotFound(f"pod {pod}: not found in the API server")
+        _check_uid(pod, pod_obj)
+    annotations = (pod_obj or {}).get("metadata", {}).get("annotations") or {}
+    default = _pod_default_network(conf, pod, api, annotations)
+    if default is None:
+        try:
+            default = resolve_cluster_network(conf, api)
+        except CniError as e:
+            raise e.within(where(pod, f"{conf.cluster_network} (cluster default network)")) \
+                from None
+
+    secondaries: list[tuple[selection.NetworkSelectionElement, NetworkConfig]] = []
+    resources: list[str | None] = []
+    elements: list[selection.NetworkSelectionElement] = []
+    if conf.default_networks and not (pod and pod.namespace in conf.system_namespaces):
+        elements += selection.parse_network_selection(",".join(conf.default_networks),
+                                                      conf.multus_namespace)
+    n_defaults = len(elements)
+    if pod_obj is not None and pod is not None:
+        try:
+            elements += selection.parse_network_selection(
+                annotations.get(selection.NETWORKS_ANNOTATION, ""), pod.namespace)
+        except selection.SelectionError as e:
+            raise InvalidSelection(f"pod {pod}: {e}") from None
+    for i, element in enumerate(elements):
+        if (i >= n_defaults and pod is not None and conf.namespace_isolation
+                and element.namespace != pod.namespace
+                and element.namespace not in conf.global_namespaces):
+            raise ConfigError(f"pod {pod}: network {element.ref}: namespace isolation forbids "
+                              f"pods in namespace {pod.namespace} to use "
+                              f"NetworkAttachmentDefinitions in namespace {element.namespace} "
+                              f"(allowed: {', '.join((pod.namespace,) + conf.global_namespaces)})")
+        try:
+            nad = api.get_nad(element.namespace, element.name) if api else None
+            config = delegates.resolve_delegate(nad, element.namespace, element.name,
+                                                conf.conf_dirs)
+            if _is_own(config, conf):
+                raise delegates.DelegateError(element.ref, f"{config.source} names netattach "
+                                              "itself as a plugin; a delegate must be another "
+                                              "plugin")
+        except CniError as e:
+            raise e.within(where(pod, element.ref)) from None
+        secondaries.append((element, config))
+        resources.append(devices.nad_resource_name(nad) if nad and element.device_id is None
+                         else None)
+    device_map = _assign_devices(conf, pod, resources, secondaries)
+    try:
+        auxiliary = auxiliary_chain(conf, default[1].source)
+        attachments = planning.plan_attachments(default, req.ifname, conf.runtime_config,
+                                                secondaries, auxiliary)
+        route_plan = routes.plan_default_routes(
+            [(a.ifname, a.default_route, a.network) for a in attachments if not a.auxiliary])
+    except CniError as e:
+        raise e.within(where(pod)) from None
+    for a in attachments:  # a type naming a path: refused before any state or child
+        try:
+            for plugin in a.config.plugins:
+                invoke.check_plugin_type(plugin.get("type"))
+        except CniError as e:
+            raise e.within(where(pod, a.network)) from None
+    for index in device_map:
+        attachments[index].capability_args[devices.DEVICE_INFO_CAPABILITY] = \
+            devices.cni_device_info_path(req.container_id, attachments[index].ifname,
+                                         conf.device_info_dir)
+    return Plan(attachments, device_map, route_plan,
+                (pod_obj or {}).get("metadata", {}).get("uid") or "")
+
+
+def _assign_devices(conf: NetConf, pod: PodRef | None, resources: list[str | None],
+                    secondaries: list[tuple[selection.NetworkSelectionElement, NetworkConfig]],
+                    ) -> dict[int, tuple[str, str]]:
+    """Give each secondary whose NAD names a resource one of the pod's devices of it (in
+    place, into its selection element and config). Returns attachment index (secondary
+    position + 1) -> (resourceName, deviceID). Raises DeviceError (11) naming the
+    resource when the kubelet cannot be asked or allocated too few devices."""
+    if not any(resources) or pod is None:
+        return {}
+    try:
+        allocated = devices.pod_devices(conf.pod_resources_socket, pod.namespace, pod.name,
+                                        {r for r in resources if r}, conf.api_timeout)
+        ids = devices.assign_device_ids(resources, allocated)
+    except CniError as e:
+        raise e.within(f"pod {pod}: devices") from None
+    out = {}
+    for i, (resource, device_id) in enumerate(zip(resources, ids)):
+        if resource and device_id:
+            element, config = secondaries[i]
+            secondaries[i] = (dataclasses.replace(element, device_id=device_id),
+                              _with_device_id(config, device_id))
+            out[i + 1] = (resource, device_id)
+    return out

@@ -1,0 +1,99 @@
+"""The orchestrator: ADD, DEL, CHECK, STATUS and GC over the pieces, given its seams.
+
+It receives what it must not build itself, as libcni's CNIConfig receives its
+invoke.Exec:
+* `api`: NetConf -> PodApi, a client for one operation (thin mode: `kube.Kube`, live
+  requests within one apiTimeout budget; the node daemon: its watch caches);
+* `executor`: finds and runs child plugins (the process executor, or a fake);
+* `clock`: epoch seconds (DEL's retry window, tombstones).
+Thin mode (`thin()`) hands it the live client and the process executor; unit tests
+hand it fakes and table-test ADD rollback and DEL recovery without root.
+
+The commands live in `add`, `delete`, `check` and `garbage`; each takes the
+orchestrator as its first argument.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .api import PodApi
+from .cni import chain, invoke
+from .cni.request import CniRequest
+from .netconf import NetConf
+from .state import SavedAttachment, StateStore
+
+
+def _thin_api(conf: NetConf) -> PodApi:
+    from .kube import Kube
+    return Kube(conf.kubeconfig, conf.api_timeout, "apiTimeout")
+
+
+@dataclass(frozen=True)
+class Orchestrator:
+    """The seams of one netattach (see the module doc)."""
+    api: Callable[[NetConf], PodApi] = _thin_api
+    executor: invoke.Executor = field(default=invoke.PROCESS_EXECUTOR)
+    clock: Callable[[], float] = time.time
+
+    def store(self, conf: NetConf) -> StateStore:
+        """The state files of `conf.cni_dir`."""
+        return StateStore(conf.cni_dir, self.clock)
+
+    def runtime_conf(self, req: CniRequest, conf: NetConf, ifname: str,
+                     capability_args: dict[str, Any], netns: str | None = None
+                     ) -> chain.RuntimeConf:
+        """The RuntimeConf of one attachment: the request's container and netns (or
+        `netns`), the attachment's CNI_IFNAME and runtimeConfig, CNI_ARGS for children
+        (`child_args`), plugins looked up in binDir then CNI_PATH, delegateTimeout."""
+        return chain.RuntimeConf(
+            container_id=req.container_id, netns=req.netns if netns is None else netns,
+            ifname=ifname, args=child_args(req), capability_args=capability_args,
+            cni_path=req.path, bin_dirs=(conf.bin_dir,), timeout=conf.delegate_timeout,
+            executor=self.executor)
+
+    def saved_runtime_conf(self, req: CniRequest, conf: NetConf, att: SavedAttachment,
+                           netns: str | None = None) -> chain.RuntimeConf:
+        """runtime_conf for a saved attachment."""
+        return self.runtime_conf(req, conf, att.ifname, att.capability_args, netns)
+
+    def bare_runtime_conf(self, req: CniRequest, conf: NetConf) -> chain.RuntimeConf:
+        """The RuntimeConf of STATUS and GC: no container, only the plugin lookup."""
+        return chain.RuntimeConf(container_id="", netns="", ifname="", cni_path=req.path,
+                                 bin_dirs=(conf.bin_dir,), timeout=conf.delegate_timeout,
+                                 executor=self.executor)
+
+    def run(self, req: CniRequest, conf: NetConf) -> dict[str, Any] | None:
+        """Run `req.command` (ADD, DEL, CHECK, STATUS, GC; parse_request allows no other);
+        returns the document for stdout (ADD's result) or None. Raises CniError."""
+        if req.command == "ADD":
+            from . import add
+            return add.cmd_add(self, req, conf)
+        if req.command == "DEL":
+            from . import delete
+            delete.cmd_del(self, req, conf)
+        elif req.command == "CHECK":
+            from . import check
+            check.cmd_check(self, req, conf)
+        elif req.command == "STATUS":
+            from . import check
+            check.cmd_status(self, req, conf)
+        else:
+            from . import garbage
+            garbage.cmd_gc(self, req, conf)
+        return None
+
+
+def thin() -> Orchestrator:
+    """Thin mode: the live API client and the process executor."""
+    return Orchestrator()
+
+
+def child_args(req: CniRequest) -> tuple[tuple[str, str], ...]:
+    """CNI_ARGS for every child: IgnoreUnknown=1 first, then the runtime's own pairs.
+
+    CONVENTIONS.md "CNI_ARGS": plugins reject unknown keys unless IgnoreUnknown is set;
+    the K8S_* keys the runtime passed reach the children unchanged.
+    """
+    return (("IgnoreUnknown", "1"),) + tuple((k, v) for k, v in req.args if k != "IgnoreUnknown")
