@@ -155,8 +155,8 @@ def _load_or_rebuild(orch: "Orchestrator", req: CniRequest, conf: NetConf, pod: 
             assert state.del_pending is not None
             known = [a for a in state.attachments if not a.from_config]
             since = state.del_pending.since
-            situation = (f"DEL pending since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(since))}"
-                         f" ({state.del_pending.reason})")
+            situation = ("a DEL pending since "
+                         f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(since))}")
             loud = True
     api = orch.api(conf) if pod else None
     try:

@@ -18,9 +18,10 @@ IFNAMSIZ = 16
 _KERNEL_SPACE_BYTES = frozenset(b"\t\n\v\f\r \xa0")
 
 _CONTAINER_ID = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
-MAX_CONTAINER_ID = 255 - len(".json.tmp") - 7
-"""Longest container ID accepted (239): every file named after it (`<id>.json.tmp<pid>`,
-pids up to 7 digits, the longest) stays within the 255-byte limit of a file name."""
+MAX_CONTAINER_ID = 255 - len("..json.tmp-") - 7
+"""Longest container ID accepted (237): every file named after it stays within the
+255-byte limit of a file name, the longest being the state's temp file
+`.<id>.json.tmp-<pid>` (pids have up to 7 digits)."""
 
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS1123_LABEL_MAX = 63

@@ -218,8 +218,8 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         raise _invalid("auxiliaryCNIChainName", f"{aux!r}: {network_name_problem(aux)} (it names "
                        "a subdirectory of the cluster default network's config dir)")
     g = config.get("globalNamespaces")
-    if g is None:
-        global_namespaces = DEFAULT_GLOBAL_NAMESPACES
+    if g is None or (isinstance(g, str) and not g.strip()):
+        global_namespaces = DEFAULT_GLOBAL_NAMESPACES  # Multus reads "" as unset too
     else:
         items = g.split(",") if isinstance(g, str) else g
         global_namespaces = tuple(n for n in (s.strip() for s in items) if n)

@@ -37,13 +37,13 @@ def test_well_known_codes():
 
 
 def test_error_to_dict_omits_empty_details():
-    e = CniError(7, "bad config")
+    e = errors.ConfigError("bad config")
     assert e.to_dict("1.0.0") == {"cniVersion": "1.0.0", "code": 7, "msg": "bad config"}
     assert str(e) == "bad config"
 
 
 def test_error_to_dict_with_details():
-    e = CniError(11, "busy", "try later")
+    e = errors.TryAgain("busy", "try later")
     assert e.to_dict("0.4.0") == {"cniVersion": "0.4.0", "code": 11, "msg": "busy",
                                   "details": "try later"}
     assert str(e) == "busy; try later"

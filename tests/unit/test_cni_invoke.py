@@ -108,7 +108,7 @@ def test_unparsable_failure_like_libcni(tmp_path):
                "sys.exit(2)")
     with pytest.raises(ChildError) as e:
         exec_plugin(p, "ADD", {}, ENV, 10)
-    assert e.value.code == 0  # libcni types.ErrUnknown
+    assert e.value.code == 999  # libcni says types.ErrUnknown (0), which the spec does not define
     assert "panic: oops" in e.value.msg and "status 2" in e.value.msg
     assert "goroutine 1" in e.value.details
 
@@ -117,7 +117,7 @@ def test_stderr_only_failure(tmp_path):
     p = script(tmp_path, "grumpy", "sys.stderr.write('x' * 10000 + 'the end')\nsys.exit(3)")
     with pytest.raises(ChildError) as e:
         exec_plugin(p, "DEL", {}, ENV, 10)
-    assert e.value.code == 0 and "status 3" in e.value.msg
+    assert e.value.code == 999 and "status 3" in e.value.msg
     assert e.value.details.endswith("the end") and len(e.value.details) <= invoke.STDERR_TAIL + 3
 
 
@@ -125,33 +125,35 @@ def test_silent_failure(tmp_path):
     p = script(tmp_path, "mute", "sys.exit(1)")
     with pytest.raises(ChildError) as e:
         exec_plugin(p, "DEL", {}, ENV, 10)
-    assert e.value.code == 0 and "no error message" in e.value.msg
+    assert e.value.code == 999 and "wrote no error" in e.value.msg
 
 
-def test_killed_by_signal(tmp_path):
-    p = script(tmp_path, "doomed", "import signal\nos.kill(os.getpid(), signal.SIGKILL)")
+@pytest.mark.parametrize("signame", ["SIGKILL", "SIGSEGV", "SIGABRT"])
+def test_killed_by_signal(tmp_path, signame):
+    """Defect 3 of issue 9: a child that dies of a signal and writes nothing used to give
+    code 0, which is not an error code; now 999, the message naming the signal."""
+    p = script(tmp_path, "doomed", f"import signal\nos.kill(os.getpid(), signal.{signame})")
     with pytest.raises(ChildError) as e:
         exec_plugin(p, "ADD", {}, ENV, 10)
-    assert "signal 9" in e.value.msg
+    number = int(getattr(__import__("signal"), signame))
+    assert e.value.code == 999
+    assert e.value.msg == f"plugin 'doomed' was killed by {signame} ({number}) and wrote no error"
 
 
 def test_cannot_execute(tmp_path):
     p = tmp_path / "broken"
     p.write_text("#!/nonexistent/interpreter\n")
     p.chmod(p.stat().st_mode | stat.S_IEXEC)
-    with pytest.raises(ChildError) as e:
+    with pytest.raises(CniError) as e:
         exec_plugin(str(p), "ADD", {}, ENV, 10)
     assert e.value.code == 5 and "'broken'" in e.value.msg
 
 
 def test_child_seconds_counter(tmp_path):
     p = script(tmp_path, "sleepy", "import time\ntime.sleep(0.2)")
-    invoke.reset_child_seconds()
-    assert invoke.child_seconds() == 0
+    before = invoke.child_seconds()
     exec_plugin(p, "DEL", {}, ENV, 10)
-    assert 0.2 <= invoke.child_seconds() < 5
-    invoke.reset_child_seconds()
-    assert invoke.child_seconds() == 0
+    assert invoke.child_seconds() - before >= 0.2
 
 
 def test_nothing_written_to_our_stdout(tmp_path, capfd):

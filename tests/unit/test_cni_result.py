@@ -9,40 +9,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from netattach.cni.errors import CniError
-from netattach.cni.result import (SUPPORTED_VERSIONS, convert_result, parse_version,
-                                  result_version, version_at_least)
+from netattach.cni.result import convert_result, result_version
+from netattach.cni.version import SUPPORTED_VERSIONS
 
 V020 = ("0.1.0", "0.2.0")
 V040 = ("0.3.0", "0.3.1", "0.4.0")
-
-# ------------------------------------------------------------------ versions
-
-
-@pytest.mark.parametrize("text,expected", [
-    ("", (0, 1, 0)), ("0.1.0", (0, 1, 0)), ("0.3.1", (0, 3, 1)), ("1.1.0", (1, 1, 0)),
-    ("1", (1, 0, 0)), ("1.1", (1, 1, 0)), ("10.20.30", (10, 20, 30)),
-])
-def test_parse_version(text, expected):
-    assert parse_version(text) == expected
-
-
-@pytest.mark.parametrize("text", ["a", "1.0.0.0", "1..0", "v1.0.0", " 1.0.0", "1.0.0-rc1", "-1",
-                                  "1.0.", None, 1])
-def test_parse_version_invalid(text):
-    with pytest.raises(CniError) as e:
-        parse_version(text)
-    assert e.value.code == 1
-
-
-def test_version_at_least():
-    assert version_at_least("0.4.0", "0.4.0")
-    assert version_at_least("1.0.0", "0.4.0")
-    assert version_at_least("0.10.0", "0.4.0")  # numeric, not string, comparison
-    assert not version_at_least("0.3.1", "0.4.0")
-    assert not version_at_least("", "0.2.0")  # "" is 0.1.0
-    with pytest.raises(CniError):
-        version_at_least("x", "1.0.0")
-
 
 def test_result_version():
     assert result_version({"cniVersion": "0.4.0"}, "1.0.0") == "0.4.0"

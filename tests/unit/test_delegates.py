@@ -198,7 +198,7 @@ def test_bad_spec_config(spec, fragment):
     assert err.network == "ns1/bad-net"
     assert "NetworkAttachmentDefinition ns1/bad-net" in str(err)
     assert fragment in str(err)
-    assert err.message == str(err)
+    assert err.msg == str(err) and err.code == 7
 
 
 @pytest.mark.parametrize(
@@ -231,9 +231,12 @@ def test_list_conf_files_filters_and_sorts(tmp_path):
     (tmp_path / "sub.conf").mkdir()
     (tmp_path / "link.conf").symlink_to(tmp_path / "10-b.conf")
     (tmp_path / "broken.conf").symlink_to(tmp_path / "missing")
+    (tmp_path / "dirlink.conf").symlink_to(tmp_path / "sub.conf")
     got = [os.path.basename(p) for p in list_conf_files(str(tmp_path))]
+    # libcni ConfFiles: every entry that is not itself a directory, symlinks included
+    # wherever they point (the runtime lists them too, and fails to read the broken ones)
     assert got == [".conf", ".hidden.conflist", "05-a.conflist", "10-b.conf", "20-c.conf",
-                   "99.json", "Z.conf", "link.conf"]
+                   "99.json", "Z.conf", "broken.conf", "dirlink.conf", "link.conf"]
     assert all(os.path.dirname(p) == str(tmp_path) for p in list_conf_files(str(tmp_path)))
     assert CONF_EXTENSIONS == (".conf", ".conflist", ".json")
 

@@ -7,8 +7,9 @@ import stat
 import pytest
 
 from netattach import devices
+from netattach.cni.errors import ConfigError
 from netattach.devices import (
-    DeviceError, RESOURCE_NAME_ANNOTATION, assign_device_ids, cni_device_info_path,
+    DeviceError, DeviceInfoError, RESOURCE_NAME_ANNOTATION, assign_device_ids, cni_device_info_path,
     copy_device_info, dp_device_info_path, nad_resource_name, read_device_info,
     remove_device_info, save_device_info,
 )
@@ -113,7 +114,7 @@ def test_paths_follow_the_device_info_spec():
 
 @pytest.mark.parametrize("resource,device", [("", "x"), ("r", ""), ("r\x00", "x")])
 def test_dp_path_refuses_unusable_names(resource, device):
-    with pytest.raises(DeviceError):
+    with pytest.raises(ConfigError):
         dp_device_info_path(resource, device)
 
 
@@ -125,7 +126,7 @@ def test_dp_path_never_leaves_its_dir():
 @pytest.mark.parametrize("cid,ifname", [("..", "net1"), ("abc", ".."), ("a/b", "net1"),
                                         ("abc", "x/y"), ("", "net1"), ("abc", "")])
 def test_cni_path_refuses_unusable_names(cid, ifname):
-    with pytest.raises(DeviceError):
+    with pytest.raises(ConfigError):
         cni_device_info_path(cid, ifname)
 
 
@@ -237,15 +238,17 @@ def test_save_read_remove(tmp_path):
 
 
 def test_save_refuses_non_device_info(tmp_path):
-    with pytest.raises(DeviceError, match="no 'version' key"):
+    with pytest.raises(ConfigError, match="no 'version' key"):
         save_device_info("abc123", "net1", {"type": "pci"}, str(tmp_path))
     assert not (tmp_path / "cni").exists()
 
 
-def test_save_into_unwritable_place_is_device_error(tmp_path):
+def test_save_into_unwritable_place_is_an_io_failure(tmp_path):
+    """Defect 6 of issue 9: an I/O failure is code 5 (it was reported as 7)."""
     (tmp_path / "cni").write_text("a file where the dir should be")
-    with pytest.raises(DeviceError, match="cannot write device-info file"):
+    with pytest.raises(DeviceInfoError, match="cannot write device-info file") as e:
         save_device_info("abc123", "net1", PCI_INFO, str(tmp_path))
+    assert e.value.code == 5
 
 
 def test_copy_device_plugin_file_for_the_attachment(tmp_path):

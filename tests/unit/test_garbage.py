@@ -11,7 +11,7 @@ import pytest
 from netattach.cli import cni_main
 from netattach.cni.errors import CniError
 from netattach.garbage import child_attachments, del_request, valid_attachments
-from netattach.state import StateStore
+from netattach.state import SavedAttachment, SavedState, StateStore
 
 RECORDER = """\
 import json, os, sys
@@ -27,15 +27,17 @@ def delegate(name: str, version: str, rec: Path, **extra) -> dict:
             "plugins": [{"type": "rec", "recordDir": str(rec), **extra}]}
 
 
-def state(cid: str, netns: str, ifname: str, attachments: list[tuple[str, str, dict]]) -> dict:
-    """A state as attach._state_of writes it, every attachment attempted and added."""
-    return {"containerID": cid, "netns": netns, "ifname": ifname,
-            "cniArgs": [["IgnoreUnknown", "1"], ["K8S_POD_NAMESPACE", "ns1"]],
-            "pod": None, "cniVersion": "1.1.0",
-            "attachments": [{"network": net, "ifname": ifn, "default": i == 0, "source": net,
-                             "config": config, "capabilityArgs": {}, "attempted": True,
-                             "result": {"cniVersion": config.get("cniVersion", "1.1.0")}}
-                            for i, (net, ifn, config) in enumerate(attachments)]}
+def state(cid: str, netns: str, ifname: str,
+          attachments: list[tuple[str, str, dict]]) -> SavedState:
+    """A state as ADD saves it, every attachment attempted and added."""
+    return SavedState(
+        container_id=cid, netns=netns, ifname=ifname,
+        cni_args=(("IgnoreUnknown", "1"), ("K8S_POD_NAMESPACE", "ns1")), pod=None,
+        cni_version="1.1.0",
+        attachments=[SavedAttachment(network=net, ifname=ifn, default=i == 0, source=net,
+                                     config=config, attempted=True,
+                                     result={"cniVersion": config.get("cniVersion", "1.1.0")})
+                     for i, (net, ifn, config) in enumerate(attachments)])
 
 
 @pytest.fixture
@@ -76,10 +78,10 @@ def bed(tmp_path):
 
 
 def test_children_get_their_own_pairs_and_stale_containers_are_deleted(bed):
-    bed.store.save("live", state("live", "/var/run/netns/live", "eth0", [
+    bed.store.save(state("live", "/var/run/netns/live", "eth0", [
         ("clu", "eth0", bed.cluster), ("ns1/sec", "net1", bed.secondary),
         ("ns1/old", "data0", bed.old)]))
-    bed.store.save("gone", state("gone", "/nonexistent/netns", "eth0", [
+    bed.store.save(state("gone", "/nonexistent/netns", "eth0", [
         ("clu", "eth0", bed.cluster), ("ns1/sec", "net1", bed.secondary)]))
 
     doc, code = bed.gc([("live", "eth0")])
@@ -106,7 +108,7 @@ def test_children_get_their_own_pairs_and_stale_containers_are_deleted(bed):
 
 def test_a_changed_cluster_config_and_its_saved_copy_both_get_gc(bed, tmp_path):
     saved = {**bed.cluster, "plugins": [{**bed.cluster["plugins"][0], "v": 1}]}
-    bed.store.save("live", state("live", "", "eth0", [("clu", "eth0", saved)]))
+    bed.store.save(state("live", "", "eth0", [("clu", "eth0", saved)]))
     assert bed.gc([("live", "eth0")]) == (None, 0)
     gcs = bed.calls("GC")
     assert [g["stdin"].get("v") for g in gcs] == [None, 1]
@@ -114,7 +116,7 @@ def test_a_changed_cluster_config_and_its_saved_copy_both_get_gc(bed, tmp_path):
 
 def test_disable_gc_and_old_versions_are_skipped(bed):
     no_gc = {**bed.secondary, "disableGC": True}
-    bed.store.save("live", state("live", "", "eth0", [
+    bed.store.save(state("live", "", "eth0", [
         ("clu", "eth0", bed.cluster), ("ns1/sec", "net1", no_gc), ("ns1/old", "n2", bed.old)]))
     assert bed.gc([("live", "eth0")]) == (None, 0)
     assert [g["stdin"]["name"] for g in bed.calls("GC")] == ["clu"]
@@ -123,7 +125,7 @@ def test_disable_gc_and_old_versions_are_skipped(bed):
 def test_a_valid_pair_with_another_ifname_is_not_this_state(bed):
     """The state was saved for (c1, eth1); (c1, eth0) valid means eth1 is stale, and eth0's
     children are unknown: DEL it, ask no child."""
-    bed.store.save("c1", state("c1", "", "eth1", [("clu", "eth1", bed.cluster)]))
+    bed.store.save(state("c1", "", "eth1", [("clu", "eth1", bed.cluster)]))
     doc, code = bed.gc([("c1", "eth0")])
     assert code == 1 and doc["code"] == 3 and "c1/eth0" in doc["msg"]
     assert [d["env"]["CNI_IFNAME"] for d in bed.calls("DEL")] == ["eth1"]
@@ -131,13 +133,31 @@ def test_a_valid_pair_with_another_ifname_is_not_this_state(bed):
 
 
 def test_a_corrupt_state_is_reported_and_protects_its_container(bed):
-    bed.store.save("live", state("live", "", "eth0", [("clu", "eth0", bed.cluster)]))
+    bed.store.save(state("live", "", "eth0", [("clu", "eth0", bed.cluster)]))
     Path(bed.store.dir, "bad.json").write_text("{not json")
     doc, code = bed.gc([("live", "eth0"), ("bad", "eth0")])
     assert code == 1 and doc["code"] == 5
     assert "bad" in doc["msg"] and "GC not forwarded" in doc["msg"]
     assert bed.calls("GC") == [] and bed.calls("DEL") == []
     assert Path(bed.store.dir, "bad.json").exists()
+
+
+def test_a_damaged_state_of_a_stale_container_is_salvaged_as_del_does(bed):
+    """Defect 9 of issue 9: GC used to report a damaged state and leave it. Now a stale
+    container's damaged file goes through DEL's recovery: moved aside as .corrupt, the
+    attachments whole in it DEL-ed (here all of them: no API request), with the netns,
+    ifname and CNI_ARGS read before the damage."""
+    bed.store.save(state("gone", "/nonexistent/netns", "eth0", [
+        ("clu", "eth0", bed.cluster), ("ns1/sec", "net1", bed.secondary)]))
+    path = Path(bed.store.dir, "gone.json")
+    path.write_bytes(path.read_bytes()[:-len(b',"format":1}')])  # cut after the attachments
+    assert bed.gc([]) == (None, 0)
+    dels = bed.calls("DEL")
+    assert [(d["stdin"]["name"], d["env"]["CNI_IFNAME"], d["env"]["CNI_CONTAINERID"])
+            for d in dels] == [("sec", "net1", "gone"), ("clu", "eth0", "gone")]
+    assert dels[0]["env"]["CNI_ARGS"] == "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns1"
+    assert sorted(p.name for p in Path(bed.store.dir).iterdir()) == [
+        ".tombstones-pruned", "gone.deleted", "gone.json.corrupt"]
 
 
 def test_no_state_dir_is_nothing_to_delete(bed):

@@ -12,8 +12,11 @@ def test_defaults():
     c = parse_netconf(dict(BASE))
     assert (c.conf_dir, c.cni_dir, c.bin_dir) == ("/etc/cni/net.d", "/var/lib/cni/netattach",
                                                  "/opt/cni/bin")
+    # Multus' confDir default is searched after netattach's, so on-disk NAD configs are
+    # found after a switch; its globalNamespaces default is "default"
+    assert c.conf_dirs == ("/etc/cni/net.d", "/etc/cni/multus/net.d")
     assert c.multus_namespace == "kube-system" and c.system_namespaces == ("kube-system",)
-    assert c.namespace_isolation is False and c.global_namespaces == ()
+    assert c.namespace_isolation is False and c.global_namespaces == ("default",)
     assert c.runtime_config == {} and c.default_networks == ()
 
 
@@ -46,3 +49,43 @@ def test_bad_value_names_the_key(patch, key):
 def test_missing_cluster_network():
     with pytest.raises(CniError, match="clusterNetwork"):
         parse_netconf({k: v for k, v in BASE.items() if k != "clusterNetwork"})
+
+
+def test_an_explicit_conf_dir_is_the_only_one():
+    assert parse_netconf({**BASE, "confDir": "/x"}).conf_dirs == ("/x",)
+
+
+@pytest.mark.parametrize("value, expected", [
+    (None, ("default",)), ("", ("default",)), (" ", ("default",)),  # Multus: "" is the default
+    ("a,b", ("a", "b")), (["a", " b "], ("a", "b")), ([], ()),
+])
+def test_global_namespaces_as_multus_reads_them(value, expected):
+    conf = {**BASE} if value is None else {**BASE, "globalNamespaces": value}
+    assert parse_netconf(conf).global_namespaces == expected
+
+
+def test_multus_keys_not_honoured_are_named():
+    c = parse_netconf({**BASE, "delegates": [{"type": "flannel"}], "daemonSocketDir": "/run/m",
+                       "retryDeleteOnError": False, "logOptions": {"maxSize": 10},
+                       "auxiliaryCNIChainName": "chain"})
+    assert sorted(c.unhonoured) == ["daemonSocketDir", "delegates", "retryDeleteOnError"]
+    assert c.log_options == {"maxSize": 10} and c.auxiliary_chain == "chain"
+    assert parse_netconf({**BASE, "retryDeleteOnError": True}).unhonoured == {}
+
+
+@pytest.mark.parametrize("patch, key", [
+    ({"logOptions": {"maxSize": -1}}, "logOptions.maxSize"),
+    ({"logOptions": {"compress": "yes"}}, "logOptions.compress"),
+    ({"auxiliaryCNIChainName": "../x"}, "auxiliaryCNIChainName"),
+])
+def test_bad_multus_values_name_the_key(patch, key):
+    with pytest.raises(CniError) as e:
+        parse_netconf({**BASE, **patch})
+    assert e.value.code == 7 and repr(key) in e.value.msg
+
+
+@pytest.mark.parametrize("version", ["2.0.0", "1.2.0", "1.0"])
+def test_an_unsupported_version_is_code_1(version):
+    with pytest.raises(CniError) as e:
+        parse_netconf({**BASE, "cniVersion": version})
+    assert e.value.code == 1 and version in e.value.msg

@@ -6,7 +6,7 @@ import pytest
 
 from netattach.cni import chain
 from netattach.cni.chain import NetworkConfig
-from netattach.plan import (BANDWIDTH_MAX_BURST, IPAM_CLAIM_ARGS_KEY, IPAM_CLAIM_CAPABILITY,
+from netattach.plan import (BANDWIDTH_MAX_BURST, IPAM_CLAIM_ARGS_KEY,
                             PlanError, default_burst, plan_attachments)
 from netattach.selection import NetworkSelectionElement, SelectionError, parse_network_selection
 
@@ -171,7 +171,7 @@ def test_runtime_bandwidth_of_the_default_network_is_passed_unchanged():
 def claim_conf(declared: bool, nad_args: dict | None = None):
     ipam_plugin = {"type": "macvlan", "ipam": {"type": "claim-aware"}}
     if declared:
-        ipam_plugin["capabilities"] = {IPAM_CLAIM_CAPABILITY: True}
+        ipam_plugin["capabilities"] = {"ipamClaimReference": True}
     if nad_args is not None:
         ipam_plugin["args"] = {"cni": nad_args}
     return NetworkConfig.from_dict({"cniVersion": "1.0.0", "name": "a", "plugins": [
@@ -195,7 +195,7 @@ def test_ipam_claim_reference_goes_to_args_cni_of_every_plugin_and_runtime_confi
     c = claim_conf(declared, nad_args)
     p = plan(json.dumps([{"name": "a", **element}]), {"a": c})   # never a PlanError
     att = p[1]
-    assert att.capability_args == {IPAM_CLAIM_CAPABILITY: element["ipam-claim-reference"]}
+    assert att.capability_args == {"ipamClaimReference": element["ipam-claim-reference"]}
     assert att.config.plugins[0]["args"]["cni"] == args_cni
     # the second plugin had no args: it gets the annotation's values only
     assert att.config.plugins[1]["args"]["cni"] == {
@@ -204,7 +204,7 @@ def test_ipam_claim_reference_goes_to_args_cni_of_every_plugin_and_runtime_confi
     rt = chain.RuntimeConf("cid", "/var/run/netns/x", att.ifname,
                            capability_args=att.capability_args)
     stdin = [chain.plugin_config(att.config, pl, rt, None) for pl in att.config.plugins]
-    expected = {IPAM_CLAIM_CAPABILITY: element["ipam-claim-reference"]} if declared else None
+    expected = {"ipamClaimReference": element["ipam-claim-reference"]} if declared else None
     assert stdin[0].get("runtimeConfig") == expected
     assert "runtimeConfig" not in stdin[1]
     assert c.plugins[0].get("args", {"cni": None})["cni"] == nad_args   # NAD not mutated

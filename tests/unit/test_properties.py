@@ -1,7 +1,7 @@
 """Every parser of outside input, driven by hypothesis with at least 10,000 examples each.
 
 Property: whatever the input, a valid value comes out, or the one error kind the code
-documents: a CniError with a code, or the module's own error that attach.py turns into
+documents: a CniError with a code, or the module's own error that the orchestrator turns into
 CNI code 7. Never another exception, never a traceback. Targets:
 
 * selection: the k8s.v1.cni.cncf.io/networks annotation, both formats (selection.py);
@@ -45,11 +45,12 @@ from hypothesis import given, settings, strategies as st
 from netattach import cli
 from netattach.cni.errors import CniError
 from netattach.cni.request import COMMANDS, MAX_STDIN, CniRequest, parse_request, validate_ifname
-from netattach.cni.result import SUPPORTED_VERSIONS, convert_result, result_version
+from netattach.cni.result import convert_result, result_version
+from netattach.cni.version import SUPPORTED_VERSIONS
 from netattach.delegates import DelegateError, config_from_nad, load_conf_file
+from netattach.names import is_dns1123_label, is_valid_ifname
 from netattach.selection import (MAX_ANNOTATION_BYTES, NETWORKS_ANNOTATION,
-                                 NetworkSelectionElement, SelectionError, is_dns1123_label,
-                                 is_valid_ifname, parse_network_selection)
+                                 NetworkSelectionElement, SelectionError, parse_network_selection)
 
 EXAMPLES = 10_000
 

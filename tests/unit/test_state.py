@@ -1,45 +1,72 @@
-"""State files: atomic, 0600 in a 0700 dir, never following planted symlinks, lock file removed."""
+"""State files: the typed record, atomic, 0600 in a 0700 dir, never following planted
+symlinks, lock file removed; tombstones; every format an earlier release wrote stays
+readable (tests/data/state_v1: files the release before issue 9 wrote)."""
 import json
 import os
 import stat
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from netattach.state import StateError, StateStore
+from netattach.state import (TOMBSTONE_SECONDS, DelPending, PodRef, SavedAttachment, SavedState,
+                             StateError, StateStore)
+
+FIXTURES = Path(__file__).parent.parent / "data" / "state_v1"
+
+
+def state(cid: str = "abc", *attachments: SavedAttachment) -> SavedState:
+    return SavedState(container_id=cid, netns="/var/run/netns/x", ifname="eth0",
+                      cni_args=(("K8S_POD_NAME", "p"),), pod=PodRef("ns", "p", "u"),
+                      cni_version="1.0.0", attachments=list(attachments))
+
+
+ATT = SavedAttachment(network="n", ifname="eth0", config={"type": "bridge"}, source="/x.conf",
+                      default=True, attempted=True, result={"cniVersion": "1.0.0"},
+                      device=("example.com/nic", "0000:18:02.5"))
 
 
 def test_save_load_remove_modes(tmp_path):
     store = StateStore(str(tmp_path / "cni"))
-    att = {"network": "n", "ifname": "eth0", "config": {"type": "bridge"}}
-    store.save("abc", {"containerID": "abc", "ifname": "eth0", "attachments": [att]})
+    store.save(state("abc", ATT))
     assert stat.S_IMODE(os.stat(tmp_path / "cni").st_mode) == 0o700
     assert stat.S_IMODE(os.stat(tmp_path / "cni" / "abc.json").st_mode) == 0o600
-    assert store.load("abc")["attachments"] == [att]
-    assert store.exists("abc")
+    assert store.load("abc") == state("abc", ATT)
     store.remove("abc")
-    assert store.load("abc") is None and not store.exists("abc")
+    assert store.load("abc") is None
     assert os.listdir(tmp_path / "cni") == []
 
 
+def test_a_pending_del_round_trips(tmp_path):
+    store = StateStore(str(tmp_path))
+    pending = state("abc", ATT)
+    pending.del_pending = DelPending(1700000000.5, "API server unreachable")
+    store.save(pending)
+    assert store.load("abc") == pending
+
+
 def test_remove_takes_the_temp_files_a_killed_save_left(tmp_path):
-    """A netattach SIGKILLed inside save() leaves <id>.json.tmp<pid>; the container's
-    DEL (remove) takes it, and leaves other containers' files alone."""
+    """A netattach SIGKILLed inside save() leaves .<id>.json.tmp-<pid> (releases before
+    issue 9: <id>.json.tmp<pid>); the container's DEL (remove) takes both, and leaves
+    other containers' files alone."""
     store = StateStore(str(tmp_path / "cni"))
-    store.save("abc", {"containerID": "abc", "ifname": "eth0", "attachments": []})
-    store.save("abcd", {"containerID": "abcd", "ifname": "eth0", "attachments": []})
-    for name in ("abc.json.tmp4242", "abc.json.tmp7", "abcd.json.tmp9", "abc.json.tmpx"):
+    store.save(state("abc"))
+    store.save(state("abcd"))
+    for name in ("abc.json.tmp4242", "abc.json.tmp7", ".abc.json.tmp-99", "abcd.json.tmp9",
+                 "abc.json.tmpx", ".abcd.json.tmp-5"):
         (tmp_path / "cni" / name).write_text("{")
     store.remove("abc")
-    assert sorted(os.listdir(tmp_path / "cni")) == ["abc.json.tmpx", "abcd.json",
-                                                    "abcd.json.tmp9"]
+    assert sorted(os.listdir(tmp_path / "cni")) == [".abcd.json.tmp-5", "abc.json.tmpx",
+                                                    "abcd.json", "abcd.json.tmp9"]
 
 
 @pytest.mark.parametrize("cid", ["../x", "a/b", "", ".hidden", "a\x00b", "x" * 300])
 def test_container_id_never_becomes_a_path(tmp_path, cid):
     with pytest.raises(StateError):
-        StateStore(str(tmp_path)).save(cid, {})
+        StateStore(str(tmp_path)).save(state(cid))
+    with pytest.raises(StateError):
+        StateStore(str(tmp_path)).mark_deleted(cid)
 
 
 def test_planted_symlink_is_not_followed(tmp_path):
@@ -58,7 +85,7 @@ def test_state_dir_that_is_a_symlink_is_refused(tmp_path):
     (tmp_path / "real").mkdir()
     (tmp_path / "cni").symlink_to(tmp_path / "real")
     with pytest.raises(StateError, match="not a directory"):
-        StateStore(str(tmp_path / "cni")).save("abc", {})
+        StateStore(str(tmp_path / "cni")).save(state("abc"))
 
 
 @pytest.mark.parametrize("content", [b"{trunc", b"[]", b'{"format": 99}', b"", b'{"format": 1}',
@@ -75,8 +102,9 @@ def test_unwritable_state_fails_with_the_path(tmp_path):
     d.mkdir(mode=0o700)
     (d / "abc.json").mkdir()  # the rename fails, for root too (dir modes would not stop root)
     store = StateStore(str(d))
-    with pytest.raises(StateError, match="abc.json"):
-        store.save("abc", {})
+    with pytest.raises(StateError, match="abc.json") as e:
+        store.save(state("abc"))
+    assert e.value.code == 5
 
 
 def test_lock_serializes_and_leaves_no_file(tmp_path):
@@ -119,18 +147,90 @@ def test_lock_is_exclusive_across_many_waiters(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_saved_json_is_compact_and_versioned(tmp_path):
+def test_saved_json_is_compact_versioned_and_ends_with_the_attachments(tmp_path):
     store = StateStore(str(tmp_path))
-    state = {"containerID": "abc", "ifname": "eth0", "attachments": []}
-    store.save("abc", state)
-    assert json.loads((tmp_path / "abc.json").read_text()) == {**state, "format": 1}
+    store.save(state("abc", ATT))
+    text = (tmp_path / "abc.json").read_text()
+    assert " " not in text.replace("K8S_POD_NAME", "")
+    doc = json.loads(text)
+    assert list(doc)[-2:] == ["attachments", "format"] and doc["format"] == 1
+    assert doc["attachments"][0]["device"] == {"resourceName": "example.com/nic",
+                                               "deviceID": "0000:18:02.5"}
 
 
 def test_container_ids_lists_saved_states_only(tmp_path):
     store = StateStore(str(tmp_path / "cni"))
     assert store.container_ids() == []  # no dir yet
-    store.save("b2", {})
-    store.save("a1", {})
-    for junk in ("a1.lock", "c3.json.tmp42", ".hidden.json", "notes.txt"):
+    store.save(state("b2"))
+    store.save(state("a1"))
+    store.mark_deleted("d4")
+    for junk in ("a1.lock", "c3.json.tmp42", ".c3.json.tmp-42", ".hidden.json", "notes.txt"):
         (tmp_path / "cni" / junk).write_text("")
     assert store.container_ids() == ["a1", "b2"]
+
+
+# ---------------------------------------------------------------- tombstones
+
+def test_a_tombstone_remembers_the_del_for_its_lifetime(tmp_path):
+    now = [1_000_000.0]
+    store = StateStore(str(tmp_path), clock=lambda: now[0])
+    assert store.deleted_since("abc") is None
+    store.mark_deleted("abc")
+    assert stat.S_IMODE(os.stat(tmp_path / "abc.deleted").st_mode) == 0o600
+    assert os.path.getsize(tmp_path / "abc.deleted") == 0
+    now[0] += TOMBSTONE_SECONDS - 1
+    assert store.deleted_since("abc") == 1_000_000.0
+    now[0] += 2
+    assert store.deleted_since("abc") is None  # expired: the slow path again
+    store.forget_deleted("abc")
+    assert not (tmp_path / "abc.deleted").exists()
+    store.forget_deleted("abc")  # idempotent
+
+
+def test_expired_tombstones_are_pruned_at_most_hourly(tmp_path):
+    now = [1_000_000.0]
+    store = StateStore(str(tmp_path), clock=lambda: now[0])
+    store.mark_deleted("old")  # prunes (nothing) and stamps
+    now[0] += TOMBSTONE_SECONDS + 10
+    store.mark_deleted("new")  # an hour and more since the last prune: prunes "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tombstones-pruned", "new.deleted"]
+    os.utime(tmp_path / "new.deleted", (0, 0))  # long expired
+    store.mark_deleted("newer")  # within the hour: no listing
+    assert (tmp_path / "new.deleted").exists()
+    assert store.prune_tombstones(force=True) == 1
+    assert not (tmp_path / "new.deleted").exists()
+
+
+def test_a_planted_tombstone_symlink_is_not_followed(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    d = tmp_path / "cni"
+    d.mkdir(mode=0o700)
+    (d / "abc.deleted").symlink_to(victim)
+    store = StateStore(str(d))
+    store.mark_deleted("abc")  # best effort: refused, not followed
+    assert victim.read_text() == "keep" and store.deleted_since("abc") is None
+
+
+# ---------------------------------------------------------------- earlier formats
+
+@pytest.mark.parametrize("name, attempted, with_result, device", [
+    ("whole.json", [True, True, True], [True, True, True], [None, None, None]),
+    ("mid-add.json", [True, True, False], [True, False, False], [None, None, None]),
+    ("with-devices.json", [True, True, True], [True, True, True],
+     [None, ("example.com/nic", "0000:18:02.5"), ("example.com/nic", "0000:18:02.6")]),
+])
+def test_files_the_release_before_issue_9_wrote_are_read_whole(tmp_path, name, attempted,
+                                                                 with_result, device):
+    text = (FIXTURES / name).read_text().replace("{{CID}}", "c1").replace("{{ROOT}}", "/r")
+    (tmp_path / "c1.json").write_text(text)
+    loaded = StateStore(str(tmp_path)).load("c1")
+    assert loaded is not None and loaded.container_id == "c1" and loaded.ifname == "eth0"
+    assert loaded.pod == PodRef("{{NS}}", "{{POD}}", "{{UID}}")
+    assert [a.attempted for a in loaded.attachments] == attempted
+    assert [a.result is not None for a in loaded.attachments] == with_result
+    assert [a.device for a in loaded.attachments] == device
+    assert loaded.attachments[0].default and loaded.attachments[0].config["type"] == "bridge"
+    # written again by this release, it reads back the same
+    StateStore(str(tmp_path)).save(loaded)
+    assert StateStore(str(tmp_path)).load("c1") == loaded

@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from netattach.state import STATE_FORMAT, CorruptState, StateStore, salvage
+from netattach.state import STATE_FORMAT, CorruptState, SavedAttachment, StateStore, salvage
 
 CID = "c0ffee"
 ATTACHMENTS = [
@@ -21,6 +21,11 @@ ATTACHMENTS = [
      "config": {"cniVersion": "0.3.1", "name": "net-b", "type": "bridge"},
      "capabilityArgs": {}, "attempted": False, "result": None},
 ]
+
+
+TYPED = [SavedAttachment.from_dict(a) for a in ATTACHMENTS]
+HEADER = {"containerID": CID, "netns": "/var/run/netns/x", "ifname": "eth0",
+          "cniArgs": [["K8S_POD_NAME", "p"]], "pod": None, "cniVersion": "1.0.0"}
 
 
 def saved_bytes(attachments=ATTACHMENTS, cid=CID) -> bytes:
@@ -38,8 +43,8 @@ def test_every_truncation_yields_a_prefix_of_whole_attachments():
     list_end = raw.index(b']', raw.rindex(b'"result"')) + 1
     seen = set()
     for cut in range(len(raw) + 1):
-        found, complete = salvage(raw[:cut], CID)
-        assert found == ATTACHMENTS[:len(found)], cut
+        found, complete, _ = salvage(raw[:cut], CID)
+        assert found == TYPED[:len(found)], cut
         assert complete == (cut >= list_end), cut
         seen.add(len(found))
     assert seen == {0, 1, 2, 3}
@@ -53,17 +58,25 @@ def test_every_truncation_yields_a_prefix_of_whole_attachments():
     (lambda raw: raw.replace(b'"format":1', b'"format":2'), 3, True),   # unknown format
 ])
 def test_damage_in_the_middle_keeps_what_precedes_it(damage, expected, complete):
-    found, whole = salvage(damage(saved_bytes()), CID)
-    assert found == ATTACHMENTS[:expected] and whole is complete
+    found, whole, _ = salvage(damage(saved_bytes()), CID)
+    assert found == TYPED[:expected] and whole is complete
 
 
 def test_a_malformed_attachment_is_dropped_and_the_list_is_not_complete():
     atts = [ATTACHMENTS[0], {"network": "x", "ifname": 3, "config": {}}, ATTACHMENTS[1]]
-    assert salvage(saved_bytes(atts), CID) == ([ATTACHMENTS[0], ATTACHMENTS[1]], False)
+    assert salvage(saved_bytes(atts), CID)[:2] == ([TYPED[0], TYPED[1]], False)
 
 
 def test_another_containers_state_gives_nothing():
-    assert salvage(saved_bytes(cid="someone-else"), CID) == ([], False)
+    assert salvage(saved_bytes(cid="someone-else"), CID) == ([], False, {})
+
+
+def test_the_members_before_the_damage_are_read_too():
+    """GC rebuilds the runtime's DEL of a damaged state from them (netns, ifname, CNI_ARGS)."""
+    raw = saved_bytes()
+    assert salvage(raw, CID).header == {**HEADER, "format": STATE_FORMAT}
+    assert salvage(raw[:raw.index(b'"pod"')], CID).header == {
+        k: HEADER[k] for k in ("containerID", "netns", "ifname", "cniArgs")}
 
 
 def test_load_raises_corrupt_state_with_the_bytes_and_set_aside_keeps_them_0600(tmp_path):

@@ -125,7 +125,7 @@ NAD_MISTAKES = [
     ("config name not a string", nad(conf(name=5)), "error", "spec.config",
      "the \"name\" in spec.config must be a string, not a number"),
     ("network name with a space", nad(conf(name="my net")), "error", "spec.config.name",
-     "invalid characters in network name 'my net'"),
+     "invalid network name 'my net'"),
     ("network name differs", nad(conf(name="other")), "note", "spec.config.name",
      "strongly recommends they match (§3.4.3)"),
     ("hostile type", nad(conf(type="../../usr/bin/sh")), "error", "spec.config.type",

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
-from .errors import INTERNAL, ChildError, ConfigError, DecodeFailure, IOFailure, TryAgain
+from .errors import DECODE_FAILURE, INTERNAL, ChildError, ConfigError, IOFailure, TryAgain
 
 log = logging.getLogger("netattach.invoke")
 
@@ -234,7 +234,7 @@ def exec_plugin(path: str, command: str, config: dict, env: PluginEnv,
       CNI error object;
     * ChildError 999 for a non-zero exit or a death by signal without one
       (`_failure`: the message names the signal or status), the stderr tail in details;
-    * DecodeFailure (6) when it exits 0 but stdout is not a JSON object;
+    * ChildError 6 (a decoding failure) when it exits 0 but stdout is not a JSON object;
     * IOFailure (5) when it cannot be executed;
     * TryAgain (11) when it runs longer than `timeout` seconds: it, its process
       group and all its descendants are killed (_kill_tree).
@@ -281,13 +281,15 @@ def exec_plugin(path: str, command: str, config: dict, env: PluginEnv,
     try:
         obj = json.loads(stdout)
     except (ValueError, RecursionError) as e:
-        raise DecodeFailure(f"plugin {name!r} printed output that is not JSON ({command}): {e}",
-                            _tail(stdout, 512)) from None
+        raise ChildError(DECODE_FAILURE, f"plugin {name!r} printed output that is not JSON "
+                         f"({command}): {e}", _tail(stdout, 512), plugin=name,
+                         stderr=_tail(stderr)) from None
     if obj is None:
         return None
     if not isinstance(obj, dict):
-        raise DecodeFailure(f"plugin {name!r} printed a JSON {type(obj).__name__}, not an "
-                            f"object ({command})", _tail(stdout, 512))
+        raise ChildError(DECODE_FAILURE, f"plugin {name!r} printed a JSON "
+                         f"{type(obj).__name__}, not an object ({command})",
+                         _tail(stdout, 512), plugin=name, stderr=_tail(stderr))
     return obj
 
 

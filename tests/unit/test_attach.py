@@ -1,0 +1,490 @@
+"""The orchestrator through its seams, without root or an API server: a fake API (up,
+down, or answering that the pod is gone), a fake executor recording every child call,
+the real state files in a temp dir and a settable clock. ADD rollback and the whole DEL
+recovery matrix (state whole / damaged / missing / pending / tombstone / marker x API up /
+down / pod gone x retry window), in milliseconds. The real-component tests (tests/e2e,
+tests/integration) run the same code with the live client and real plugins."""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netattach.cni.errors import CniError
+from netattach.cni.request import parse_request
+from netattach.delete import DEL_RETRY_WINDOW
+from netattach.kube import KubeError
+from netattach.netconf import parse_netconf
+from netattach.orchestrator import Orchestrator
+from netattach.state import SavedAttachment, StateStore
+
+NS, POD, UID, CID = "ns1", "web-0", "uid-1", "c0ffee"
+NETNS = "/nonexistent/netns/pod"  # never entered: MTUs are informational, DEL gets ""
+CLUSTER = {"cniVersion": "0.3.1", "name": "cluster-net", "type": "fake-bridge"}
+NET_A = {"cniVersion": "1.0.0", "name": "net-a",
+         "plugins": [{"type": "fake-macvlan"}, {"type": "fake-tuning"}]}
+NET_B = {"cniVersion": "0.3.1", "type": "fake-ptp"}  # no name: §3.4.2 injects it
+
+
+# ---------------------------------------------------------------- fakes
+
+@dataclass
+class FakeApi:
+    """PodApi: `mode` "up", "down" (every request raises KubeError) or "gone" (the pod is
+    not found). Records every request."""
+    mode: str = "up"
+    networks: str = "net-a,other/net-b@data0"
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+    patched: list[dict[str, str]] = field(default_factory=list)
+    events: list[tuple[str, str]] = field(default_factory=list)
+
+    def _ask(self, *call: str) -> None:
+        self.calls.append(call)
+        if self.mode == "down":
+            raise KubeError("API server https://192.0.2.1:6443 unreachable (ConnectError)")
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self._ask("GET pod", f"{namespace}/{name}")
+        if self.mode == "gone":
+            return None
+        return {"metadata": {"name": name, "namespace": namespace, "uid": UID,
+                             "annotations": {"k8s.v1.cni.cncf.io/networks": self.networks}}}
+
+    def get_nad(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self._ask("GET nad", f"{namespace}/{name}")
+        config = {"net-a": NET_A, "net-b": NET_B}.get(name)
+        return None if config is None else {
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"config": json.dumps(config)}}
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str],
+                              uid: str | None = None) -> None:
+        self._ask("PATCH pod status", f"{namespace}/{name}")
+        self.patched.append(annotations)
+
+    def create_event(self, pod: dict[str, str], type_: str, reason: str, message: str) -> None:
+        self._ask("POST event", reason)
+        self.events.append((reason, message))
+
+    def pause(self, seconds: float) -> bool:
+        return True
+
+
+def _result(version: str, ifname: str, address: str) -> dict[str, Any]:
+    if version in ("0.1.0", "0.2.0"):
+        return {"cniVersion": version, "ip4": {"ip": address}}
+    ip: dict[str, Any] = {"address": address, "interface": 0}
+    if version.startswith("0."):
+        ip["version"] = "4"
+    return {"cniVersion": version, "interfaces": [{"name": ifname, "sandbox": NETNS}],
+            "ips": [ip]}
+
+
+@dataclass
+class FakeExecutor:
+    """Executor: records (command, plugin type, CNI_IFNAME, CNI_NETNS) of every child call;
+    ADD prints a result (a chained plugin passes its prevResult on), others nothing.
+    `fail` = {(command, type)} makes those calls fail with code 110; `no_ip` makes the
+    first plugins answer without an IP address."""
+    fail: set[tuple[str, str]] = field(default_factory=set)
+    no_ip: bool = False
+    calls: list[tuple[str, str, str, str]] = field(default_factory=list)
+
+    def find(self, plugin_type: str, dirs: Any) -> str:
+        return f"/fake/{plugin_type}"
+
+    def run(self, path: str, command: str, config: dict[str, Any], env: Any,
+            timeout: float) -> dict[str, Any] | None:
+        ptype = path.rsplit("/", 1)[1]
+        self.calls.append((command, ptype, env.ifname, env.netns))
+        if (command, ptype) in self.fail:
+            from netattach.cni.errors import ChildError
+            raise ChildError(110, f"{ptype} {command} failed on purpose", plugin=ptype)
+        if command != "ADD":
+            return None
+        if "prevResult" in config:
+            return config["prevResult"]
+        if self.no_ip:
+            return {"cniVersion": config["cniVersion"], "interfaces": [{"name": env.ifname}]}
+        n = sum(1 for c in self.calls if c[0] == "ADD")
+        return _result(config["cniVersion"], env.ifname, f"10.0.{n}.2/24")
+
+
+@dataclass
+class Bed:
+    tmp: Path
+    api: FakeApi = field(default_factory=FakeApi)
+    exe: FakeExecutor = field(default_factory=FakeExecutor)
+    now: list[float] = field(default_factory=lambda: [1_700_000_000.0])
+    version: str = "1.0.0"
+
+    def conf(self) -> dict[str, Any]:
+        conf_dir = self.tmp / "net.d"
+        conf_dir.mkdir(exist_ok=True)
+        (conf_dir / "10-cluster.conf").write_text(json.dumps(CLUSTER))
+        return {"cniVersion": self.version, "name": "netattach", "type": "netattach",
+                "clusterNetwork": str(conf_dir / "10-cluster.conf"), "confDir": str(conf_dir),
+                "cniDir": str(self.tmp / "state"), "binDir": "/fake",
+                "deviceInfoDir": str(self.tmp / "devinfo"), "logToStderr": False}
+
+    @property
+    def store(self) -> StateStore:
+        return StateStore(str(self.tmp / "state"))
+
+    def files(self) -> list[str]:
+        d = self.tmp / "state"
+        return sorted(p.name for p in d.iterdir() if not p.name.startswith(".")) \
+            if d.exists() else []
+
+    def run(self, command: str, netns: str = NETNS, **conf: Any) -> dict[str, Any] | None:
+        env = {"CNI_COMMAND": command, "CNI_CONTAINERID": CID, "CNI_NETNS": netns,
+               "CNI_IFNAME": "eth0", "CNI_PATH": "/opt/cni/bin",
+               "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE={NS};K8S_POD_NAME={POD};"
+                           f"K8S_POD_INFRA_CONTAINER_ID={CID};K8S_POD_UID={UID}"}
+        if not netns:
+            del env["CNI_NETNS"]
+        stdin = {**self.conf(), **conf}
+        req = parse_request(env, json.dumps(stdin).encode())
+        orch = Orchestrator(api=lambda c: self.api, executor=self.exe, clock=lambda: self.now[0])
+        return orch.run(req, parse_netconf(stdin))
+
+    def added(self) -> None:
+        """A whole ADD of scenario 1, then the fakes' records cleared."""
+        self.run("ADD")
+        assert self.files() == [f"{CID}.json"]
+        self.api.calls.clear()
+        self.exe.calls.clear()
+
+    def dels(self) -> list[tuple[str, str]]:
+        return [(t, i) for c, t, i, _ in self.exe.calls if c == "DEL"]
+
+
+ALL_DELS = [("fake-ptp", "data0"), ("fake-tuning", "net1"), ("fake-macvlan", "net1"),
+            ("fake-bridge", "eth0")]
+
+
+@pytest.fixture
+def bed(tmp_path):
+    return Bed(tmp_path)
+
+
+# ---------------------------------------------------------------- ADD
+
+def test_add_attaches_in_order_saves_everything_and_reports(bed):
+    out = bed.run("ADD")
+    assert [(c, t, i) for c, t, i, _ in bed.exe.calls] == [
+        ("ADD", "fake-bridge", "eth0"), ("ADD", "fake-macvlan", "net1"),
+        ("ADD", "fake-tuning", "net1"), ("ADD", "fake-ptp", "data0")]
+    assert out["cniVersion"] == "1.0.0" and out["ips"][0]["address"] == "10.0.1.2/24"
+    saved = bed.store.load(CID)
+    assert [(a.network, a.ifname, a.attempted, a.result is not None) for a in saved.attachments] \
+        == [("cluster-net", "eth0", True, True), (f"{NS}/net-a", "net1", True, True),
+            ("other/net-b", "data0", True, True)]
+    assert saved.attachments[2].config["name"] == "net-b"  # §3.4.2
+    status = json.loads(bed.api.patched[0]["k8s.v1.cni.cncf.io/network-status"])
+    assert [(e["name"], e["interface"]) for e in status] == [
+        ("cluster-net", "eth0"), (f"{NS}/net-a", "net1"), ("other/net-b", "data0")]
+    assert [r for r, _ in bed.api.events] == ["AddedInterface"] * 3
+
+
+def test_a_failing_child_rolls_back_everything_attempted_and_tombstones(bed):
+    bed.exe.fail = {("ADD", "fake-ptp")}
+    with pytest.raises(CniError) as e:
+        bed.run("ADD")
+    assert e.value.code == 110
+    assert e.value.msg.startswith(f"pod {NS}/{POD}: network other/net-b (interface data0): ")
+    assert bed.dels() == ALL_DELS  # the failed one too, then the others in reverse
+    assert bed.files() == [f"{CID}.deleted"] and bed.api.patched == []
+    assert ("ErrorAddingNetwork", e.value.msg) in bed.api.events
+    # the runtime's cleanup DEL: nothing to do, no API request, no child
+    bed.api.calls.clear()
+    bed.exe.calls.clear()
+    assert bed.run("DEL") is None
+    assert bed.api.calls == [] and bed.exe.calls == []
+
+
+def test_a_failure_after_the_children_ran_rolls_back(bed):
+    """Defect 1: a 0.2.0 netattach config whose default result has no IP failed after
+    every child ran, PATCHed network-status and rolled nothing back."""
+    bed.version = "0.2.0"
+    bed.exe.no_ip = True
+    with pytest.raises(CniError) as e:
+        bed.run("ADD")
+    assert e.value.code == 1 and "no IP address" in e.value.msg
+    assert e.value.msg.startswith(f"pod {NS}/{POD}: ")
+    assert bed.dels() == ALL_DELS
+    assert bed.api.patched == [] and [r for r, _ in bed.api.events] == ["ErrorAddingNetwork"]
+    assert bed.files() == [f"{CID}.deleted"]
+
+
+@pytest.mark.parametrize("version", ["2.0.0", "1.2.0"])
+def test_an_unsupported_netattach_version_runs_nothing(bed, version):
+    """Defect 1: refused before anything runs, as libcni's skel (code 1)."""
+    with pytest.raises(CniError) as e:
+        bed.run("ADD", cniVersion=version)
+    assert e.value.code == 1
+    assert bed.exe.calls == [] and bed.api.calls == [] and bed.files() == []
+
+
+def test_a_device_info_write_failure_is_an_io_failure_and_rolls_back(bed, monkeypatch):
+    """Defect 6: a failed device-info write was reported as code 7 (invalid config)."""
+    from netattach import devices
+    monkeypatch.setattr(devices, "nad_resource_name",
+                        lambda nad: "example.com/nic" if nad["metadata"]["name"] == "net-a"
+                        else None)
+    monkeypatch.setattr(devices, "pod_devices",  # the kubelet's answer
+                        lambda *a, **k: {"example.com/nic": ["0000:18:02.5"]})
+    devinfo = bed.tmp / "devinfo"
+    dp = Path(devices.dp_device_info_path("example.com/nic", "0000:18:02.5", str(devinfo)))
+    dp.parent.mkdir(parents=True)
+    dp.write_text(json.dumps({"type": "pci", "version": "1.1.0", "pci": {}}))
+    (devinfo / "cni").write_text("a file where the directory should be")
+    with pytest.raises(CniError) as e:
+        bed.run("ADD")
+    assert e.value.code == 5 and "device-info" in e.value.msg and "net-a" in e.value.msg
+    assert bed.dels() == [("fake-tuning", "net1"), ("fake-macvlan", "net1"),
+                          ("fake-bridge", "eth0")]
+
+
+def test_add_with_the_api_down_leaves_a_marker_then_a_tombstone(bed):
+    """Defect 8: the ADD saves a marker before its first API request; failing there, it
+    attached nothing, and the runtime's DEL succeeds at once without the API server."""
+    bed.api.mode = "down"
+    with pytest.raises(CniError) as e:
+        bed.run("ADD")
+    assert e.value.code == 11 and "unreachable" in e.value.msg
+    assert bed.exe.calls == [] and bed.files() == [f"{CID}.deleted"]
+    bed.api.calls.clear()
+    assert bed.run("DEL") is None
+    assert bed.api.calls == [] and bed.exe.calls == []
+
+
+def test_a_killed_add_marker_is_released_by_del_without_the_api(bed):
+    """netattach SIGKILLed during its first API request leaves only the marker."""
+    from netattach.add import marker
+    from netattach.state import PodRef
+    store = bed.store
+    req_like = type("R", (), {"container_id": CID, "netns": NETNS, "ifname": "eth0",
+                              "args": ()})()
+    store.save(marker(req_like, parse_netconf(bed.conf()), PodRef(NS, POD, UID)))
+    bed.api.mode = "down"
+    assert bed.run("DEL") is None
+    assert bed.api.calls == [] and bed.exe.calls == [] and bed.files() == [f"{CID}.deleted"]
+
+
+def test_a_second_add_of_an_attached_container_is_refused(bed):
+    bed.added()
+    with pytest.raises(CniError) as e:
+        bed.run("ADD")
+    assert e.value.code == 4 and "already attached" in e.value.msg
+    assert bed.exe.calls == [] and bed.store.load(CID).attempted()
+
+
+def test_auxiliary_chain_runs_last_from_an_empty_prev_result_without_a_status_entry(bed):
+    aux = bed.tmp / "net.d" / "aux-chain"
+    aux.mkdir(parents=True)
+    (aux / "10-tune.conf").write_text(json.dumps({"type": "fake-sysctl", "name": "t"}))
+    bed.run("ADD", auxiliaryCNIChainName="aux-chain")
+    assert [(c, t, i) for c, t, i, _ in bed.exe.calls][-1] == ("ADD", "fake-sysctl", "net3")
+    status = json.loads(bed.api.patched[0]["k8s.v1.cni.cncf.io/network-status"])
+    assert [e["interface"] for e in status] == ["eth0", "net1", "data0"]
+    bed.exe.calls.clear()
+    bed.run("DEL", auxiliaryCNIChainName="aux-chain")
+    assert bed.dels()[0] == ("fake-sysctl", "net3")
+
+
+# ---------------------------------------------------------------- DEL: the recovery matrix
+
+def _whole(b: Bed) -> None:
+    b.added()
+
+
+def _tombstone(b: Bed) -> None:
+    b.added()
+    b.run("DEL")
+    b.exe.calls.clear()
+    b.api.calls.clear()
+
+
+def _damaged(cut_after: int | None) -> Any:
+    """A whole ADD, then the state file cut: after the attachments list (None: all of
+    them still readable) or inside attachment `cut_after`."""
+    def make(b: Bed) -> None:
+        b.added()
+        path = b.tmp / "state" / f"{CID}.json"
+        raw = path.read_bytes()
+        if cut_after is None:
+            path.write_bytes(raw[:-len(b',"format":1}')])
+        else:
+            starts = [i for i in range(len(raw)) if raw.startswith(b'{"network"', i)]
+            path.write_bytes(raw[:starts[cut_after] + 20])
+    return make
+
+
+def _missing(b: Bed) -> None:
+    b.added()
+    (b.tmp / "state" / f"{CID}.json").unlink()
+
+
+def _pending(b: Bed) -> None:
+    """A DEL without state while the API was down: the primary released, the state saved
+    as pending."""
+    _missing(b)
+    b.api.mode = "down"
+    with pytest.raises(CniError):
+        b.run("DEL")
+    b.exe.calls.clear()
+    b.api.calls.clear()
+
+
+def _marker(b: Bed) -> None:
+    b.api.mode = "down"
+    with pytest.raises(CniError):
+        b.run("ADD")
+    (b.tmp / "state" / f"{CID}.deleted").unlink()  # as if killed before the tombstone
+    from netattach.add import marker
+    from netattach.state import PodRef
+    req_like = type("R", (), {"container_id": CID, "netns": NETNS, "ifname": "eth0",
+                              "args": ()})()
+    b.store.save(marker(req_like, parse_netconf(b.conf()), PodRef(NS, POD, UID)))
+    b.api.calls.clear()
+
+
+REBUILT = ALL_DELS
+PRIMARY = [("fake-bridge", "eth0")]
+READ_ONE = [("fake-bridge", "eth0")]  # the attachment still readable in a damaged file
+
+
+@dataclass
+class Row:
+    state: str
+    api: str
+    code: int            # 0 = DEL succeeds
+    dels: list[tuple[str, str]]
+    asked: bool          # did DEL ask the API server
+    files: list[str]     # left in cniDir (hidden files aside)
+    level: int | None = None  # the loudest log line, None: nothing above INFO
+
+
+DAMAGED = [f"{CID}.deleted", f"{CID}.json.corrupt"]
+MATRIX = [
+    Row("whole", "up", 0, ALL_DELS, False, [f"{CID}.deleted"]),
+    Row("whole", "down", 0, ALL_DELS, False, [f"{CID}.deleted"]),
+    Row("whole", "gone", 0, ALL_DELS, False, [f"{CID}.deleted"]),
+    Row("tombstone", "up", 0, [], False, [f"{CID}.deleted"]),
+    Row("tombstone", "down", 0, [], False, [f"{CID}.deleted"]),
+    Row("tombstone", "gone", 0, [], False, [f"{CID}.deleted"]),
+    Row("marker", "down", 0, [], False, [f"{CID}.deleted"]),
+    Row("damaged-all-readable", "down", 0, ALL_DELS, False, DAMAGED, logging.ERROR),
+    Row("damaged-partly", "up", 0, REBUILT, True, DAMAGED, logging.ERROR),
+    Row("damaged-partly", "gone", 0, READ_ONE, True, DAMAGED, logging.ERROR),
+    Row("damaged-partly", "down", 11, READ_ONE, True,
+        [f"{CID}.json", f"{CID}.json.corrupt"], logging.ERROR),
+    Row("missing", "up", 0, REBUILT, True, [f"{CID}.deleted"], logging.WARNING),
+    Row("missing", "gone", 0, PRIMARY, True, [f"{CID}.deleted"], logging.WARNING),
+    Row("missing", "down", 11, PRIMARY, True, [f"{CID}.json"], logging.ERROR),
+    Row("pending", "up", 0, REBUILT, True, [f"{CID}.deleted"], logging.ERROR),
+    Row("pending", "gone", 0, PRIMARY, True, [f"{CID}.deleted"], logging.ERROR),
+    Row("pending", "down", 11, PRIMARY, True, [f"{CID}.json"], logging.ERROR),
+]
+SETUP = {"whole": _whole, "tombstone": _tombstone, "marker": _marker,
+         "damaged-all-readable": _damaged(None), "damaged-partly": _damaged(1),
+         "missing": _missing, "pending": _pending}
+
+
+@pytest.mark.parametrize("row", MATRIX, ids=lambda r: f"{r.state}-api-{r.api}")
+def test_del_recovery_matrix(bed, caplog, row):
+    SETUP[row.state](bed)
+    bed.api.mode = row.api
+    caplog.set_level(logging.DEBUG, logger="netattach")
+    caplog.clear()
+    try:
+        bed.run("DEL")
+        code = 0
+    except CniError as e:
+        code = e.code
+    assert code == row.code
+    assert bed.dels() == row.dels
+    assert bool(bed.api.calls) is row.asked
+    assert all(c[0] in ("GET pod", "GET nad") for c in bed.api.calls)  # DEL writes nothing
+    assert bed.files() == row.files
+    loudest = max((r.levelno for r in caplog.records if r.levelno > logging.INFO), default=None)
+    assert loudest == row.level, [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.parametrize("state", ["missing", "pending", "damaged-partly"])
+def test_del_retry_window(bed, state, caplog):
+    """While the API server cannot be asked, DEL fails with 11 (the primary released at
+    once) for DEL_RETRY_WINDOW after its first try; then it gives up with an ERROR."""
+    SETUP[state](bed)
+    bed.api.mode = "down"
+    for advance in (0, DEL_RETRY_WINDOW / 2):
+        bed.now[0] += advance
+        with pytest.raises(CniError) as e:
+            bed.run("DEL")
+        assert e.value.code == 11 and "gives up on them" in e.value.msg
+    bed.now[0] += DEL_RETRY_WINDOW / 2 + 1
+    caplog.clear()
+    assert bed.run("DEL") is None
+    assert "DEL gives up" in caplog.text and "NOT released" in caplog.text
+    assert bed.files() == [f"{CID}.deleted"] + ([f"{CID}.json.corrupt"]
+                                                 if state == "damaged-partly" else [])
+
+
+def test_a_pending_del_finishes_once_the_api_answers(bed):
+    _pending(bed)
+    bed.api.mode = "up"
+    assert bed.run("DEL") is None
+    # the pending state knew only the primary from the config: everything is DEL-ed now
+    assert bed.dels() == REBUILT and bed.files() == [f"{CID}.deleted"]
+
+
+def test_the_runtimes_second_del_is_quiet_and_asks_nothing(bed, caplog):
+    """Defect 12: containerd DELs again at RemovePodSandbox, with an empty CNI_NETNS and
+    no prevResult; with the API up, the pod deleted, or the API server down, the second
+    DEL succeeds at once, logs nothing above INFO and makes no API request."""
+    for mode in ("up", "gone", "down"):
+        bed.api.mode = "up"
+        bed.added()
+        bed.run("DEL")
+        bed.exe.calls.clear()
+        bed.api.calls.clear()
+        bed.api.mode = mode
+        caplog.clear()
+        caplog.set_level(logging.DEBUG, logger="netattach")
+        assert bed.run("DEL", netns="") is None
+        assert bed.exe.calls == [] and bed.api.calls == [], mode
+        assert not [r for r in caplog.records if r.levelno > logging.INFO], mode
+        bed.store.forget_deleted(CID)
+
+
+def test_a_failed_child_del_keeps_the_state_for_the_retry(bed):
+    bed.added()
+    bed.exe.fail = {("DEL", "fake-macvlan")}
+    with pytest.raises(CniError) as e:
+        bed.run("DEL")
+    assert e.value.code == 11 and "net-a (interface net1)" in e.value.msg
+    assert bed.dels() == ALL_DELS  # went on past the failure (§7.2)
+    assert bed.files() == [f"{CID}.json"]
+    bed.exe.fail = set()
+    bed.exe.calls.clear()
+    assert bed.run("DEL") is None and bed.files() == [f"{CID}.deleted"]
+
+
+def test_check_and_status(bed):
+    bed.added()
+    bed.run("CHECK")
+    assert [(c, t) for c, t, _, _ in bed.exe.calls] == [  # 0.3.1 delegates: no CHECK
+        ("CHECK", "fake-macvlan"), ("CHECK", "fake-tuning")]
+    bed.exe.calls.clear()
+    bed.run("STATUS", cniVersion="1.1.0")
+    assert bed.exe.calls == []  # the cluster network is 0.3.1: STATUS is a no-op for it
+    bed.run("DEL")
+    with pytest.raises(CniError) as e:
+        bed.run("CHECK")
+    assert e.value.code == 3
