@@ -80,7 +80,7 @@ class Bed:
         return {p.name: p.read_text().splitlines()[0].strip() for p in self.env.ipam_allocations()}
 
     def state_files(self) -> list[str]:
-        return sorted(p.name for p in self.env.state_dir.iterdir())
+        return self.env.state_files()
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""pod_device_ids / pod_devices against a real gRPC server on a unix socket.
+"""pod_devices against a real gRPC server on a unix socket.
 
 The server implements v1.PodResourcesLister with the same generated modules the
 client uses (so the method paths and field numbers are exercised over the wire),
@@ -16,7 +16,7 @@ import time
 import grpc
 import pytest
 
-from netattach.devices import DeviceError, pod_device_ids, pod_devices
+from netattach.devices import DeviceError, assign_device_ids, pod_devices
 from netattach.podresources import api_pb2, api_pb2_grpc
 from tests.testbed.kubelet import containers, serve
 
@@ -93,6 +93,12 @@ def kubelet(tmp_path):
         server.stop(grace=None).wait(5)
 
 
+def pod_device_ids(sock: str, namespace: str, pod: str, resource: str,
+                   timeout: float) -> list[str]:
+    """The pod's devices of one resource, as the ADD asks for them."""
+    return pod_devices(sock, namespace, pod, [resource], timeout)[resource]
+
+
 def test_get_gives_the_pods_devices_in_container_then_kubelet_order(kubelet):
     sock, fake = kubelet()
     assert pod_device_ids(sock, NS, POD, SRIOV, 5) == ["0000:18:02.6", "0000:18:02.5",
@@ -140,10 +146,11 @@ def test_get_unknown_pod_is_an_error_not_a_fallback(kubelet):
 @pytest.mark.parametrize("pod,resource", [("plain", SRIOV), (POD, "example.com/other")])
 def test_resource_not_allocated_to_the_pod(kubelet, pod, resource):
     sock, _ = kubelet()
+    allocated = pod_devices(sock, NS, pod, [resource], 5)
+    assert allocated == {resource: []}
     with pytest.raises(DeviceError) as e:
-        pod_device_ids(sock, NS, pod, resource, 5)
-    msg = str(e.value)
-    assert "not allocated" in msg and resource in msg and f"{NS}/{pod}" in msg and sock in msg
+        assign_device_ids([resource], allocated)
+    assert resource in str(e.value) and e.value.code == 11
 
 
 def test_no_socket_fails_fast(tmp_path):

@@ -125,7 +125,7 @@ def test_031_default_network_under_each_netattach_version(bed, version):
     delete = bed.run("DEL", conf, cid, ns)
     assert (delete.code, delete.stdout) == (0, ""), delete.stdout
     assert "eth0" not in {l["ifname"] for l in tb.links(ns)}
-    assert bed.env.ipam_allocations() == [] and list(bed.env.state_dir.iterdir()) == []
+    assert bed.env.ipam_allocations() == [] and bed.env.state_files() == []
 
 
 def test_check_runs_on_a_100_default_network_and_reports_a_broken_one(bed):
@@ -263,7 +263,7 @@ def test_an_unusable_default_network_config_is_7(bed, content):
     cid, ns = new_container(bed)
     run = bed.run("ADD", conf, cid, ns)
     assert run.code == 1 and run.doc["code"] == 7 and str(path) in run.doc["msg"]
-    assert list(bed.env.state_dir.iterdir()) == []
+    assert bed.env.state_files() == []
 
 
 def test_a_missing_plugin_is_7(bed):
@@ -272,7 +272,7 @@ def test_a_missing_plugin_is_7(bed):
     cid, ns = new_container(bed)
     run = bed.run("ADD", conf, cid, ns)
     assert run.code == 1 and run.doc["code"] == 7 and "no-such-plugin" in run.doc["msg"]
-    assert list(bed.env.state_dir.iterdir()) == []  # rolled back: nothing left
+    assert bed.env.state_files() == []  # rolled back: nothing left
 
 
 def test_a_childs_own_code_and_a_timeout(bed):
@@ -288,4 +288,4 @@ def test_a_childs_own_code_and_a_timeout(bed):
     run = bed.run("ADD", conf, cid, ns)
     assert run.code == 1 and run.doc["code"] == 11 and "timed out" in run.doc["msg"]
     assert bed.calls() == ["ADD", "DEL", "ADD", "DEL"]  # each failed ADD rolled back
-    assert list(bed.env.state_dir.iterdir()) == []
+    assert bed.env.state_files() == []

@@ -29,7 +29,7 @@ import pytest
 from netattach.cni import chain
 from netattach.cni.chain import NetworkConfig, RuntimeConf
 from netattach.cni.errors import ChildError
-from netattach.cni.result import version_at_least
+from netattach.cni.version import at_least as version_at_least
 from netattach.plan import Attachment, PlanError, default_burst, plan_attachments
 from netattach.selection import (NetworkSelectionElement, SelectionError,
                                  parse_network_selection)

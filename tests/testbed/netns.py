@@ -110,6 +110,11 @@ class HostEnv:
         run("ip", "link", "set", peer, "up")
         return name
 
+    def state_files(self) -> list[str]:
+        """netattach's live files in state_dir: everything but tombstones (statefiles.live)."""
+        from .statefiles import live
+        return live(self.state_dir)
+
     def ipam_allocations(self) -> list[Path]:
         """host-local allocation files left under ipam_dir (lock and last_reserved_ip files excluded)."""
         if not self.ipam_dir.exists():

@@ -127,10 +127,10 @@ def pod_links(s: Scenario) -> list[str]:
 
 def assert_clean(s: Scenario) -> None:
     """Nothing of the pod is left: only lo in the netns, no IP allocated, no state, lock
-    or temp file."""
+    or temp file (a tombstone, which holds nothing, may be: statefiles)."""
     assert pod_links(s) == ["lo"]
     assert s.env.ipam_allocations() == []
-    assert sorted(os.listdir(s.env.state_dir)) == []
+    assert s.env.state_files() == []
 
 
 @dataclass

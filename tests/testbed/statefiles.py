@@ -1,0 +1,30 @@
+"""What a test sees of netattach's state dir (cniDir): live state apart from tombstones.
+
+A completed DEL (or an ADD that failed and undid everything) leaves `<id>.deleted`, an
+empty tombstone that lets the runtime's next DEL of that container succeed at once,
+and `.tombstones-pruned`, the stamp of the hourly pruning. Neither holds an attachment;
+everything else (`<id>.json`, `.lock`, temp files, `.json.corrupt`) does or guards one.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+TOMBSTONE = ".deleted"
+PRUNE_STAMP = ".tombstones-pruned"
+
+
+def live(state_dir: Path) -> list[str]:
+    """Names in `state_dir` other than tombstones and the prune stamp, sorted; [] when the
+    dir does not exist."""
+    if not state_dir.exists():
+        return []
+    return sorted(p.name for p in state_dir.iterdir()
+                  if not p.name.endswith(TOMBSTONE) and p.name != PRUNE_STAMP)
+
+
+def tombstones(state_dir: Path) -> list[str]:
+    """The container IDs with a tombstone in `state_dir`, sorted."""
+    if not state_dir.exists():
+        return []
+    return sorted(p.name[:-len(TOMBSTONE)] for p in state_dir.iterdir()
+                  if p.name.endswith(TOMBSTONE))
