@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from netattach import install
+from netattach.install import primary as install_primary
 from netattach.netconf import parse_netconf
 from tests.testbed.scenario import netattach_command
 from tests.testbed.serviceaccount import CA, wait_for, write_sa
@@ -238,13 +238,13 @@ def test_once_installs_binary_kubeconfig_and_conflist(node):
     PRIMARY,
 ])
 def test_generated_conf_passes_parse_netconf(primary, extra):
-    settings = install.PluginSettings(
+    settings = install_primary.PluginSettings(
         conf_dir="/etc/cni/net.d", bin_dir="/opt/cni/bin", cni_dir="/var/lib/cni/netattach",
         kubeconfig="/etc/cni/net.d/netattach.d/netattach.kubeconfig", log_level="verbose",
         **extra)
-    doc = json.loads(install.render_conflist(
-        "/etc/cni/net.d/10-x.conf", install.Primary("/host/10-x.conf", primary), settings))
-    assert doc["cniVersion"] in install.SUPPORTED_VERSIONS
+    doc = json.loads(install_primary.render_conflist(
+        "/etc/cni/net.d/10-x.conf", install_primary.Primary("/host/10-x.conf", primary), settings))
+    assert doc["cniVersion"] in install_primary.SUPPORTED_VERSIONS
     conf = parse_netconf({**doc["plugins"][0], "cniVersion": doc["cniVersion"]})
     assert conf.cluster_network == "/etc/cni/net.d/10-x.conf"
     assert conf.kubeconfig == settings.kubeconfig and conf.log_level == "verbose"
@@ -256,12 +256,12 @@ def test_generated_conf_passes_parse_netconf(primary, extra):
 
 def test_cni_version_and_capabilities_of_the_primary():
     def primary(**config):
-        return install.Primary("/x", config)
+        return install_primary.Primary("/x", config)
     assert primary(cniVersion="1.1.0").cni_version() == "1.1.0"
     assert primary().cni_version() == "0.1.0"  # libcni's reading of a missing version
     assert primary(cniVersion="2.0.0").cni_version() == "1.1.0"
     assert primary(cniVersion="0.3.5").cni_version() == "0.3.1"
-    assert install.Primary("/x", PRIMARY).capabilities() == {
+    assert install_primary.Primary("/x", PRIMARY).capabilities() == {
         "bandwidth": True, "ips": True, "portMappings": True}
     assert primary(type="x").capabilities() == {}
 
