@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from netattach import atomicfile
 from netattach.install import primary as install_primary
 from netattach.netconf import parse_netconf
 from tests.testbed.scenario import netattach_command
@@ -452,6 +453,30 @@ def test_refuses_a_directory_as_the_binary_and_never_follows_planted_temps(node)
     assert code == 1
     assert f"{node.conf / 'netattach.d'} is not a directory" in err
     assert os.listdir(elsewhere) == []
+
+
+def test_stale_temps_named_as_atomicfile_names_them_are_removed(node):
+    """An installer killed mid-write leaves temps named by atomicfile.temp_path (another
+    pid: this test's): the next one removes every kind, so the cleanup patterns match
+    what is written."""
+    kube_dir = node.conf / "netattach.d"
+    kube_dir.mkdir(mode=0o700)
+    bin_temp = atomicfile.temp_path(str(node.bin / "netattach"))
+    stale = [atomicfile.temp_path(str(p)) for p in
+             (node.ours, node.kubeconfig, kube_dir / "ca.crt")] + [bin_temp, bin_temp + ".link"]
+    for path in stale:
+        Path(path).write_text("stale")
+    os.mkdir(bin_temp + ".d")  # a tree half copied
+    (Path(bin_temp + ".d") / "netattach").write_text("stale")
+    stale.append(bin_temp + ".d")
+    write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
+    code, err = node.run("--once")
+    assert code == 0, err
+    assert all(not os.path.lexists(p) for p in stale), sorted(os.listdir(node.bin))
+    assert err.count("removed stale temp") == len(stale)
+    assert sorted(os.listdir(node.bin)) == ["netattach"]
+    assert node.netattach_leftovers() == ["00-netattach.conflist"]
+    assert sorted(os.listdir(kube_dir)) == ["ca.crt", "netattach.kubeconfig"]
 
 
 # ---------------------------------------------------------------- watching

@@ -13,14 +13,36 @@ import stat
 import sys
 from typing import Any
 
-from .files import InstallError, fsync_dir, remove, rename_over, temp_name, write_new
+from .. import atomicfile
+from .files import InstallError, remove
 
 log = logging.getLogger(__name__)
 
 BINARY_NAME = "netattach"
 VERSION_DIR = re.compile(r"^\.netattach-[0-9a-f]{12}$")
 BIN_TEMP = re.compile(r"^\.netattach\.tmp-")
+"""The bin dir's temp entries (_temp: atomicfile.temp_path of `netattach`, with a
+suffix for a tree, a symlink or a version dir set aside)."""
 _CHUNK = 1 << 20
+
+
+def _temp(bin_dir: str) -> str:
+    """atomicfile.temp_path of `<bin_dir>/netattach`: `.netattach.tmp-<pid>`, hidden, and
+    (with any suffix the caller adds) neither a config name nor `netattach`."""
+    return atomicfile.temp_path(os.path.join(bin_dir, BINARY_NAME))
+
+
+def _swap_in(tmp: str, path: str) -> None:
+    """Rename the finished temp entry `tmp` (a file, a directory tree or a symlink) over
+    `path`, one atomic step, then fsync the directory (atomicfile.fsync_dir). What
+    atomicfile.replace does for bytes, for the entries that are not. On failure `tmp`
+    is removed. Raises OSError."""
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        remove(tmp)
+        raise
+    atomicfile.fsync_dir(os.path.dirname(path))
 
 
 def default_source() -> str | None:
@@ -93,7 +115,7 @@ def _copy_into(source: str, path: str, mode: int | None = None) -> None:
     if mode is None:
         mode = 0o755 if os.stat(source).st_mode & 0o111 else 0o644
     with open(source, "rb") as src:
-        write_new(path, mode, lambda f: shutil.copyfileobj(src, f, _CHUNK))
+        atomicfile.write_new(path, mode, lambda f: shutil.copyfileobj(src, f, _CHUNK))
 
 
 def _copy_tree(source: str, dest: str) -> None:
@@ -108,7 +130,7 @@ def _copy_tree(source: str, dest: str) -> None:
             _copy_tree(entry.path, target)
         else:
             _copy_into(entry.path, target)
-    fsync_dir(dest)
+    atomicfile.fsync_dir(dest)
 
 
 def _linked_version(bin_dir: str) -> str | None:
@@ -137,12 +159,12 @@ def _install_tree(source: str, bin_dir: str) -> tuple[bool, str]:
         st = os.lstat(final)
         if not stat.S_ISDIR(st.st_mode) or tree_digest(final) != digest:
             log.warning("%s does not hold the artifact's content; replacing it", final)
-            aside = temp_name(bin_dir, BINARY_NAME) + ".old"
+            aside = _temp(bin_dir) + ".old"
             remove(aside)
             os.rename(final, aside)
             remove(aside)
     if not os.path.lexists(final):
-        tmp = temp_name(bin_dir, BINARY_NAME) + ".d"
+        tmp = _temp(bin_dir) + ".d"
         remove(tmp)
         os.mkdir(tmp, 0o755)
         try:
@@ -150,16 +172,16 @@ def _install_tree(source: str, bin_dir: str) -> tuple[bool, str]:
         except BaseException:
             remove(tmp)
             raise
-        rename_over(tmp, final)
+        _swap_in(tmp, final)
         log.info("copied artifact directory %s to %s", source, final)
         changed = True
     link = os.path.join(bin_dir, BINARY_NAME)
     want = f"{name}/{BINARY_NAME}"
     if not (os.path.islink(link) and os.readlink(link) == want):
-        tmp_link = temp_name(bin_dir, BINARY_NAME) + ".link"
+        tmp_link = _temp(bin_dir) + ".link"
         remove(tmp_link)
         os.symlink(want, tmp_link)
-        rename_over(tmp_link, link)
+        _swap_in(tmp_link, link)
         log.info("pointed %s at %s", link, want)
         changed = True
     return changed, name
@@ -174,9 +196,9 @@ def _install_file(source: str, bin_dir: str) -> bool:
     if (st is not None and stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o755
             and _same_file_content(source, target)):
         return False
-    tmp = temp_name(bin_dir, BINARY_NAME)
+    tmp = _temp(bin_dir)
     _copy_into(source, tmp, 0o755)
-    rename_over(tmp, target)
+    _swap_in(tmp, target)
     log.info("copied %s to %s", source, target)
     return True
 

@@ -1,12 +1,15 @@
-"""The installer's file helpers: atomic replacement, reading a regular file without
-following a symlink, its own directories, and the temp entries an interrupted
-installer leaves.
+"""The installer's own file rules, on top of netattach.atomicfile: rewriting a file
+only when its content changes, reading a regular file without following a symlink,
+the directories the installer creates, and removing the temp entries an interrupted
+installer left.
 
-Every write is a temp file (or dir, or symlink) beside the target, fsync'ed,
-renamed over the target, then the directory fsync'ed. Temp names never end in
-`.conf`/`.conflist`/`.json` and never equal `netattach`, so neither the runtime's
-config loader nor its plugin lookup ever sees one; they are created with
-O_EXCL|O_NOFOLLOW, so a symlink planted at a temp name is never followed.
+Every write goes through netattach.atomicfile (the binary's tree and symlink too:
+binary.py): a temp entry beside the target, fsync'ed, renamed over it, then the
+directory fsync'ed. Temp names are atomicfile.temp_path's, `.<name>.tmp-<pid>`
+(plus a suffix for the binary's), so they never end in `.conf`/`.conflist`/`.json`
+and never equal `netattach`: neither the runtime's config loader nor its plugin
+lookup ever sees one. Files are created O_EXCL|O_NOFOLLOW (atomicfile.write_new),
+so a symlink planted at a temp name is never followed.
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ import os
 import re
 import shutil
 import stat
-from typing import Any, Callable
+
+from .. import atomicfile
 
 MAX_CONFIG_BYTES = 1 << 20
 """The most the installer reads of a config, kubeconfig or ServiceAccount file."""
@@ -24,14 +28,6 @@ MAX_CONFIG_BYTES = 1 << 20
 
 class InstallError(Exception):
     """A step failed; the message names what and where. The installer exits 1 on it."""
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def remove(path: str) -> None:
@@ -47,54 +43,9 @@ def remove(path: str) -> None:
             os.unlink(path)
 
 
-def write_new(path: str, mode: int, write: Callable[[Any], None]) -> None:
-    """Create `path` afresh (a stale entry there is removed first, never followed), let
-    `write(binary file object)` fill it, fsync, chmod `mode`. On failure `path` is removed."""
-    remove(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        raise
-
-
-def temp_name(directory: str, name: str) -> str:
-    """`<directory>/.<name>.tmp-<pid>`: hidden, and ends in neither a config extension nor
-    `netattach`, so no runtime loads or execs it."""
-    return os.path.join(directory, f".{name}.tmp-{os.getpid()}")
-
-
-def rename_over(tmp: str, path: str) -> None:
-    """Rename the finished temp entry `tmp` over `path` (one atomic step: a reader sees
-    the old or the new entry), then fsync the directory. On failure `tmp` is removed."""
-    try:
-        os.rename(tmp, path)
-    except BaseException:
-        remove(tmp)
-        raise
-    fsync_dir(os.path.dirname(path))
-
-
-def write_atomic(path: str, data: bytes, mode: int) -> None:
-    """Replace `path` with `data` (file mode `mode`) so that a reader sees the old or the
-    new content, never a mix: temp file beside it, fsync, rename, fsync of the dir.
-
-    A symlink or file at `path` is replaced, not followed. Raises OSError.
-    """
-    tmp = temp_name(*os.path.split(path))
-    write_new(tmp, mode, lambda f: f.write(data))
-    rename_over(tmp, path)
-
-
 def replace_if_changed(path: str, data: bytes, mode: int, what: str) -> tuple[bool, bytes | None]:
-    """Write `data` to `path` atomically (write_atomic) unless the regular file there
-    already holds it. Returns (written, the content before: None when there was no
+    """Write `data` to `path` (mode `mode`) with atomicfile.replace unless the regular
+    file there already holds it (read_regular). Returns (written, the content before: None when there was no
     regular file or it could not be read). Raises InstallError naming `what` when the
     write fails."""
     try:
@@ -104,15 +55,17 @@ def replace_if_changed(path: str, data: bytes, mode: int, what: str) -> tuple[bo
     if current == data:
         return False, current
     try:
-        write_atomic(path, data, mode)
+        atomicfile.replace(path, data, mode)
     except OSError as e:
         raise InstallError(f"cannot write {what} {path}: {e.strerror}") from None
     return True, current
 
 
-def read_regular(path: str, limit: int = MAX_CONFIG_BYTES) -> bytes | None:
-    """Content of the regular file at `path` (not through a symlink), or None when there
-    is none or it is something else. Raises OSError for other read failures."""
+def read_regular(path: str) -> bytes | None:
+    """Content of the regular file at `path` (not through a symlink), at most
+    MAX_CONFIG_BYTES + 1 bytes, or None when there is none or it is something else
+    (a symlink, a directory, a FIFO: O_NONBLOCK, so opening one never blocks).
+    Raises OSError for other failures."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except (FileNotFoundError, NotADirectoryError):
@@ -124,7 +77,7 @@ def read_regular(path: str, limit: int = MAX_CONFIG_BYTES) -> bytes | None:
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             return None
-        return f.read(limit + 1)
+        return f.read(MAX_CONFIG_BYTES + 1)
 
 
 def ensure_dir(path: str, mode: int, own: bool = False) -> None:
@@ -145,8 +98,9 @@ def ensure_dir(path: str, mode: int, own: bool = False) -> None:
 
 def remove_stale_temps(directory: str, pattern: re.Pattern[str]) -> list[str]:
     """Remove the entries of `directory` whose names match `pattern` (temp files, dirs or
-    symlinks an interrupted installer left). Returns the removed paths; [] when the dir is
-    absent."""
+    symlinks an interrupted installer left: names of atomicfile.temp_path's shape,
+    `.<name>.tmp-<pid>`, the pattern's to match). Returns the removed paths; [] when the
+    dir is absent. Raises OSError when it cannot be listed or an entry removed."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:

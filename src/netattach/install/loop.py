@@ -19,9 +19,9 @@ import signal
 import time
 from typing import Any, Callable
 
+from .. import atomicfile
 from .binary import BIN_TEMP, BINARY_NAME, binary_problem, default_source, install_binary
-from .files import (InstallError, ensure_dir, fsync_dir, read_regular, remove_stale_temps,
-                    replace_if_changed)
+from .files import InstallError, ensure_dir, read_regular, remove_stale_temps, replace_if_changed
 from .kubeconfig import (CA_NAME, KUBECONFIG_SUBDIR, ServiceAccount, api_server_url,
                          read_service_account, render_kubeconfig)
 from .primary import CONF_NAME, Lookup, PluginSettings, find_primary, render_conflist
@@ -215,7 +215,7 @@ class Installer:
             log.error("cannot remove %s: %s", self.conf_path, e.strerror)
             return
         with contextlib.suppress(OSError):
-            fsync_dir(self.args.conf_dir)
+            atomicfile.fsync_dir(self.args.conf_dir)
         self._conf_primary = None
         log.info("removed %s: %s", self.conf_path, why)
 
