@@ -4,6 +4,7 @@ real subprocess (the console script, or the PyInstaller artifact when NETATTACH_
 set, see tests.testbed.scenario.netattach_command). Waits poll with deadlines."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -17,8 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from netattach import atomicfile
+from netattach import atomicfile, install
 from netattach.install import primary as install_primary
+from netattach.logsetup import LOG_LEVELS
 from netattach.netconf import parse_netconf
 from tests.testbed.scenario import netattach_command
 from tests.testbed.serviceaccount import CA, wait_for, write_sa
@@ -253,6 +255,20 @@ def test_generated_conf_passes_parse_netconf(primary, extra):
         assert conf.system_namespaces == ("kube-system", "infra")
         assert conf.multus_namespace == "netattach"
         assert conf.readiness_indicator_file == "/run/ready"
+
+
+@pytest.mark.parametrize("level", sorted(LOG_LEVELS))
+def test_every_plugin_log_level_is_a_log_level_flag_and_parses(level):
+    parser = argparse.ArgumentParser()
+    install.add_arguments(parser)
+    args = parser.parse_args(["--log-level", level])
+    settings = install_primary.PluginSettings(
+        conf_dir="/etc/cni/net.d", bin_dir="/opt/cni/bin", cni_dir="/var/lib/cni/netattach",
+        kubeconfig="/k", log_level=args.log_level)
+    doc = json.loads(install_primary.render_conflist(
+        "/etc/cni/net.d/10-x.conf", install_primary.Primary("/x", PRIMARY), settings))
+    conf = parse_netconf({**doc["plugins"][0], "cniVersion": doc["cniVersion"]})
+    assert conf.log_level == level
 
 
 def test_cni_version_and_capabilities_of_the_primary():

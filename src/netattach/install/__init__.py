@@ -35,15 +35,13 @@ import logging
 import os
 import sys
 
+from ..logsetup import LOG_LEVELS
 from .files import InstallError
 from .kubeconfig import KUBECONFIG_SUBDIR
 from .loop import Installer, Stop
 from .primary import CONF_NAME
 
 log = logging.getLogger(__name__)
-
-PLUGIN_LOG_LEVELS = ("panic", "error", "warning", "info", "debug", "verbose")
-
 
 def _seconds(text: str) -> float:
     try:
@@ -112,7 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="seconds between checks of the primary, the token and our files "
                         "(default: %(default)s)")
     g = parser.add_argument_group("written into the plugin's conf")
-    g.add_argument("--log-level", choices=PLUGIN_LOG_LEVELS, default="info",
+    g.add_argument("--log-level", choices=tuple(LOG_LEVELS), default="info",
                    help="the plugin's logLevel (default: %(default)s)")
     g.add_argument("--log-file", default=None,
                    help="the plugin's logFile (host path). Default: none, stderr only")
