@@ -10,11 +10,19 @@ names included (libcni does not skip them), directories excluded, skipping
   `multus` or `multus-shim`. Delegating to another meta-plugin would attach every
   selected network twice. (A Multus conf that sorts before ours is loaded by the
   runtime instead of ours; that is logged as a warning.)
-When the first remaining file cannot be read, is not JSON (a half-written file)
-or is not a CNI config (no `type`, or no non-empty `plugins`), there is no
-primary *yet*: the installer waits for it rather than falling through to a later
-file, as the runtime itself would fail on that file, and a later file (say, a
-loopback conf) is not the cluster's default network.
+When the first remaining file cannot be read, is not JSON (a half-written file),
+is not a CNI config (no `type`, or no non-empty `plugins`) or declares a CNI
+version the plugin does not run (below), there is no primary *yet*: the installer
+waits for it rather than falling through to a later file, as the runtime itself
+would fail on that file, and a later file (say, a loopback conf) is not the
+cluster's default network.
+
+The version: our conflist declares exactly the version the plugin runs the primary
+with, netattach.cni.version.config_version (the highest supported of `cniVersions`
+and `cniVersion`, "0.1.0" when the config declares neither), so the runtime, our
+conflist and the primary's plugins agree. When that raises VersionError ("1.2.0",
+"1.0", not a version) the plugin would fail every ADD on the primary: it is not
+usable, and the reason names the file, its version and the supported list.
 """
 from __future__ import annotations
 
@@ -23,13 +31,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ..cni.errors import VersionError
+from ..cni.version import SUPPORTED_VERSIONS, config_version
 from .files import MAX_CONFIG_BYTES
 
 CONF_NAME = "00-netattach.conflist"
 NETWORK_NAME = "netattach-cni-network"
 CONF_EXTENSIONS = (".conf", ".conflist", ".json")
 META_PLUGIN_TYPES = frozenset({"netattach", "multus", "multus-shim"})
-SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 
 
 def _plugins(config: dict[str, Any]) -> list[Any]:
@@ -46,9 +55,12 @@ def _meta_types(config: dict[str, Any]) -> list[str]:
 
 @dataclass(frozen=True)
 class Primary:
-    """The cluster default network's config: path in this container, decoded config."""
+    """The cluster default network's config: path in this container, decoded config,
+    and the CNI version the plugin runs it with (version.config_version), which our
+    conflist declares."""
     path: str
     config: dict[str, Any]
+    cni_version: str
 
     def capabilities(self) -> dict[str, bool]:
         """The union of the plugins' `capabilities` set to true (CNI CONVENTIONS.md: the
@@ -56,21 +68,6 @@ class Primary:
         caps = {k for p in _plugins(self.config) if isinstance(p.get("capabilities"), dict)
                 for k, v in p["capabilities"].items() if v is True}
         return {k: True for k in sorted(caps)}
-
-    def cni_version(self) -> str:
-        """The primary's `cniVersion` as netattach can serve it: the same when netattach
-        supports it; an unknown one becomes the highest supported version not above it
-        (1.1.0 for a newer one); a missing one is 0.1.0, as libcni reads it."""
-        v = self.config.get("cniVersion")
-        if not isinstance(v, str) or not v:
-            return "0.1.0"
-        if v in SUPPORTED_VERSIONS:
-            return v
-
-        def key(version: str) -> tuple[int, ...]:
-            return tuple(int(x) if x.isdigit() else 0 for x in version.split("."))
-        lower = [s for s in SUPPORTED_VERSIONS if key(s) <= key(v)]
-        return lower[-1] if lower else SUPPORTED_VERSIONS[0]
 
 
 @dataclass(frozen=True)
@@ -130,6 +127,35 @@ def config_candidates(conf_dir: str) -> list[str]:
     return names
 
 
+def _run_version(config: dict[str, Any]) -> tuple[str | None, str]:
+    """(the CNI version the plugin runs `config` with, "") or (None, why it cannot,
+    naming the version and the supported list). The version is
+    version.config_version's, the rule the plugin applies to the cluster default
+    network at every ADD."""
+    try:
+        return config_version(config), ""
+    except VersionError as e:
+        versions = config.get("cniVersions")
+        listed = f" (cniVersions {json.dumps(versions)})" if isinstance(versions, list) else ""
+        return None, (f"has {e.msg}{listed}; netattach runs {', '.join(SUPPORTED_VERSIONS)}, "
+                      "so every ADD would fail on it")
+
+
+def _examine(path: str) -> tuple[Primary | None, str, list[str]]:
+    """What the config at `path` is to the installer: (Primary, "", []) when it can be
+    the cluster default network; (None, "", meta-plugin types) when it is a delegating
+    meta-plugin's; (None, why, []) when it is not usable (yet): read_config's
+    reasons, or a version the plugin does not run."""
+    config, why = read_config(path)
+    if config is None:
+        return None, why, []
+    meta = _meta_types(config)
+    if meta:
+        return None, "", meta
+    version, why = _run_version(config)
+    return (Primary(path, config, version) if version else None), why, []
+
+
 def find_primary(conf_dir: str, explicit: str | None = None) -> Lookup:
     """Find the cluster default network's config (multi-net spec §6.1; rule: module doc).
 
@@ -138,29 +164,28 @@ def find_primary(conf_dir: str, explicit: str | None = None) -> Lookup:
     Reads only; never raises for missing or bad files.
     """
     if explicit:
-        config, why = read_config(explicit)
-        if config is None:
+        primary, why, meta = _examine(explicit)
+        if meta:
+            return Lookup(None, f"primary config {explicit} is a delegating meta-plugin's "
+                                f"({', '.join(meta)}), not a network")
+        if primary is None:
             return Lookup(None, f"primary config {explicit} {why}",
                           absent=not os.path.lexists(explicit))
-        if _meta_types(config):
-            return Lookup(None, f"primary config {explicit} is a delegating meta-plugin's "
-                                f"({', '.join(_meta_types(config))}), not a network")
-        return Lookup(Primary(explicit, config))
+        return Lookup(primary)
     try:
         names = config_candidates(conf_dir)
     except OSError as e:
         return Lookup(None, f"cannot list the CNI conf dir {conf_dir}: {e.strerror}")
     skipped: list[str] = []
     for name in names:
-        path = os.path.join(conf_dir, name)
-        config, why = read_config(path)
-        if config is None:
+        primary, why, meta = _examine(os.path.join(conf_dir, name))
+        if meta:
+            skipped.append(name)
+        elif primary is None:
             return Lookup(None, f"the first CNI config in {conf_dir}, {name}, {why}",
                           skipped=tuple(skipped))
-        if _meta_types(config):
-            skipped.append(name)
-            continue
-        return Lookup(Primary(path, config), skipped=tuple(skipped))
+        else:
+            return Lookup(primary, skipped=tuple(skipped))
     others = f" and {', '.join(skipped)} (meta-plugins)" if skipped else ""
     return Lookup(None, f"no CNI config (.conf, .conflist, .json) in {conf_dir} other than "
                         f"netattach's own{others}", absent=True, skipped=tuple(skipped))
@@ -183,10 +208,10 @@ class PluginSettings:
 
 
 def render_conflist(primary_host_path: str, primary: Primary, s: PluginSettings) -> bytes:
-    """netattach's conflist for the primary: the primary's cniVersion (as netattach
-    serves it), the union of its capabilities (so the runtime passes runtimeConfig,
-    which netattach hands to the default network only, spec §7.5), `clusterNetwork`
-    the primary's host path. Keys are netconf.py's; optional ones only when set.
+    """netattach's conflist for the primary: the CNI version the plugin runs the
+    primary with (Primary.cni_version), the union of its capabilities (so the runtime
+    passes runtimeConfig, which netattach hands to the default network only, spec
+    §7.5), `clusterNetwork` the primary's host path. Keys are netconf.py's; optional ones only when set.
     Same input, same bytes."""
     plugin: dict[str, Any] = {
         "type": "netattach",
@@ -209,6 +234,6 @@ def render_conflist(primary_host_path: str, primary: Primary, s: PluginSettings)
     caps = primary.capabilities()
     if caps:
         plugin["capabilities"] = caps
-    doc = {"cniVersion": primary.cni_version(), "name": NETWORK_NAME, "plugins": [plugin]}
+    doc = {"cniVersion": primary.cni_version, "name": NETWORK_NAME, "plugins": [plugin]}
     return (json.dumps(doc, indent=2) + "\n").encode()
 
