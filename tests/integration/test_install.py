@@ -301,6 +301,32 @@ def test_meta_plugin_configs_are_not_the_primary(node):
     assert "00-multus.conf sorts before 00-netattach.conflist" in err
 
 
+def test_candidates_are_libcnis_conf_files(node):
+    """delegates.list_conf_files' rule (libcni ConfFiles), as the runtime sees the dir: a
+    symlink is a candidate wherever it points, so one to a directory sorting first is a
+    first config that cannot be read, waited for like a half-written one; a symlink to a
+    config is read through; hidden names count; other extensions and real directories
+    do not."""
+    (node.root / "a-dir").mkdir()
+    (node.conf / "07-dir.conf").mkdir()
+    write_atomically(node.conf / "02-notes.txt", PRIMARY)
+    write_atomically(node.root / "flannel.conflist", PRIMARY)
+    write_atomically(node.conf / "10-flannel.conflist", PRIMARY)
+    (node.conf / "05-link.conf").symlink_to(node.root / "a-dir")
+    why = f"the first CNI config in {node.conf}, 05-link.conf, cannot be read (Is a directory)"
+    code, err = node.run("--once", "--primary-timeout", "0.2")
+    assert code == 1 and f"waiting: {why}" in err, err
+    assert not node.ours.exists()
+    code, err = node.run("--check")
+    assert code == 1 and f"not ready: {why}" in err, err
+
+    (node.conf / "05-link.conf").unlink()
+    (node.conf / ".04-hidden.conflist").symlink_to(node.root / "flannel.conflist")
+    code, err = node.run("--once")
+    assert code == 0, err
+    assert node.plugin()["clusterNetwork"] == "/etc/cni/net.d/.04-hidden.conflist"
+
+
 def test_explicit_primary_config(node):
     write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
     write_atomically(node.conf / "20-b.conf", {"cniVersion": "1.1.0", "name": "b", "type": "b"})

@@ -2,9 +2,12 @@
 conflist netattach writes in front of it.
 
 Which file is the primary (the libcni rule the runtimes use to pick a network,
-libcni `ConfFiles` + a lexical sort, as in containerd's go-cni and CRI-O's ocicni):
-the first name in byte order ending in `.conf`, `.conflist` or `.json`, hidden
-names included (libcni does not skip them), directories excluded, skipping
+libcni `ConfFiles` + a lexical sort, as in containerd's go-cni and CRI-O's ocicni;
+netattach.delegates.list_conf_files is netattach's one copy of it): the first name
+in byte order ending in `.conf`, `.conflist` or `.json`, hidden names included
+(libcni does not skip them), entries that are directories themselves excluded (a
+symlink is a candidate wherever it points, as the runtime sees it: one to a
+directory is a first config that cannot be read), skipping
 * `00-netattach.conflist` (ours), and
 * any config whose plugins include a delegating meta-plugin: `netattach`,
   `multus` or `multus-shim`. Delegating to another meta-plugin would attach every
@@ -33,11 +36,11 @@ from typing import Any
 
 from ..cni.errors import VersionError
 from ..cni.version import SUPPORTED_VERSIONS, config_version
+from ..delegates import list_conf_files
 from .files import MAX_CONFIG_BYTES
 
 CONF_NAME = "00-netattach.conflist"
 NETWORK_NAME = "netattach-cni-network"
-CONF_EXTENSIONS = (".conf", ".conflist", ".json")
 META_PLUGIN_TYPES = frozenset({"netattach", "multus", "multus-shim"})
 
 
@@ -113,20 +116,6 @@ def read_config(path: str) -> tuple[dict[str, Any] | None, str]:
     return (None, f"is not a CNI config ({problem})") if problem else (doc, "")
 
 
-def config_candidates(conf_dir: str) -> list[str]:
-    """Names in `conf_dir` the runtime would consider, in its order (libcni ConfFiles:
-    extension .conf, .conflist or .json, not a directory; sorted as Go sorts strings, by
-    bytes), without ours. Raises OSError when the dir cannot be listed."""
-    names = []
-    for name in sorted(os.listdir(conf_dir), key=os.fsencode):
-        dot = name.rfind(".")
-        if name == CONF_NAME or dot < 0 or name[dot:] not in CONF_EXTENSIONS:
-            continue
-        if not os.path.isdir(os.path.join(conf_dir, name)):
-            names.append(name)
-    return names
-
-
 def _run_version(config: dict[str, Any]) -> tuple[str | None, str]:
     """(the CNI version the plugin runs `config` with, "") or (None, why it cannot,
     naming the version and the supported list). The version is
@@ -173,12 +162,13 @@ def find_primary(conf_dir: str, explicit: str | None = None) -> Lookup:
                           absent=not os.path.lexists(explicit))
         return Lookup(primary)
     try:
-        names = config_candidates(conf_dir)
+        paths = [p for p in list_conf_files(conf_dir) if os.path.basename(p) != CONF_NAME]
     except OSError as e:
         return Lookup(None, f"cannot list the CNI conf dir {conf_dir}: {e.strerror}")
     skipped: list[str] = []
-    for name in names:
-        primary, why, meta = _examine(os.path.join(conf_dir, name))
+    for path in paths:
+        name = os.path.basename(path)
+        primary, why, meta = _examine(path)
         if meta:
             skipped.append(name)
         elif primary is None:
