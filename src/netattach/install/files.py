@@ -45,9 +45,9 @@ def remove(path: str) -> None:
 
 def replace_if_changed(path: str, data: bytes, mode: int, what: str) -> tuple[bool, bytes | None]:
     """Write `data` to `path` (mode `mode`) with atomicfile.replace unless the regular
-    file there already holds it (read_regular). Returns (written, the content before: None when there was no
-    regular file or it could not be read). Raises InstallError naming `what` when the
-    write fails."""
+    file there already holds it (read_regular). Returns (written, the content before:
+    None when there was no regular file or it could not be read). Raises InstallError
+    naming `what` when the write fails."""
     try:
         current = read_regular(path)
     except OSError:

@@ -72,7 +72,7 @@ class _Every:
 # ---------------------------------------------------------------- the installer
 
 class Installer:
-    """One node's installation, from the parsed arguments (see add_arguments)."""
+    """One node's installation, from the parsed arguments (netattach.install.add_arguments)."""
 
     def __init__(self, args: argparse.Namespace, environ: dict[str, str]):
         for attr in ("bin_dir", "conf_dir"):  # absolute, so that every log line says where

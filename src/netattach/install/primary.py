@@ -201,8 +201,8 @@ def render_conflist(primary_host_path: str, primary: Primary, s: PluginSettings)
     """netattach's conflist for the primary: the CNI version the plugin runs the
     primary with (Primary.cni_version), the union of its capabilities (so the runtime
     passes runtimeConfig, which netattach hands to the default network only, spec
-    §7.5), `clusterNetwork` the primary's host path. Keys are netconf.py's; optional ones only when set.
-    Same input, same bytes."""
+    §7.5), `clusterNetwork` the primary's host path. Keys are netconf.py's; optional
+    ones only when set. Same input, same bytes."""
     plugin: dict[str, Any] = {
         "type": "netattach",
         "name": NETWORK_NAME,
