@@ -144,14 +144,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _setup_logging(level: str) -> None:
-    logger = logging.getLogger("netattach.install")
-    logger.handlers.clear()
-    logger.propagate = False
-    logger.setLevel(getattr(logging, level.upper()))
+    """Route the `netattach.install` logger (the submodules' loggers are its children)
+    to stderr at `level`, and only there."""
+    log.handlers.clear()
+    log.propagate = False
+    log.setLevel(getattr(logging, level.upper()))
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(
         f"%(asctime)s netattach-install[{os.getpid()}] %(levelname)s: %(message)s"))
-    logger.addHandler(handler)
+    log.addHandler(handler)
 
 
 def run(args: argparse.Namespace) -> int:

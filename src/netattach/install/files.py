@@ -31,7 +31,8 @@ class InstallError(Exception):
 
 
 def remove(path: str) -> None:
-    """Remove a file, symlink or directory tree at `path` without following a symlink."""
+    """Remove a file, symlink or directory tree at `path` without following a symlink;
+    nothing there is fine. Raises OSError."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
