@@ -18,7 +18,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from netattach.install import CONF_NAME, KUBECONFIG_SUBDIR
+from netattach.install.kubeconfig import KUBECONFIG_SUBDIR
+from netattach.install.primary import CONF_NAME
 from tests.testbed import cluster as cl
 from tests.testbed import scenario as sc
 from tests.testbed.scenario import netattach_command

@@ -4,6 +4,7 @@ real subprocess (the console script, or the PyInstaller artifact when NETATTACH_
 set, see tests.testbed.scenario.netattach_command). Waits poll with deadlines."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -17,7 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from netattach import install
+from netattach import atomicfile, install
+from netattach.cni.chain import NetworkConfig
+from netattach.cni.errors import CniError
+from netattach.cni.version import SUPPORTED_VERSIONS, config_version
+from netattach.install import primary as install_primary
+from netattach.logsetup import LOG_LEVELS
 from netattach.netconf import parse_netconf
 from tests.testbed.scenario import netattach_command
 from tests.testbed.serviceaccount import CA, wait_for, write_sa
@@ -58,6 +64,11 @@ def artifact_dir(path: Path, tag: str) -> bytes:
     (path / "_internal" / "lib" / "libfake.so").write_bytes(tag.encode() * 100_000)
     (path / "_internal" / "lib" / "libfake.so.1").symlink_to("libfake.so")
     return (path / "netattach").read_bytes()
+
+
+def as_primary(config: dict, path: str = "/x") -> install_primary.Primary:
+    """The Primary find_primary makes of `config` at `path`."""
+    return install_primary.Primary(path, config, config_version(config))
 
 
 def is_frozen_command() -> bool:
@@ -234,17 +245,18 @@ def test_once_installs_binary_kubeconfig_and_conflist(node):
 @pytest.mark.parametrize("primary", [
     {"cniVersion": "1.0.0", "name": "one", "type": "ptp", "capabilities": {"mac": True}},
     {"name": "legacy", "type": "bridge"},
-    {"cniVersion": "1.3.0", "name": "future", "plugins": [{"type": "x"}]},
+    {"cniVersion": "1.0.0", "cniVersions": ["1.1.0", "1.3.0"], "name": "future",
+     "plugins": [{"type": "x"}]},
     PRIMARY,
 ])
 def test_generated_conf_passes_parse_netconf(primary, extra):
-    settings = install.PluginSettings(
+    settings = install_primary.PluginSettings(
         conf_dir="/etc/cni/net.d", bin_dir="/opt/cni/bin", cni_dir="/var/lib/cni/netattach",
         kubeconfig="/etc/cni/net.d/netattach.d/netattach.kubeconfig", log_level="verbose",
         **extra)
-    doc = json.loads(install.render_conflist(
-        "/etc/cni/net.d/10-x.conf", install.Primary("/host/10-x.conf", primary), settings))
-    assert doc["cniVersion"] in install.SUPPORTED_VERSIONS
+    doc = json.loads(install_primary.render_conflist(
+        "/etc/cni/net.d/10-x.conf", as_primary(primary, "/host/10-x.conf"), settings))
+    assert doc["cniVersion"] in SUPPORTED_VERSIONS
     conf = parse_netconf({**doc["plugins"][0], "cniVersion": doc["cniVersion"]})
     assert conf.cluster_network == "/etc/cni/net.d/10-x.conf"
     assert conf.kubeconfig == settings.kubeconfig and conf.log_level == "verbose"
@@ -254,16 +266,24 @@ def test_generated_conf_passes_parse_netconf(primary, extra):
         assert conf.readiness_indicator_file == "/run/ready"
 
 
-def test_cni_version_and_capabilities_of_the_primary():
-    def primary(**config):
-        return install.Primary("/x", config)
-    assert primary(cniVersion="1.1.0").cni_version() == "1.1.0"
-    assert primary().cni_version() == "0.1.0"  # libcni's reading of a missing version
-    assert primary(cniVersion="2.0.0").cni_version() == "1.1.0"
-    assert primary(cniVersion="0.3.5").cni_version() == "0.3.1"
-    assert install.Primary("/x", PRIMARY).capabilities() == {
+@pytest.mark.parametrize("level", sorted(LOG_LEVELS))
+def test_every_plugin_log_level_is_a_log_level_flag_and_parses(level):
+    parser = argparse.ArgumentParser()
+    install.add_arguments(parser)
+    args = parser.parse_args(["--log-level", level])
+    settings = install_primary.PluginSettings(
+        conf_dir="/etc/cni/net.d", bin_dir="/opt/cni/bin", cni_dir="/var/lib/cni/netattach",
+        kubeconfig="/k", log_level=args.log_level)
+    doc = json.loads(install_primary.render_conflist(
+        "/etc/cni/net.d/10-x.conf", as_primary(PRIMARY), settings))
+    conf = parse_netconf({**doc["plugins"][0], "cniVersion": doc["cniVersion"]})
+    assert conf.log_level == level
+
+
+def test_capabilities_of_the_primary():
+    assert as_primary(PRIMARY).capabilities() == {
         "bandwidth": True, "ips": True, "portMappings": True}
-    assert primary(type="x").capabilities() == {}
+    assert as_primary({"type": "x"}).capabilities() == {}
 
 
 def test_meta_plugin_configs_are_not_the_primary(node):
@@ -279,6 +299,32 @@ def test_meta_plugin_configs_are_not_the_primary(node):
     assert code == 0, err
     assert node.plugin()["clusterNetwork"] == "/etc/cni/net.d/10-flannel.conflist"
     assert "00-multus.conf sorts before 00-netattach.conflist" in err
+
+
+def test_candidates_are_libcnis_conf_files(node):
+    """delegates.list_conf_files' rule (libcni ConfFiles), as the runtime sees the dir: a
+    symlink is a candidate wherever it points, so one to a directory sorting first is a
+    first config that cannot be read, waited for like a half-written one; a symlink to a
+    config is read through; hidden names count; other extensions and real directories
+    do not."""
+    (node.root / "a-dir").mkdir()
+    (node.conf / "07-dir.conf").mkdir()
+    write_atomically(node.conf / "02-notes.txt", PRIMARY)
+    write_atomically(node.root / "flannel.conflist", PRIMARY)
+    write_atomically(node.conf / "10-flannel.conflist", PRIMARY)
+    (node.conf / "05-link.conf").symlink_to(node.root / "a-dir")
+    why = f"the first CNI config in {node.conf}, 05-link.conf, cannot be read (Is a directory)"
+    code, err = node.run("--once", "--primary-timeout", "0.2")
+    assert code == 1 and f"waiting: {why}" in err, err
+    assert not node.ours.exists()
+    code, err = node.run("--check")
+    assert code == 1 and f"not ready: {why}" in err, err
+
+    (node.conf / "05-link.conf").unlink()
+    (node.conf / ".04-hidden.conflist").symlink_to(node.root / "flannel.conflist")
+    code, err = node.run("--once")
+    assert code == 0, err
+    assert node.plugin()["clusterNetwork"] == "/etc/cni/net.d/.04-hidden.conflist"
 
 
 def test_explicit_primary_config(node):
@@ -454,6 +500,30 @@ def test_refuses_a_directory_as_the_binary_and_never_follows_planted_temps(node)
     assert os.listdir(elsewhere) == []
 
 
+def test_stale_temps_named_as_atomicfile_names_them_are_removed(node):
+    """An installer killed mid-write leaves temps named by atomicfile.temp_path (another
+    pid: this test's): the next one removes every kind, so the cleanup patterns match
+    what is written."""
+    kube_dir = node.conf / "netattach.d"
+    kube_dir.mkdir(mode=0o700)
+    bin_temp = atomicfile.temp_path(str(node.bin / "netattach"))
+    stale = [atomicfile.temp_path(str(p)) for p in
+             (node.ours, node.kubeconfig, kube_dir / "ca.crt")] + [bin_temp, bin_temp + ".link"]
+    for path in stale:
+        Path(path).write_text("stale")
+    os.mkdir(bin_temp + ".d")  # a tree half copied
+    (Path(bin_temp + ".d") / "netattach").write_text("stale")
+    stale.append(bin_temp + ".d")
+    write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
+    code, err = node.run("--once")
+    assert code == 0, err
+    assert all(not os.path.lexists(p) for p in stale), sorted(os.listdir(node.bin))
+    assert err.count("removed stale temp") == len(stale)
+    assert sorted(os.listdir(node.bin)) == ["netattach"]
+    assert node.netattach_leftovers() == ["00-netattach.conflist"]
+    assert sorted(os.listdir(kube_dir)) == ["ca.crt", "netattach.kubeconfig"]
+
+
 # ---------------------------------------------------------------- watching
 
 def test_kubeconfig_follows_token_rotation(node):
@@ -621,6 +691,87 @@ def test_sigterm_while_waiting_for_the_primary(node):
     code, _err = node.stop(proc)
     assert code == 0
     assert node.netattach_leftovers() == []
+
+
+# ---------------------------------------------------------------- the primary's CNI version
+
+SUPPORTED = ", ".join(SUPPORTED_VERSIONS)
+
+
+def conflist(version: object = None, **more) -> dict:
+    doc = {"name": "p", "plugins": [{"type": "bridge"}], **more}
+    return doc if version is None else {**doc, "cniVersion": version}
+
+
+@pytest.mark.parametrize("primary", [
+    conflist("0.3.1"), conflist(), conflist("1.1.0"), conflist("0.4.0"),
+    conflist("0.4.0", cniVersions=["1.0.0", "1.1.0", "1.2.0"]),  # the highest supported
+    conflist("1.2.0", cniVersions=["0.3.1", "1.0.0"]),
+    conflist(cniVersions=["1.0.0"]), conflist("1.1.0", cniVersions=[]),
+    conflist("1.2.0"), conflist("1.0"), conflist("2.0.0"), conflist("0.3.5"), conflist("x"),
+    conflist(1), conflist("1.2.0", cniVersions=["1.2.0", "2.0.0"]),
+])
+def test_conflist_version_is_the_one_the_plugin_runs_the_primary_with(tmp_path, primary):
+    """The conflist's cniVersion is the version the plugin's own config parser
+    (chain.NetworkConfig) runs the primary with; a primary it refuses is no primary,
+    and the reason names the file, its version and the supported list."""
+    write_atomically(tmp_path / "10-p.conflist", primary)
+    found = install_primary.find_primary(str(tmp_path))
+    try:
+        want = NetworkConfig.from_dict(primary, "10-p.conflist").cni_version
+    except CniError:
+        assert found.primary is None and not found.absent
+        assert f"{tmp_path}, 10-p.conflist, has " in found.why
+        assert repr(primary["cniVersion"]) in found.why and SUPPORTED in found.why
+        return
+    assert found.primary is not None, found.why
+    settings = install_primary.PluginSettings(
+        conf_dir="/etc/cni/net.d", bin_dir="/opt/cni/bin", cni_dir="/var/lib/cni/netattach",
+        kubeconfig="/k", log_level="info")
+    doc = json.loads(install_primary.render_conflist("/p", found.primary, settings))
+    assert doc["cniVersion"] == want
+
+
+@pytest.mark.parametrize("version", ["1.2.0", "1.0"])
+def test_primary_with_a_version_the_plugin_refuses_is_not_used(node, version):
+    """No conflist for it (an existing one is left as it is, as for a half-written
+    primary), never a later file instead, the wait says why and --check is not ready."""
+    primary = node.conf / "10-a.conflist"
+    write_atomically(node.conf / "99-loopback.conf",
+                     {"cniVersion": "1.0.0", "name": "lo", "type": "loopback"})
+    write_atomically(primary, {**PRIMARY, "cniVersion": version})
+    why = (f"the first CNI config in {node.conf}, 10-a.conflist, has unsupported "
+           f"cniVersion '{version}'")
+
+    def refused(*extra: str) -> str:
+        code, err = node.run(*extra)
+        assert code == 1, err
+        assert why in err and SUPPORTED in err, err
+        return err
+
+    assert "waiting: " + why in refused("--once", "--primary-timeout", "0.2")
+    assert not node.ours.exists()
+    assert "not ready: " + why in refused("--check")
+
+    write_atomically(primary, PRIMARY)
+    assert node.run("--once")[0] == 0
+    ours = node.ours.read_bytes()
+    write_atomically(primary, {**PRIMARY, "cniVersion": version})
+    refused("--once", "--primary-timeout", "0.2")
+    assert node.ours.read_bytes() == ours
+    refused("--check")
+
+    code, err = node.run("--check", "--primary-config", str(primary))
+    assert code == 1 and f"primary config {primary} has unsupported cniVersion" in err, err
+
+
+def test_primary_cni_versions_list_is_honoured(node):
+    write_atomically(node.conf / "10-a.conflist",
+                     {**PRIMARY, "cniVersion": "0.4.0", "cniVersions": ["1.0.0", "1.2.0"]})
+    code, err = node.run("--once")
+    assert code == 0, err
+    assert node.conf_doc()["cniVersion"] == "1.0.0"
+    assert node.run("--check") == (0, "")
 
 
 # ---------------------------------------------------------------- --check

@@ -1,0 +1,171 @@
+"""`netattach install`: the DaemonSet container's entry point.
+
+It runs as root in a pod that mounts the node's CNI bin and conf dirs, and
+1. copies the netattach executable into the bin dir, atomically (a running ADD
+   never sees half a binary);
+2. writes a kubeconfig for the plugin (0600, in `<conf dir>/netattach.d/`, dir
+   0700) from the pod's ServiceAccount token and CA, and rewrites it whenever
+   kubelet rotates the projected token;
+3. waits, bounded, for the cluster default network's config in the conf dir
+   (multi-net spec §6.1: do not signal readiness before the default network
+   has), then writes `00-netattach.conflist`, which sorts before it, and keeps it
+   in step with the primary while the primary changes, moves or disappears;
+4. on SIGTERM/SIGINT removes `00-netattach.conflist` (cleanup on, the default)
+   and exits 0. The binary and the kubeconfig stay: DEL of running pods needs them.
+
+Modules, each the one owner of its part:
+* `files`: the installer's own file rules on top of netattach.atomicfile (reading a
+  regular file without following a symlink, its directories, stale temps,
+  replace-if-changed) and `InstallError`;
+* `binary`: the artifact copied into the bin dir, and compared with it;
+* `kubeconfig`: the ServiceAccount, the API server URL, the kubeconfig;
+* `primary`: which config is the cluster default network (the rule is that
+  module's doc) and the conflist written in front of it;
+* `loop`: the `Installer` and its watch loop, signals, the presence lock;
+* here: the command line (`add_arguments`, `run`), which cli.py calls.
+
+Logs go to stderr; stdout is unused.
+
+Imported only for `netattach install` (cli.SUBCOMMANDS), never on the CNI path.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from ..logsetup import LOG_LEVELS
+from .files import InstallError
+from .kubeconfig import KUBECONFIG_SUBDIR
+from .loop import Installer, Stop
+from .primary import CONF_NAME
+
+log = logging.getLogger(__name__)
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"seconds must be in (0, 86400]: {text!r}")
+    return value
+
+
+def _file_name(text: str) -> str:
+    if not text or "/" in text or text.startswith("."):
+        raise argparse.ArgumentTypeError(f"a plain file name is needed, not {text!r}")
+    return text
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `netattach install` (cli.SUBCOMMANDS); each documents its default."""
+    parser.description = (
+        "DaemonSet entry point. Copies the netattach executable into the node's CNI bin dir, "
+        "writes a kubeconfig for the plugin from this pod's ServiceAccount (rewritten when "
+        "the token rotates), waits for the cluster default network's config in the CNI conf "
+        "dir (multi-net spec §6.1), writes " + CONF_NAME + " in front of it, and keeps all "
+        "of it current until SIGTERM. Logs go to stderr.")
+    g = parser.add_argument_group("paths")
+    g.add_argument("--bin-dir", default="/host/opt/cni/bin",
+                   help="the host's CNI bin dir as mounted in this container "
+                        "(default: %(default)s)")
+    g.add_argument("--conf-dir", default="/host/etc/cni/net.d",
+                   help="the host's CNI conf dir as mounted in this container; the primary is "
+                        "looked for and " + CONF_NAME + " written here (default: %(default)s)")
+    g.add_argument("--host-conf-dir", default="/etc/cni/net.d",
+                   help="the same conf dir as the host and the runtime see it: the paths "
+                        "written into the conflist (clusterNetwork, kubeconfig, confDir) "
+                        "(default: %(default)s)")
+    g.add_argument("--host-bin-dir", default="/opt/cni/bin",
+                   help="the bin dir as the host sees it, written as binDir (default: %(default)s)")
+    g.add_argument("--cni-dir", default="/var/lib/cni/netattach",
+                   help="the plugin's state dir on the host, written as cniDir "
+                        "(default: %(default)s)")
+    g.add_argument("--source", default=None,
+                   help="the artifact to install: an executable file, or a PyInstaller onedir "
+                        "directory holding `netattach` and `_internal/`. Default: the running "
+                        "frozen build (its directory when onedir); when not frozen, no copy")
+    g = parser.add_argument_group("kubeconfig")
+    g.add_argument("--service-account-dir",
+                   default="/var/run/secrets/kubernetes.io/serviceaccount",
+                   help="the ServiceAccount volume: token, ca.crt, namespace "
+                        "(default: %(default)s)")
+    g.add_argument("--api-server", default=None,
+                   help="API server URL for the kubeconfig. Default: "
+                        "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT")
+    g.add_argument("--kubeconfig-name", type=_file_name, default="netattach.kubeconfig",
+                   help="file name of the kubeconfig under <conf-dir>/" + KUBECONFIG_SUBDIR
+                        + "/ (default: %(default)s)")
+    g = parser.add_argument_group("cluster default network")
+    g.add_argument("--primary-config", default=None,
+                   help="the cluster default network's config: a file name in --conf-dir or a "
+                        "path. Default: the first .conf/.conflist/.json file in --conf-dir in "
+                        "lexical order that is neither netattach's nor Multus's")
+    g.add_argument("--primary-timeout", type=_seconds, default=600.0,
+                   help="seconds to wait for the primary config before exiting 1 "
+                        "(default: %(default)s)")
+    g.add_argument("--poll-interval", type=_seconds, default=1.0,
+                   help="seconds between checks of the primary, the token and our files "
+                        "(default: %(default)s)")
+    g = parser.add_argument_group("written into the plugin's conf")
+    g.add_argument("--log-level", choices=tuple(LOG_LEVELS), default="info",
+                   help="the plugin's logLevel (default: %(default)s)")
+    g.add_argument("--log-file", default=None,
+                   help="the plugin's logFile (host path). Default: none, stderr only")
+    g.add_argument("--namespace-isolation", action="store_true",
+                   help="namespaceIsolation: pods select NADs only in their own namespace or "
+                        "--global-namespaces")
+    g.add_argument("--global-namespaces", default=None,
+                   help="globalNamespaces, comma-separated. Default: none")
+    g.add_argument("--multus-namespace", default=None,
+                   help="multusNamespace, where clusterNetwork/defaultNetworks NADs are looked "
+                        "up. Default: the plugin's, kube-system")
+    g.add_argument("--system-namespaces", default=None,
+                   help="systemNamespaces, comma-separated. Default: the plugin's, kube-system")
+    g.add_argument("--readiness-indicator-file", default=None,
+                   help="readinessindicatorfile (host path) the plugin waits for on ADD. "
+                        "Default: none")
+    g = parser.add_argument_group("behaviour")
+    g.add_argument("--cleanup-on-exit", action=argparse.BooleanOptionalAction, default=True,
+                   help="on SIGTERM/SIGINT remove " + CONF_NAME + " (never the binary or the "
+                        "kubeconfig, which DEL of running pods needs). Default: on")
+    g.add_argument("--installer-log-level", choices=("debug", "info", "warning", "error"),
+                   default="info",
+                   help="level of the installer's own logs on stderr (default: %(default)s)")
+    mode = g.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true",
+                      help="one pass (binary, kubeconfig, wait for the primary, conflist), "
+                           "then exit 0; for init containers and tests")
+    mode.add_argument("--check", action="store_true",
+                      help="exit 0 iff the binary, the kubeconfig and the conflist are present "
+                           "and current, else 1; writes nothing (the readiness probe)")
+
+
+def _setup_logging(level: str) -> None:
+    """Route the `netattach.install` logger (the submodules' loggers are its children)
+    to stderr at `level`, and only there."""
+    log.handlers.clear()
+    log.propagate = False
+    log.setLevel(getattr(logging, level.upper()))
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(
+        f"%(asctime)s netattach-install[{os.getpid()}] %(levelname)s: %(message)s"))
+    log.addHandler(handler)
+
+
+def run(args: argparse.Namespace) -> int:
+    """`netattach install`: 0 done or stopped by a signal, 1 failed (message on stderr)."""
+    _setup_logging(args.installer_log_level)
+    try:
+        installer = Installer(args, dict(os.environ))
+        if args.check:
+            return installer.check()
+        return installer.serve(Stop())
+    except (InstallError, OSError) as e:
+        log.error("%s", e)
+        return 1
+    except Exception:  # a bug: say so, and let the DaemonSet restart us
+        log.exception("internal error")
+        return 1

@@ -1,0 +1,335 @@
+"""The installer's watch loop: one `Installer` per node keeps the binary, the
+kubeconfig and our conflist current every --poll-interval, holds the presence lock
+that lets installers overlap during a rolling update, and stops between steps on
+SIGTERM/SIGINT.
+
+Signals only set a flag; the loop acts on it between steps, so a removal never
+interleaves with a write.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import logging
+import os
+import re
+import select
+import signal
+import time
+from typing import Any, Callable
+
+from .. import atomicfile
+from .binary import BIN_TEMP, BINARY_NAME, binary_problem, default_source, install_binary
+from .files import InstallError, ensure_dir, read_regular, remove_stale_temps, replace_if_changed
+from .kubeconfig import (CA_NAME, KUBECONFIG_SUBDIR, ServiceAccount, api_server_url,
+                         read_service_account, render_kubeconfig)
+from .primary import CONF_NAME, Lookup, PluginSettings, find_primary, render_conflist
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = "installer.lock"  # in KUBECONFIG_SUBDIR: one shared flock per running installer
+WAIT_LOG_SECONDS = 10.0
+
+
+class Stop:
+    """SIGTERM/SIGINT set `signum`; `sleep` wakes early on them (self-pipe via
+    signal.set_wakeup_fd). The handler does nothing else, so no step is interrupted
+    halfway: the loop checks `signum` between steps."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self._r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(w)
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, self._handle)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        self.signum = signum
+
+    def sleep(self, seconds: float) -> None:
+        if not self.signum:
+            select.select([self._r], [], [], seconds)
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._r, 512)
+
+
+class _Every:
+    """Rate limit for repeated messages: `due(key)` is true when `key` differs from the
+    last one or `seconds` have passed since it was last true."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self._key, self._at = seconds, None, 0.0
+
+    def due(self, key: Any) -> bool:
+        now = time.monotonic()
+        if key != self._key or now - self._at >= self.seconds:
+            self._key, self._at = key, now
+            return True
+        return False
+
+
+# ---------------------------------------------------------------- the installer
+
+class Installer:
+    """One node's installation, from the parsed arguments (netattach.install.add_arguments)."""
+
+    def __init__(self, args: argparse.Namespace, environ: dict[str, str]):
+        for attr in ("bin_dir", "conf_dir"):  # absolute, so that every log line says where
+            setattr(args, attr, os.path.abspath(getattr(args, attr)))
+        self.args = args
+        self.environ = environ
+        self.source = args.source or default_source()
+        self.conf_path = os.path.join(args.conf_dir, CONF_NAME)
+        self.kube_dir = os.path.join(args.conf_dir, KUBECONFIG_SUBDIR)
+        self.kube_path = os.path.join(self.kube_dir, args.kubeconfig_name)
+        self.ca_path = os.path.join(self.kube_dir, CA_NAME)
+        self.settings = PluginSettings(
+            conf_dir=args.host_conf_dir, bin_dir=args.host_bin_dir, cni_dir=args.cni_dir,
+            kubeconfig=os.path.join(args.host_conf_dir, KUBECONFIG_SUBDIR, args.kubeconfig_name),
+            log_level=args.log_level, log_file=args.log_file,
+            namespace_isolation=args.namespace_isolation,
+            global_namespaces=args.global_namespaces, multus_namespace=args.multus_namespace,
+            system_namespaces=args.system_namespaces,
+            readiness_indicator_file=args.readiness_indicator_file)
+        self._token_id: str | None = None
+        self._conf_primary: str | None = None
+        self._conf_written: bytes | None = None
+        self._warned_before: set[str] = set()
+        self._wait_log = _Every(WAIT_LOG_SECONDS)
+        self._error_log = _Every(WAIT_LOG_SECONDS)
+
+    # -- paths
+
+    def explicit_primary(self) -> str | None:
+        """--primary-config as a path here: a bare name is in --conf-dir."""
+        p = self.args.primary_config
+        if not p:
+            return None
+        return os.path.abspath(p) if "/" in p else os.path.join(self.args.conf_dir, p)
+
+    def host_path(self, path: str) -> str:
+        """`path` (here) as the host sees it: under --conf-dir -> under --host-conf-dir;
+        anything else is assumed mounted at the same path."""
+        conf_dir = os.path.normpath(self.args.conf_dir)
+        path = os.path.normpath(path)
+        if path.startswith(conf_dir + os.sep):
+            return os.path.join(self.args.host_conf_dir, os.path.relpath(path, conf_dir))
+        return path
+
+    # -- desired state
+
+    def desired_kubeconfig(self) -> tuple[bytes, ServiceAccount]:
+        """Raises InstallError (no API server, token or CA)."""
+        sa = read_service_account(self.args.service_account_dir)
+        return render_kubeconfig(api_server_url(self.args.api_server, self.environ), sa,
+                                 self.host_path(self.ca_path)), sa
+
+    def desired_conf(self) -> tuple[bytes | None, Lookup]:
+        """(our conflist's bytes, lookup) or (None, lookup saying why there is no primary)."""
+        found = find_primary(self.args.conf_dir, self.explicit_primary())
+        early = [n for n in found.skipped if n < CONF_NAME]
+        if found.primary and os.path.dirname(found.primary.path) == os.path.normpath(
+                self.args.conf_dir) and os.path.basename(found.primary.path) < CONF_NAME:
+            early.append(os.path.basename(found.primary.path))
+        for name in early:
+            if name not in self._warned_before:
+                self._warned_before.add(name)
+                log.warning("%s sorts before %s in %s: the runtime loads it, not netattach; "
+                            "rename it, or give the runtime a conf dir of its own (multi-net "
+                            "spec §6.1.1)", name, CONF_NAME, self.args.conf_dir)
+        if found.primary is None:
+            return None, found
+        return render_conflist(self.host_path(found.primary.path), found.primary,
+                               self.settings), found
+
+    # -- one pass of each step
+
+    def sync_binary(self) -> None:
+        """Install the artifact, or warn that there is none to install."""
+        if self.source is None:
+            log.warning("not a frozen build and no --source: %s/%s is not installed or updated",
+                        self.args.bin_dir, BINARY_NAME)
+            return
+        ensure_dir(self.args.bin_dir, 0o755)
+        for path in remove_stale_temps(self.args.bin_dir, BIN_TEMP):
+            log.info("removed stale temp %s", path)
+        try:
+            install_binary(os.path.abspath(self.source), self.args.bin_dir)
+        except OSError as e:
+            raise InstallError(f"cannot install {self.source} into {self.args.bin_dir}: "
+                               f"{e.strerror or e}") from None
+
+    def sync_kubeconfig(self) -> None:
+        """Write the kubeconfig when it differs from what the ServiceAccount gives now
+        (token rotated, CA changed, file deleted or edited). Raises InstallError."""
+        data, sa = self.desired_kubeconfig()
+        ensure_dir(self.kube_dir, 0o700, own=True)
+        if replace_if_changed(self.ca_path, sa.ca, 0o644, "CA")[0]:  # before the kubeconfig
+            log.info("wrote the API server's CA to %s", self.ca_path)
+        if replace_if_changed(self.kube_path, data, 0o600, "kubeconfig")[0]:
+            if self._token_id is None:
+                log.info("wrote kubeconfig %s (token sha256 %s…)", self.kube_path, sa.token_id())
+            elif self._token_id != sa.token_id():
+                log.info("ServiceAccount token rotated (sha256 %s… -> %s…): rewrote %s",
+                         self._token_id, sa.token_id(), self.kube_path)
+            else:
+                log.info("kubeconfig %s was deleted or edited: rewrote it", self.kube_path)
+        self._token_id = sa.token_id()
+
+    def sync_conf(self) -> bool:
+        """Make our conflist match the primary; True when it is in place. With no primary
+        config at all, ours is removed; with a primary not usable yet, ours is left as it
+        is. Raises InstallError on write failures."""
+        data, found = self.desired_conf()
+        if found.primary is None:
+            if self._wait_log.due(found.why):
+                log.info("waiting: %s", found.why)
+            if found.absent:
+                self.remove_conf("there is no cluster default network config any more")
+            return False
+        primary = found.primary.path
+        written, current = replace_if_changed(self.conf_path, data, 0o644, "conflist")
+        if written:
+            if self._conf_primary not in (None, primary):
+                log.info("the cluster default network is now %s (was %s): rewrote %s",
+                         primary, self._conf_primary, self.conf_path)
+            elif self._conf_primary is None:
+                log.info("wrote %s for the cluster default network %s", self.conf_path, primary)
+            elif current is None:
+                log.info("%s was deleted: rewrote it", self.conf_path)
+            elif current == self._conf_written:
+                log.info("%s changed: rewrote %s", primary, self.conf_path)
+            else:
+                log.info("%s was edited by someone else: rewrote it", self.conf_path)
+        self._conf_primary, self._conf_written = primary, data
+        return True
+
+    def remove_conf(self, why: str) -> None:
+        """Remove our conflist (only ours), fsync the dir; log `why`."""
+        try:
+            os.unlink(self.conf_path)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            log.error("cannot remove %s: %s", self.conf_path, e.strerror)
+            return
+        with contextlib.suppress(OSError):
+            atomicfile.fsync_dir(self.args.conf_dir)
+        self._conf_primary = None
+        log.info("removed %s: %s", self.conf_path, why)
+
+    # -- installers side by side (DaemonSet rolling update with maxSurge)
+
+    def hold_presence(self) -> int:
+        """Take a shared flock on <conf-dir>/netattach.d/installer.lock for this
+        installer's lifetime and return its fd. A new installer starting while the old
+        one still runs (maxSurge) holds one too, so the old one's cleanup on SIGTERM can
+        tell it is not the last and leave the conflist to its successor: no window in
+        which the runtime sees only the primary and starts pods without their networks.
+        Raises InstallError when the lock file cannot be opened."""
+        ensure_dir(self.kube_dir, 0o700, own=True)
+        path = os.path.join(self.kube_dir, LOCK_NAME)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        except OSError as e:
+            raise InstallError(f"cannot open {path}: {e.strerror}") from None
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while an old installer cleans up
+        log.info("running; presence held on %s", path)
+        return fd
+
+    def last_one_out(self, fd: int) -> bool:
+        """True when no other installer holds the presence lock (ours turns exclusive)."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    # -- modes
+
+    def check(self) -> int:
+        """--check: 0 iff the binary, the kubeconfig and our conflist are present and
+        current; each problem is logged. No writes."""
+        problems = []
+        problem = binary_problem(self.source, self.args.bin_dir)
+        if problem:
+            problems.append(problem)
+        try:
+            data, sa = self.desired_kubeconfig()
+            if read_regular(self.kube_path) != data:
+                problems.append(f"kubeconfig {self.kube_path} is missing or not current")
+            if read_regular(self.ca_path) != sa.ca:
+                problems.append(f"CA {self.ca_path} is missing or not current")
+        except (InstallError, OSError) as e:
+            problems.append(str(e))
+        try:
+            conf, found = self.desired_conf()
+            if conf is None:
+                problems.append(found.why)
+            elif read_regular(self.conf_path) != conf:
+                problems.append(f"{self.conf_path} is missing or not current")
+        except OSError as e:
+            problems.append(f"cannot read {self.conf_path}: {e.strerror}")
+        for p in problems:
+            log.error("not ready: %s", p)
+        return 1 if problems else 0
+
+    def _retrying(self, step: Callable[[], Any]) -> Any:
+        """Run one step of the watch loop; an InstallError or OSError is logged
+        (rate-limited) and the step retried at the next poll. Returns the step's result,
+        False on error."""
+        try:
+            return step()
+        except (InstallError, OSError) as e:
+            if self._error_log.due(str(e)):
+                log.error("%s; retrying every %g s", e, self.args.poll_interval)
+            return False
+
+    def serve(self, stop: Stop) -> int:
+        """Install, then (unless --once) keep everything current until a signal.
+
+        Returns the exit status: 0 on a signal (after cleanup) or a completed --once,
+        1 when the primary did not appear within --primary-timeout or --once was
+        interrupted. Raises InstallError for failures at startup.
+        """
+        a = self.args
+        ensure_dir(a.conf_dir, 0o755)
+        for path in remove_stale_temps(a.conf_dir, re.compile(rf"^\.{re.escape(CONF_NAME)}\.tmp-")):
+            log.info("removed stale temp %s", path)
+        for path in remove_stale_temps(self.kube_dir, re.compile(r"^\..*\.tmp-\d+$")):
+            log.info("removed stale temp %s", path)
+        presence = None if a.once else self.hold_presence()
+        self.sync_binary()
+        self.sync_kubeconfig()
+        waiting_since: float | None = None
+        while not stop.signum:
+            self._retrying(self.sync_kubeconfig)
+            ready = self._retrying(self.sync_conf)
+            if ready:
+                waiting_since = None
+                if a.once:
+                    log.info("installed; exiting (--once)")
+                    return 0
+            else:
+                waiting_since = waiting_since or time.monotonic()
+                if time.monotonic() - waiting_since > a.primary_timeout:
+                    log.error("gave up after %g s (--primary-timeout) waiting for the cluster "
+                              "default network's config in %s; exiting 1 so that the pod "
+                              "restarts", a.primary_timeout, a.conf_dir)
+                    return 1
+            stop.sleep(a.poll_interval)
+        name = signal.Signals(stop.signum).name
+        if a.once:
+            log.error("%s before the installation completed; exiting 1", name)
+            return 1
+        if a.cleanup_on_exit and presence is not None and not self.last_one_out(presence):
+            log.info("%s received; another netattach installer on this node (a rolling "
+                     "update) keeps %s", name, self.conf_path)
+        elif a.cleanup_on_exit:
+            self.remove_conf(f"{name} received, cleanup on exit")
+        else:
+            log.info("%s received; leaving %s in place (--no-cleanup-on-exit)", name,
+                     self.conf_path)
+        return 0
+
