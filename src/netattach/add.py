@@ -109,14 +109,17 @@ def planned_state(base: SavedState, plan: Plan) -> SavedState:
 
 
 def _refuse_second_add(store: StateStore, req: CniRequest) -> None:
-    """Raise InvalidEnv (4) when the container already has attachments (or a state that
-    cannot be read): CNI SPEC.md forbids a second ADD of a container without a DEL in
-    between, and overwriting its state would lose what DEL must release."""
+    """Raise InvalidEnv (4) when the container already has attachments (or a damaged
+    state): CNI SPEC.md forbids a second ADD of a container without a DEL in between, and
+    overwriting its state would lose what DEL must release. A path that cannot be read
+    as a file (a planted symlink) is not a state: the save replaces it."""
     try:
         existing = store.load(req.container_id)
     except CorruptState:
         existing = None
         attached = True
+    except StateError:
+        return
     else:
         attached = bool(existing and (existing.attempted() or existing.del_pending))
     if attached:

@@ -149,8 +149,7 @@ def _load_or_rebuild(orch: "Orchestrator", req: CniRequest, conf: NetConf, pod: 
                 log.debug("%s: already released by the DEL of %s; nothing to do", who,
                           time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deleted)))
                 return None, True
-            situation, loud = ("no saved state (its ADD failed or never ran, or the state "
-                               "was lost)"), False
+            situation, loud = "no saved state", False
         else:
             assert state.del_pending is not None
             known = [a for a in state.attachments if not a.from_config]
@@ -204,6 +203,8 @@ def _best_effort(orch: "Orchestrator", req: CniRequest, conf: NetConf, pod: PodR
     state = runtime_view(req, conf, pod).with_attachments(attachments)
     if unreachable:
         state.del_pending = DelPending(since or orch.clock(), cause.msg)
+    if situation == "no saved state":
+        situation += " (its ADD failed or never ran, or the state was lost)"
     log.log(logging.ERROR if loud or unreachable else logging.WARNING,
             "%s: %s and the plan cannot be rebuilt (%s); DEL releases only what it knows: %s; "
             "any other attachment of the pod is unknown and NOT released", who, situation,

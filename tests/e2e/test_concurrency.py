@@ -78,8 +78,9 @@ def assert_attached(s: sc.Scenario, networks: str, admin_api) -> list[str]:
 
 
 def assert_state_dir(env: tb.HostEnv, container_ids: list[str]) -> None:
-    """Exactly one state file per attached container, and no lock file left."""
-    assert sorted(os.listdir(env.state_dir)) == sorted(f"{c}.json" for c in container_ids)
+    """Exactly one state file per attached container, and no lock file left (tombstones
+    of DEL-ed containers aside)."""
+    assert env.state_files() == sorted(f"{c}.json" for c in container_ids)
 
 
 def test_twenty_pods_add_then_del_in_parallel(admin_api, plugin_kubeconfig, host_env,

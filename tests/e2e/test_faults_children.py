@@ -76,8 +76,8 @@ def saved_state(s: sc.Scenario) -> dict:
 
 @pytest.mark.parametrize("fault, code, text", [
     ("fail", 110, "injected: failed after the real bridge ADD"),
-    ("segv", 0, "was killed by signal 11"),
-    ("sigkill", 0, "was killed by signal 9"),
+    ("segv", 999, "was killed by SIGSEGV (11)"),
+    ("sigkill", 999, "was killed by SIGKILL (9)"),
     ("hang", 11, "timed out after 1 seconds (ADD)"),
 ])
 def test_child_fault_after_its_real_add_rolls_back_everything(
@@ -119,8 +119,9 @@ def test_child_fault_after_its_real_add_rolls_back_everything(
 # ---------------------------------------------------------------- 4: netattach SIGKILLed mid-ADD
 
 def test_netattach_killed_before_the_state_write(scenario, cluster):
-    """(a) killed while GET pod hangs on a stopped API server: nothing attached, no state,
-    only the lock file of the dead holder; the runtime's DEL (the API is back) cleans."""
+    """(a) killed while GET pod hangs on a stopped API server: nothing attached; the
+    marker saved before that request and the lock file of the dead holder are left; the
+    runtime's DEL needs no API request for it (issue 9, defect 8) and cleans."""
     s = scenario
     with faults.apiserver_frozen(cluster):
         proc = start_add(s)
@@ -130,8 +131,13 @@ def test_netattach_killed_before_the_state_write(scenario, cluster):
         finally:
             sigkill(proc)
     assert proc.returncode == -signal.SIGKILL
-    assert os.listdir(s.env.state_dir) == [f"{s.container_id}.lock"]
+    assert s.env.state_files() == [f"{s.container_id}.json",
+                                                   f"{s.container_id}.lock"]
+    assert saved_state(s)["attachments"] == []  # the marker: nothing attached yet
     assert sc.pod_links(s) == ["lo"] and s.env.ipam_allocations() == []
+    with faults.apiserver_frozen(cluster):  # the API server cannot be asked: not needed
+        run = s.run("DEL")
+    assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
     del_twice(s)
 
 
@@ -161,7 +167,7 @@ def test_netattach_killed_between_children(admin_api, plugin_kubeconfig, host_en
     atts = saved_state(s)["attachments"]
     assert [(a["ifname"], a["attempted"], a["result"] is not None) for a in atts] == [
         ("eth0", True, True), ("net1", True, False), ("net2", False, False)]
-    assert sorted(os.listdir(s.env.state_dir)) == [f"{s.container_id}.json",
+    assert s.env.state_files() == [f"{s.container_id}.json",
                                                    f"{s.container_id}.lock"]
     del_twice(s)
     assert plugin.invocations()[:2] == [("ADD", "net1"), ("DEL", "net1")]
@@ -170,11 +176,18 @@ def test_netattach_killed_between_children(admin_api, plugin_kubeconfig, host_en
 def test_netattach_killed_before_the_status_patch(admin_api, plugin_kubeconfig, host_env,
                                                   k8s_namespace, cluster):
     """(c) the last child stops the API server before it returns, so the status PATCH
-    hangs; netattach is killed there. Every result is saved, no network-status was
-    written; the runtime's DEL cleans all three attachments."""
+    cannot complete; netattach is killed there. Every result is saved and the runtime's
+    DEL cleans all three attachments.
+
+    What network-status shows is not the product's to decide: a PATCH whose bytes
+    reached the stopped API server before the kill is applied when it resumes (issue 9,
+    defect 11: asserting "absent" failed on a loaded machine). The guarantee is that
+    it is absent or whole, never a partial list. apiTimeout is raised so that netattach
+    is still waiting for the PATCH however slowly the test runs."""
     s, plugin = fault_scenario(admin_api, plugin_kubeconfig, host_env, k8s_namespace,
                                "net-a,net-fault", "stop-apiserver",
                                apiserver_pid=faults.apiserver_pid(cluster))
+    s.netconf = {**s.netconf, "apiTimeout": 3600}
     with faults.apiserver_frozen(cluster, stop=False) as api_pid:
         proc = start_add(s)
         try:
@@ -182,12 +195,13 @@ def test_netattach_killed_before_the_status_patch(admin_api, plugin_kubeconfig, 
                             lambda: faults.process_state(api_pid) == "T")
             faults.wait_for("netattach to save the last result", lambda: (
                 f"attached network {k8s_namespace}/net-fault as net2" in s.log_text()))
-            time.sleep(0.3)  # on to the PATCH, which cannot be answered
-            assert proc.poll() is None, s.log_text()
+            assert proc.poll() is None, s.log_text()  # it cannot finish: no PATCH answer
         finally:
             sigkill(proc)
     assert proc.returncode == -signal.SIGKILL
-    assert sc.STATUS not in sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)
+    status = sc.read_pod_annotations(admin_api, s.namespace, s.pod_name).get(sc.STATUS)
+    if status is not None:  # the PATCH had reached the server: then it is whole
+        assert [e["interface"] for e in json.loads(status)] == ["eth0", "net1", "net2"]
     assert [a["ifname"] for a in saved_state(s)["attachments"] if a["result"]] == [
         "eth0", "net1", "net2"]
     assert sc.pod_links(s) == ["eth0", "lo", "net1", "net2"]

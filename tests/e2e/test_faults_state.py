@@ -5,7 +5,7 @@ rebuilds from the API when it can; else it releases what it can read (the
 attachments still whole in a damaged file, else the cluster default network from
 the current config) and the log says what was not released. A damaged file is
 kept aside as `<id>.json.corrupt`. While the API server cannot be asked, DEL
-fails with code 11 so the runtime retries, until `attach.DEL_RETRY_WINDOW`.
+fails with code 11 so the runtime retries, until `delete.DEL_RETRY_WINDOW`.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from netattach.attach import DEL_RETRY_WINDOW
+from netattach.delete import DEL_RETRY_WINDOW
 from tests.testbed import cluster as cl
 from tests.testbed import scenario as sc
 
@@ -63,7 +63,7 @@ DAMAGE = {
 def assert_clean_with_damaged_kept(s: sc.Scenario, damaged: bytes) -> None:
     """Nothing of the pod is left but its damaged state, kept aside (0600) as it was."""
     assert sc.pod_links(s) == ["lo"] and allocated(s) == []
-    assert os.listdir(s.env.state_dir) == [f"{s.container_id}.json.corrupt"]
+    assert s.env.state_files() == [f"{s.container_id}.json.corrupt"]
     aside = s.env.state_dir / f"{s.container_id}.json.corrupt"
     assert aside.read_bytes() == damaged
     assert stat.S_IMODE(aside.stat().st_mode) == 0o600
@@ -132,7 +132,7 @@ def test_lost_state_and_api_down_releases_the_primary_then_the_rest_when_the_api
     assert run.code == 0, run.stdout + s.log_text()
     assert sc.pod_links(s) == ["lo"] and allocated(s) == []
     left = [] if damage == "missing" else [f"{s.container_id}.json.corrupt"]
-    assert os.listdir(s.env.state_dir) == left
+    assert s.env.state_files() == left
     assert "DEL rebuilt from the API (3 attachments" in s.log_text()
 
 
@@ -154,7 +154,7 @@ def test_truncated_state_and_api_down_gives_up_after_the_retry_window(scenario):
     state_path(s).write_text(json.dumps(pending))
     run = s.run("DEL", down)
     assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
-    assert os.listdir(s.env.state_dir) == [f"{s.container_id}.json.corrupt"]
+    assert s.env.state_files() == [f"{s.container_id}.json.corrupt"]
     assert (f"container {s.container_id} (pod {s.namespace}/{s.pod_name}): the API server could "
             "not be asked for") in s.log_text()
     assert (f"DEL gives up: released cluster-net (eth0), {s.namespace}/net-a (net1); any other "
@@ -175,7 +175,7 @@ def test_no_state_and_the_pod_gone_releases_the_primary_and_succeeds(scenario, a
     assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
     assert sc.pod_links(s) == ["data0", "lo", "net1"]
     assert allocated(s) == ["net-a", "net-b"]
-    assert os.listdir(s.env.state_dir) == []
+    assert s.env.state_files() == []
     assert (f"WARNING netattach: container {s.container_id} (pod {s.namespace}/{s.pod_name}): "
             "no saved state (its ADD failed or never ran, or the state was lost) and the plan "
             "cannot be rebuilt") in s.log_text()

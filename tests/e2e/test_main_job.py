@@ -219,4 +219,4 @@ def test_del_after_the_netns_is_gone(scenario):
     run = s.run("DEL")
     assert run.code == 0, run.stdout + s.log_text()
     assert s.env.ipam_allocations() == []
-    assert os.listdir(s.env.state_dir) == []
+    assert s.env.state_files() == []

@@ -185,7 +185,9 @@ def test_modes_under_umask_0(scenario, tmp_path):
     assert [(p.name, mode(p)) for p in cni_dir.iterdir()] == [(f"{s.container_id}.json", 0o600)]
     run = run_with_umask_0(s, "DEL", conf)
     assert run.code == 0, run.stdout + run.stderr
-    assert list(cni_dir.iterdir()) == [] and mode(cni_dir) == 0o700
+    assert sorted((p.name, mode(p)) for p in cni_dir.iterdir()) == [  # the tombstone
+        (".tombstones-pruned", 0o600), (f"{s.container_id}.deleted", 0o600)]
+    assert mode(cni_dir) == 0o700
 
 
 def test_lock_file_is_0600_while_held(tmp_path):
@@ -226,7 +228,7 @@ def test_link_planted_at_the_state_file_is_replaced_not_followed(scenario, victi
     assert not state.is_symlink() and mode(state) == 0o600
     assert json.loads(state.read_text())["containerID"] == s.container_id
     assert s.run("DEL").code == 0
-    assert list(s.env.state_dir.iterdir()) == [] and s.env.ipam_allocations() == []
+    assert s.env.state_files() == [] and s.env.ipam_allocations() == []
 
 
 def test_link_planted_at_the_lock_file_refuses_add_and_del(scenario, victim):
