@@ -415,6 +415,8 @@ def test_del_recovery_matrix(bed, caplog, row):
     assert bed.files() == row.files
     loudest = max((r.levelno for r in caplog.records if r.levelno > logging.INFO), default=None)
     assert loudest == row.level, [r.getMessage() for r in caplog.records]
+    if row.state == "pending":  # its own pending record is not a damaged state (defect 12)
+        assert "damaged" not in caplog.text and "a DEL pending since" in caplog.text
 
 
 @pytest.mark.parametrize("state", ["missing", "pending", "damaged-partly"])
