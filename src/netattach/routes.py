@@ -1,4 +1,4 @@
-"""Default-route selection (multi-net spec v1.3 §4.1.2.1.9, §6) and link MTU (§5.3.5).
+"""Default-route selection (multi-net spec v1.3 §4.1.2.1.9, §6): planned, applied in the pod netns.
 
 A pod may move its default route from the cluster default network to another
 attachment with the selection key ``"default-route": [gateway, ...]``.  The
