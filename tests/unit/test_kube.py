@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from netattach import kube
 from netattach.kube import Kube, KubeError
 
 TOKEN = "unit-test-token-0123456789abcdef"
@@ -84,21 +85,23 @@ def status_doc(code: int, message: str) -> dict:
 # ---------------------------------------------------------------- kubeconfig
 
 def test_constructing_imports_nothing_and_sends_nothing():
-    code = ("import sys; from netattach.kube import Kube; k = Kube('/nonexistent', 1.0); "
+    code = ("import sys; from netattach.kube import Kube, requests_made; "
+            "k = Kube('/nonexistent', 1.0); "
             "assert 'lightkube' not in sys.modules and 'httpx2' not in sys.modules; "
             "assert not [m for m in sys.modules if m.split('.')[0] == 'kubernetes']; "
-            "assert k.requests == 0")
+            "assert requests_made() == 0")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
 
 
 def test_missing_kubeconfig(tmp_path):
+    before = kube.requests_made()
     k = Kube(str(tmp_path / "absent"), 1.0)
     with pytest.raises(KubeError) as e:
         k.get_pod("ns", "p")
     assert e.value.status == 0
     assert str(e.value).startswith(f"cannot load kubeconfig {tmp_path / 'absent'}")
-    assert k.requests == 0
+    assert kube.requests_made() == before
 
 
 @pytest.mark.parametrize("text", [
@@ -129,6 +132,7 @@ def test_requests_on_the_wire(stub, tmp_path):
     s = stub((200, {"kind": "Pod", "metadata": {"name": "p"}}), (404, status_doc(404, "nope")),
              (200, {"kind": "NetworkAttachmentDefinition"}), (200, {"kind": "Pod"}))
     k = Kube(str(kubeconfig(tmp_path / "kc", s.url + "/prefix")), 2.0)
+    before = kube.requests_made()
     assert k.get_pod("ns", "p") == {"kind": "Pod", "metadata": {"name": "p"}}
     assert k.get_pod("ns", "q") is None
     assert k.get_nad("ns", "n") == {"kind": "NetworkAttachmentDefinition"}
@@ -144,7 +148,7 @@ def test_requests_on_the_wire(stub, tmp_path):
     patch = s.seen[-1]
     assert patch["headers"]["Content-Type"] == "application/merge-patch+json"
     assert json.loads(patch["body"]) == {"metadata": {"annotations": {"a/b": "c"}}}
-    assert k.requests == 4
+    assert kube.requests_made() - before == 4
 
 
 def test_raw_request_passes_status_and_bytes(stub, tmp_path):
@@ -161,6 +165,7 @@ def test_401_403_explained_without_retry(stub, tmp_path, code, phrase):
     s = stub(*[(code, status_doc(code, "the server says no"))] * 3)
     path = kubeconfig(tmp_path / "kc", s.url)
     k = Kube(str(path), 2.0)
+    before = kube.requests_made()
     for call in (lambda: k.get_pod("ns", "p"), lambda: k.get_nad("ns", "n"),
                  lambda: k.patch_pod_annotations("ns", "p", {"a": "b"})):
         with pytest.raises(KubeError) as e:
@@ -169,7 +174,7 @@ def test_401_403_explained_without_retry(stub, tmp_path, code, phrase):
         assert str(e.value).endswith(": the server says no")
         assert TOKEN not in str(e.value)
     assert str(path) in str(e.value) or code == 403
-    assert len(s.seen) == 3 and k.requests == 3  # one request per call: no retry
+    assert len(s.seen) == 3 and kube.requests_made() - before == 3  # one request per call: no retry
 
 
 def test_other_status_is_an_error_with_the_server_message(stub, tmp_path):
