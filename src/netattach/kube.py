@@ -26,6 +26,10 @@ out, so the request runs in a worker thread that is abandoned at the deadline
 (it is a daemon; the process exits after the operation without waiting for it).
 Every request is counted in `requests_made()` (the timing log line `make bench`
 reads). The bearer token is never logged.
+
+An answer 200 whose body is not a JSON object (a proxy's or captive portal's
+HTML page, a truncated body, a JSON array) is a KubeError too, naming the
+server, the request and what was wrong, with a short sanitized start of the body.
 """
 from __future__ import annotations
 
@@ -55,7 +59,8 @@ class KubeError(TryAgain):
     """The API server could not be asked, or refused (code 11: a later try may succeed).
 
     `status` is the HTTP status (0 when the server could not be reached or the
-    request timed out); the message says what to fix.
+    request timed out; 200 when a successful answer's body was not a JSON
+    object); the message says what to fix.
     """
 
     def __init__(self, message: str, status: int = 0):
@@ -71,11 +76,12 @@ def _explain(status: int, what: str, body: bytes, kubeconfig: str | None,
              permission: str) -> str:
     """The message of a failed request: `what`, the HTTP status, what to fix for 401 and
     403, and the API server's own message. `permission`: the RBAC verb and resource
-    the request needs ("get pods")."""
+    the request needs ("get pods"). The server's message is the Status' `message`,
+    else a short, sanitized start of the body."""
     try:
-        detail = json.loads(body).get("message", "")
-    except (ValueError, AttributeError):
-        detail = body[:200].decode("utf-8", "replace")
+        detail = str(json.loads(body).get("message", ""))
+    except (ValueError, AttributeError, RecursionError):
+        detail = _excerpt(body, 200)
     hint = ""
     if status == 401:
         hint = (f" (the credentials in kubeconfig {kubeconfig or '(default)'} were rejected: "
@@ -166,6 +172,12 @@ class Kube:
         be reached, does not answer in time, or the budget is already spent
         (then nothing is sent).
         """
+        resp = self._send(method, path, body, content_type)
+        return resp.status_code, resp.content
+
+    def _send(self, method: str, path: str, body: Any, content_type: str | None) -> Any:
+        """`request`, returning the whole `httpx2.Response` (status_code, headers,
+        content). Counts the request in `requests_made()` and its time in `spent`."""
         http = self._client()
         headers = {"Accept": "application/json"}
         content = None
@@ -213,21 +225,43 @@ class Kube:
                             f"({type(e).__name__}: {_short(e)})") from None
         log.debug("%s %s -> %s in %.1f ms", method, path, resp.status_code,
                   (time.monotonic() - start) * 1000)
-        return resp.status_code, resp.content
+        return resp
 
     def _get(self, path: str, what: str, resource: str) -> dict | None:
-        status, data = self.request("GET", path)
-        if status == 404:
+        resp = self._send("GET", path, None, None)
+        if resp.status_code == 404:
             return None
-        if status != 200:
-            raise KubeError(_explain(status, f"get {what}", data, self.kubeconfig,
-                                     f"get {resource}"), status)
-        return json.loads(data)
+        if resp.status_code != 200:
+            raise KubeError(_explain(resp.status_code, f"get {what}", resp.content,
+                                     self.kubeconfig, f"get {resource}"), resp.status_code)
+        return self._object(resp, "GET", path, f"get {what}")
+
+    def _object(self, resp: Any, method: str, path: str, what: str) -> dict:
+        """The JSON object of a successful answer. Raises KubeError (with the answer's
+        status) when the body is empty, not JSON, or JSON but not an object (a
+        proxy's HTML page, a truncated body, a list), naming the server and the
+        request and quoting a short, sanitized start of the body."""
+        data = resp.content
+        try:
+            doc = json.loads(data)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            problem = "is empty" if not data.strip() else "is not JSON"
+        else:
+            if isinstance(doc, dict):
+                return doc
+            problem = f"is JSON {_json_kind(doc)}, not an object"
+        raise KubeError(
+            f"{what}: API server {self._http.base_url} answered {method} {path} with HTTP "
+            f"{resp.status_code} but a body that {problem} (Content-Type "
+            f"{resp.headers.get('Content-Type') or 'none'}, {len(data)} bytes: "
+            f"{_excerpt(data, 80)}); is the kubeconfig's server the API server, not a "
+            "proxy or another service in front of it?", resp.status_code)
 
     def get_pod(self, namespace: str, name: str) -> dict | None:
         """The Pod as a JSON dict, or None when it does not exist (404).
 
-        Raises KubeError for any other failure.
+        Raises KubeError for any other failure, an answer that is not a JSON object
+        included.
         """
         return self._get(f"/api/v1/namespaces/{namespace}/pods/{name}", f"pod {namespace}/{name}",
                          "pods")
@@ -287,6 +321,27 @@ class Kube:
         if status != 201:
             raise KubeError(_explain(status, f"create event on pod {pod['namespace']}/{pod['name']}",
                                      data, self.kubeconfig, "create events"), status)
+
+
+def _json_kind(doc: Any) -> str:
+    """What a decoded JSON value is, for a message: "an array", "a string", ..."""
+    if isinstance(doc, list):
+        return "an array"
+    if isinstance(doc, str):
+        return "a string"
+    if doc is None:
+        return "null"
+    return "a boolean" if isinstance(doc, bool) else "a number"
+
+
+def _excerpt(data: bytes, limit: int) -> str:
+    """The start of an answer's body for a message: at most `limit` characters of it
+    decoded as UTF-8 (bad bytes replaced), every run of whitespace or control
+    characters one space, "..." when cut; quoted. The body itself may be megabytes."""
+    text = data[:limit * 4].decode("utf-8", "replace")
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    cut = len(text) > limit or len(data) > limit * 4
+    return f'"{text[:limit]}{"..." if cut else ""}"'
 
 
 def _hostname() -> str:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from netattach import kube
+from netattach.cni.errors import as_cni_error
 from netattach.kube import Kube, KubeError
 
 TOKEN = "unit-test-token-0123456789abcdef"
@@ -29,11 +30,14 @@ def kubeconfig(path: Path, server: str, user: dict | None = None, **cluster) -> 
 
 
 class Stub(ThreadingHTTPServer):
-    """Answers each request with the next (status, body) of `answers`; records requests."""
+    """Answers each request with the next (status, body[, headers]) of `answers`, the
+    last one again once they run out; records requests. body: a dict, sent as JSON,
+    or bytes, sent as they are; headers: extra response headers (Retry-After,
+    Content-Type)."""
 
     daemon_threads = True
 
-    def __init__(self, answers: list[tuple[int, dict]]):
+    def __init__(self, answers: list[tuple]):
         self.answers = list(answers)
         self.seen: list[dict] = []
         super().__init__(("127.0.0.1", 0), Handler)
@@ -48,10 +52,13 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         self.server.seen.append({"method": self.command, "path": self.path,
                                  "headers": dict(self.headers), "body": self.rfile.read(length)})
-        status, doc = self.server.answers.pop(0)
-        data = json.dumps(doc).encode()
+        answers = self.server.answers
+        status, doc, *extra = answers.pop(0) if len(answers) > 1 else answers[0]
+        headers = {"Content-Type": "application/json", **(extra[0] if extra else {})}
+        data = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -68,7 +75,7 @@ def stub():
 
     def start(*answers):
         s = Stub(list(answers))
-        threading.Thread(target=s.serve_forever, daemon=True).start()
+        threading.Thread(target=s.serve_forever, args=(0.02,), daemon=True).start()
         servers.append(s)
         return s
 
@@ -182,3 +189,54 @@ def test_other_status_is_an_error_with_the_server_message(stub, tmp_path):
     with pytest.raises(KubeError) as e:
         Kube(str(kubeconfig(tmp_path / "kc", s.url)), 2.0).get_pod("ns", "p")
     assert e.value.status == 500 and str(e.value) == "get pod ns/p: HTTP 500: etcd is sad"
+
+
+# ---------------------------------------------------------------- answers that are not objects
+
+HTML = (b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head>\n<body>\x00\x1b[31m"
+        + b"<p>Welcome to the network</p>" * 5000 + b"</body></html>")
+
+
+@pytest.mark.parametrize("body,problem", [
+    (HTML, "is not JSON"),
+    (b'{"kind": "Pod", "metadata": {"na', "is not JSON"),  # truncated
+    (b"[]", "is JSON an array, not an object"),
+    (b'"Pod"', "is JSON a string, not an object"),
+    (b"", "is empty"),
+    (b"\xff\xfe{}", "is not JSON"),  # not UTF-8
+    (b"[" * 100_000, "is not JSON"),  # too deep for json's recursion
+], ids=["html", "truncated", "array", "string", "empty", "not-utf8", "too-deep"])
+@pytest.mark.parametrize("call", ["pod", "nad"])
+def test_200_that_is_not_a_json_object_is_code_11_naming_server_and_request(
+        stub, tmp_path, body, problem, call):
+    """Defect 2: json.loads of such a body escaped as an internal error (999)."""
+    s = stub((200, body, {"Content-Type": "text/html"}))
+    k = Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0)
+    with pytest.raises(KubeError) as e:
+        k.get_pod("ns", "p") if call == "pod" else k.get_nad("ns", "n")
+    msg = str(e.value)
+    path = ("/api/v1/namespaces/ns/pods/p" if call == "pod" else
+            "/apis/k8s.cni.cncf.io/v1/namespaces/ns/network-attachment-definitions/n")
+    assert e.value.code == 11 and as_cni_error(e.value).code == 11
+    assert e.value.status == 200
+    assert s.url in msg and f"GET {path}" in msg and problem in msg, msg
+    assert "Content-Type text/html" in msg and f"{len(body)} bytes" in msg
+    assert len(msg) < 600 and "\n" not in msg and "\x00" not in msg and "\x1b" not in msg
+    assert len(s.seen) == 1  # a 200 is an answer: not retried
+
+
+def test_html_page_is_quoted_by_its_start(stub, tmp_path):
+    s = stub((200, HTML, {"Content-Type": "text/html"}))
+    with pytest.raises(KubeError) as e:
+        Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0).get_pod("ns", "p")
+    assert '"<!DOCTYPE html> <html><head><title>Sign in</title></head> <body>' in str(e.value)
+    assert "...\")" in str(e.value)
+
+
+def test_error_status_with_a_huge_html_body_is_quoted_short(stub, tmp_path):
+    s = stub((403, HTML, {"Content-Type": "text/html"}))
+    with pytest.raises(KubeError) as e:
+        Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0).get_pod("ns", "p")
+    assert e.value.status == 403 and len(str(e.value)) < 1000
+    assert "\n" not in str(e.value) and "\x00" not in str(e.value)
+
