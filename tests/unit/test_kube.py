@@ -2,10 +2,12 @@
 goes on the wire (against a loopback HTTP stub that records each request)."""
 from __future__ import annotations
 
+import email.utils
 import json
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -185,10 +187,11 @@ def test_401_403_explained_without_retry(stub, tmp_path, code, phrase):
 
 
 def test_other_status_is_an_error_with_the_server_message(stub, tmp_path):
-    s = stub((500, status_doc(500, "etcd is sad")))
+    s = stub((400, status_doc(400, "the request is malformed")))
     with pytest.raises(KubeError) as e:
         Kube(str(kubeconfig(tmp_path / "kc", s.url)), 2.0).get_pod("ns", "p")
-    assert e.value.status == 500 and str(e.value) == "get pod ns/p: HTTP 500: etcd is sad"
+    assert e.value.status == 400
+    assert str(e.value) == "get pod ns/p: HTTP 400: the request is malformed"
 
 
 # ---------------------------------------------------------------- answers that are not objects
@@ -240,3 +243,176 @@ def test_error_status_with_a_huge_html_body_is_quoted_short(stub, tmp_path):
     assert e.value.status == 403 and len(str(e.value)) < 1000
     assert "\n" not in str(e.value) and "\x00" not in str(e.value)
 
+
+# ---------------------------------------------------------------- retries of 429 and 5xx
+
+@pytest.fixture
+def sleeps(monkeypatch) -> list[float]:
+    """The pauses Kube.pause takes, recorded instead of slept: the tests check the
+    budget's accounting and the requests sent, never the wall clock."""
+    taken: list[float] = []
+    monkeypatch.setattr(kube.time, "sleep", taken.append)
+    return taken
+
+
+def retry_after(seconds) -> dict:
+    return {"Retry-After": str(seconds)}
+
+
+POD = {"kind": "Pod", "metadata": {"name": "p"}}
+
+
+def test_429_with_retry_after_then_200_succeeds_after_one_retry(stub, tmp_path, sleeps, caplog):
+    s = stub((429, status_doc(429, "Too many requests, please try again later."),
+              retry_after(1)), (200, POD))
+    k = Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0)
+    before = kube.requests_made()
+    assert k.get_pod("ns", "p") == POD
+    assert sleeps == [1.0]
+    assert k.spent >= 1.0  # the pause is counted like a request
+    assert kube.requests_made() - before == 2 and len(s.seen) == 2
+    assert s.seen[0]["path"] == s.seen[1]["path"] == "/api/v1/namespaces/ns/pods/p"
+    assert "answered HTTP 429; trying again after a pause of 1 s (its Retry-After)" in caplog.text
+
+
+def test_503_twice_then_200_backs_off_without_retry_after(stub, tmp_path, sleeps):
+    s = stub((503, status_doc(503, "unavailable")), (503, b"Service Unavailable",
+                                                      {"Content-Type": "text/plain"}),
+             (200, POD))
+    k = Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0)
+    assert k.get_pod("ns", "p") == POD
+    assert len(sleeps) == 2 and len(s.seen) == 3
+    for taken, base in zip(sleeps, kube.RETRY_BACKOFF):
+        assert base <= taken <= base * 1.1  # plus jitter
+    assert k.spent >= sum(sleeps)
+
+
+def test_retry_after_as_an_http_date(stub, tmp_path, sleeps):
+    s = stub((503, status_doc(503, "shutting down"),
+              {"Retry-After": email.utils.formatdate(time.time() + 30, usegmt=True)}),
+             (200, POD))
+    assert Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0).get_pod("ns", "p") == POD
+    [taken] = sleeps
+    assert 25 < taken <= 31  # about 30 s from the date's second; no wall clock is read
+
+
+@pytest.mark.parametrize("header", ["30", "date"])
+def test_retry_after_longer_than_the_budget_left_fails_at_once(stub, tmp_path, sleeps, header):
+    value = "30" if header == "30" else email.utils.formatdate(time.time() + 32, usegmt=True)
+    s = stub((429, status_doc(429, "Too many requests, please try again later."),
+              {"Retry-After": value}), (200, POD))
+    k = Kube(str(kubeconfig(tmp_path / "kc", s.url)), 5.0, "apiTimeout")
+    before = kube.requests_made()
+    with pytest.raises(KubeError) as e:
+        k.get_pod("ns", "p")
+    msg = str(e.value)
+    assert sleeps == [] and len(s.seen) == 1 and kube.requests_made() - before == 1
+    assert k.spent < 5.0  # nothing was slept out of the budget
+    assert e.value.status == 429 and e.value.code == 11
+    assert msg.startswith("get pod ns/p: HTTP 429 (the API server asked to retry after ")
+    assert "(Retry-After), more than the " in msg and " s left; limit: 5 s" in msg
+    assert "apiTimeout" in msg and msg.endswith(": Too many requests, please try again later.")
+
+
+def test_500_until_the_budget_runs_out_fails_with_the_last_status(stub, tmp_path, sleeps):
+    s = stub((503, status_doc(503, "unavailable")), (500, status_doc(500, "etcd is sad")))
+    k = Kube(str(kubeconfig(tmp_path / "kc", s.url)), 2.0, "apiTimeout")
+    before = kube.requests_made()
+    with pytest.raises(KubeError) as e:
+        k.get_pod("ns", "p")
+    msg = str(e.value)
+    assert e.value.status == 500 and e.value.code == 11
+    assert len(s.seen) == len(sleeps) + 1 == kube.requests_made() - before
+    assert 2 <= len(s.seen) <= 4  # 0.25 + 0.5 + 1 s of pauses fit in 2 s at the most
+    assert sum(sleeps) < 2.0 <= k.spent + min(kube.RETRY_BACKOFF[len(sleeps):] or [1.0]) * 1.1
+    assert msg.startswith(f"get pod ns/p: HTTP 500 ({len(s.seen)} tries answered HTTP 503/500, "
+                          "no time left for another; limit: 2 s for all API requests of this "
+                          "operation, apiTimeout): etcd is sad"), msg
+
+
+def test_retries_stop_at_max_retries(stub, tmp_path, sleeps):
+    s = stub((503, status_doc(503, "shutting down"), retry_after(0)))
+    with pytest.raises(KubeError) as e:
+        Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0).get_nad("ns", "n")
+    assert len(s.seen) == kube.MAX_RETRIES + 1 and sleeps == [0.0] * kube.MAX_RETRIES
+    assert e.value.status == 503
+    assert f"({kube.MAX_RETRIES + 1} tries answered HTTP 503, the most netattach makes)" \
+        in str(e.value)
+
+
+def test_a_retry_that_cannot_connect_names_the_answers_before(stub, tmp_path, monkeypatch):
+    s = stub((503, status_doc(503, "shutting down"), retry_after(1)))
+
+    def server_goes_away(seconds: float) -> None:
+        s.shutdown()
+        s.server_close()
+
+    monkeypatch.setattr(kube.time, "sleep", server_goes_away)
+    with pytest.raises(KubeError) as e:
+        Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0).get_pod("ns", "p")
+    assert e.value.status == 0 and e.value.code == 11
+    assert str(e.value).startswith(f"API server {s.url} unreachable")
+    assert str(e.value).endswith("(after 1 try answered HTTP 503)")
+
+
+@pytest.mark.parametrize("code", [400, 401, 403, 404, 409, 422])
+def test_other_4xx_are_not_retried(stub, tmp_path, sleeps, code):
+    s = stub((code, status_doc(code, "no")), (200, POD))
+    k = Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0)
+    if code == 404:
+        assert k.get_pod("ns", "p") is None
+    else:
+        with pytest.raises(KubeError) as e:
+            k.get_pod("ns", "p")
+        assert e.value.status == code
+    assert len(s.seen) == 1 and sleeps == []
+
+
+def test_patch_is_retried_with_the_same_body(stub, tmp_path, sleeps):
+    s = stub((429, status_doc(429, "slow down"), retry_after(1)), (200, POD))
+    Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0).patch_pod_annotations(
+        "ns", "p", {"a/b": "c"}, uid="u1")
+    assert [r["method"] for r in s.seen] == ["PATCH", "PATCH"] and sleeps == [1.0]
+    assert s.seen[0]["body"] == s.seen[1]["body"]
+    assert json.loads(s.seen[1]["body"]) == {"metadata": {"annotations": {"a/b": "c"},
+                                                          "uid": "u1"}}
+
+
+POD_REF = {"namespace": "ns", "name": "p", "uid": "u1"}
+
+
+@pytest.mark.parametrize("second", [201, 409], ids=["created", "stored-by-the-first-try"])
+def test_event_post_is_retried_under_one_name(stub, tmp_path, sleeps, second):
+    """A 409 AlreadyExists on the retry means the first try's Event was stored."""
+    s = stub((504, status_doc(504, "timeout")), (second, status_doc(second, "x")))
+    Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0).create_event(
+        POD_REF, "Normal", "AddedInterface", "hello")
+    assert [r["method"] for r in s.seen] == ["POST", "POST"] and len(sleeps) == 1
+    first, retry = (json.loads(r["body"]) for r in s.seen)
+    assert first == retry and first["metadata"]["name"].startswith("p.")
+
+
+def test_event_409_on_the_first_try_is_an_error(stub, tmp_path, sleeps):
+    s = stub((409, status_doc(409, "already exists")))
+    with pytest.raises(KubeError) as e:
+        Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0).create_event(
+            POD_REF, "Normal", "AddedInterface", "hello")
+    assert e.value.status == 409 and len(s.seen) == 1
+
+
+def test_bare_request_is_never_retried(stub, tmp_path, sleeps):
+    s = stub((503, status_doc(503, "x"), retry_after(1)), (200, POD))
+    k = Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0)
+    assert k.request("GET", "/x")[0] == 503 and len(s.seen) == 1 and sleeps == []
+
+
+@pytest.mark.parametrize("value,seconds", [
+    ("1", 1.0), (" 5 ", 5.0), ("0", 0.0),
+    ("Sun, 06 Nov 1994 08:49:37 GMT", 3.0),
+    ("Sun, 06 Nov 1994 08:49:30 GMT", 0.0),  # past: at once
+    (None, None), ("", None), ("-1", None), ("1.5", None), ("soon", None), ("\u0661", None),
+])
+def test_retry_after_header_forms(value, seconds):
+    """RFC 9110 §10.2.3: delay-seconds or an HTTP-date; anything else is no header."""
+    now = 784111777.0 - 3  # 1994-11-06 08:49:34 UTC
+    assert kube._retry_after(value, now) == seconds
