@@ -25,7 +25,38 @@ bound a request: an answer that trickles in a byte at a time never lets a read t
 out, so the request runs in a worker thread that is abandoned at the deadline
 (it is a daemon; the process exits after the operation without waiting for it).
 Every request is counted in `requests_made()` (the timing log line `make bench`
-reads). The bearer token is never logged.
+reads), each retry included. The bearer token is never logged.
+
+Retries. An answer 429 (Too Many Requests) or 5xx is retried, inside the same
+budget, by every typed call (`get_pod`, `get_nad`, `patch_pod_annotations`,
+`create_event`; the bare `request` never retries); any other status, 401 and 403
+included, is final at once. The statuses are client-go's (rest/with_retry.go
+`checkWait`: 429 and >= 500), and so is the cap, MAX_RETRIES (10). The pause
+before the next try is the answer's Retry-After when it has one: kube-apiserver
+sends it with its own 429s (max-in-flight and priority-and-fairness rejections:
+1 s, up to 32 s under sustained overload) and 429/503 while shutting down (5 s and
+1 s); both forms are read (delay-seconds; HTTP-date, which client-go ignores).
+Unlike client-go, which retries only answers carrying a Retry-After, a 429/5xx
+without one is retried too, after RETRY_BACKOFF (0.25, 0.5, then 1 s, plus up to
+10 % jitter): what answers so is typically a load balancer in front of the API
+servers (502/503/504 while one of them restarts) or a passing storage error (a
+500), both usually gone within a second; 1 s is the pause client-go gives itself
+(`retryAfterResponse`) after a connection error, and with the default 5 s budget
+these pauses allow five or six tries. Every pause goes through `pause`, so it is
+counted in `spent` like a request. A Retry-After of more than what is left fails
+the call at once, without sleeping, saying how long the server asked for and how
+much was left; so does a backoff that no longer fits. The last error is the
+KubeError of the last answer (its status and the server's message), saying how
+many tries there were and why they stopped. Only idempotent calls are retried,
+and all of the plugin's are: GETs; the merge-PATCH of annotations (the same
+patch applied twice leaves the same pod; its UID precondition still holds); the
+Event POST, whose name is chosen once, before the first try, so a try repeated
+after an answer that was lost or a 5xx whose write went through anyway gets 409
+AlreadyExists, taken as success (a 429 means the server did not process it).
+
+An answer 200 whose body is not a JSON object (a proxy's or captive portal's
+HTML page, a truncated body, a JSON array) is a KubeError too, naming the
+server, the request and what was wrong, with a short sanitized start of the body.
 """
 from __future__ import annotations
 
@@ -43,6 +74,13 @@ NAD_GROUP = "k8s.cni.cncf.io"
 NAD_VERSION = "v1"
 NAD_PLURAL = "network-attachment-definitions"
 
+MAX_RETRIES = 10
+"""Retries of one call at most (client-go's default, rest/request.go `maxRetries`); the
+budget ends them first unless the server asks for short pauses (Retry-After: 0)."""
+RETRY_BACKOFF = (0.25, 0.5, 1.0)
+"""Seconds before the 1st, 2nd, 3rd and later retry of a 429/5xx that had no
+Retry-After (module doc, "Retries")."""
+
 _requests_made = 0
 
 
@@ -55,7 +93,8 @@ class KubeError(TryAgain):
     """The API server could not be asked, or refused (code 11: a later try may succeed).
 
     `status` is the HTTP status (0 when the server could not be reached or the
-    request timed out); the message says what to fix.
+    request timed out; 200 when a successful answer's body was not a JSON
+    object); the message says what to fix.
     """
 
     def __init__(self, message: str, status: int = 0):
@@ -68,25 +107,26 @@ class KubeError(TryAgain):
 
 
 def _explain(status: int, what: str, body: bytes, kubeconfig: str | None,
-             permission: str) -> str:
-    """The message of a failed request: `what`, the HTTP status, what to fix for 401 and
-    403, and the API server's own message. `permission`: the RBAC verb and resource
-    the request needs ("get pods")."""
+             permission: str, note: str = "") -> str:
+    """The message of a failed request: `what`, the HTTP status, `note` (why the
+    retries stopped) in parentheses, what to fix for 401 and 403, and the API
+    server's own message (the Status' `message`; else a short, sanitized start of
+    the body). `permission`: the RBAC verb and resource the request needs ("get pods")."""
     try:
-        detail = json.loads(body).get("message", "")
-    except (ValueError, AttributeError):
-        detail = body[:200].decode("utf-8", "replace")
-    hint = ""
+        detail = str(json.loads(body).get("message", ""))
+    except (ValueError, AttributeError, RecursionError):
+        detail = _excerpt(body, 200)
+    hint = f" ({note})" if note else ""
     if status == 401:
-        hint = (f" (the credentials in kubeconfig {kubeconfig or '(default)'} were rejected: "
-                "the ServiceAccount token is expired or revoked; rewrite the kubeconfig with a "
-                "fresh token. `netattach install`, the DaemonSet of deploy/daemonset.yaml, "
-                "rewrites it whenever kubelet rotates the token: check that its pod runs on "
-                "this node)")
+        hint += (f" (the credentials in kubeconfig {kubeconfig or '(default)'} were rejected: "
+                 "the ServiceAccount token is expired or revoked; rewrite the kubeconfig with a "
+                 "fresh token. `netattach install`, the DaemonSet of deploy/daemonset.yaml, "
+                 "rewrites it whenever kubelet rotates the token: check that its pod runs on "
+                 "this node)")
     elif status == 403:
-        hint = (f" (RBAC forbids it: the kubeconfig's user may not {permission}; bind the "
-                "netattach ClusterRole from deploy/rbac.yaml, which grants it, to the "
-                "ServiceAccount in the kubeconfig)")
+        hint += (f" (RBAC forbids it: the kubeconfig's user may not {permission}; bind the "
+                 "netattach ClusterRole from deploy/rbac.yaml, which grants it, to the "
+                 "ServiceAccount in the kubeconfig)")
     return f"{what}: HTTP {status}{hint}: {detail}".rstrip(": ")
 
 
@@ -159,13 +199,20 @@ class Kube:
 
     def request(self, method: str, path: str, body: Any = None,
                 content_type: str | None = None) -> tuple[int, bytes]:
-        """One HTTP request to the API server, within what is left of the budget.
+        """One HTTP request to the API server, within what is left of the budget,
+        never retried (the typed calls below retry; this is the bare wire).
 
         `body` is sent as is when bytes or str, else as JSON. Returns (HTTP
         status, body bytes); raises KubeError(status=0) when the server cannot
         be reached, does not answer in time, or the budget is already spent
         (then nothing is sent).
         """
+        resp = self._send(method, path, body, content_type)
+        return resp.status_code, resp.content
+
+    def _send(self, method: str, path: str, body: Any, content_type: str | None) -> Any:
+        """`request`, returning the whole `httpx2.Response` (status_code, headers,
+        content). Counts the request in `requests_made()` and its time in `spent`."""
         http = self._client()
         headers = {"Accept": "application/json"}
         content = None
@@ -213,27 +260,101 @@ class Kube:
                             f"({type(e).__name__}: {_short(e)})") from None
         log.debug("%s %s -> %s in %.1f ms", method, path, resp.status_code,
                   (time.monotonic() - start) * 1000)
-        return resp.status_code, resp.content
+        return resp
+
+    def _exchange(self, method: str, path: str, what: str, permission: str,
+                  body: Any = None, content_type: str | None = None) -> tuple[Any, int]:
+        """Send one API call, retrying it while the answer is 429 or 5xx, within the
+        budget; returns (the `httpx2.Response` of the last try, number of tries) for
+        any other status.
+
+        The retry rule (module doc, "Retries"): the pause before the next try is the
+        answer's Retry-After when it has one (`_retry_after`), else RETRY_BACKOFF;
+        it is taken with `pause`, so it counts against the budget like a request.
+        At most MAX_RETRIES retries. Only idempotent calls come here (GET, the
+        merge-PATCH, the Event POST of a fixed name: see `create_event`).
+
+        `what` ("get pod ns/p") and `permission` ("get pods") word the error. Raises
+        KubeError with the last 429/5xx status when the retries stop: the server
+        asked for a longer pause than the budget has left (said so, nothing slept),
+        no time is left for the next pause, or MAX_RETRIES is reached; KubeError(0)
+        as `request` does, naming the statuses of the tries before.
+        """
+        statuses: list[int] = []
+        while True:
+            try:
+                resp = self._send(method, path, body, content_type)
+            except KubeError as e:
+                if not statuses:
+                    raise
+                raise e.reworded(f"{e.msg} (after {_tries(statuses)})") from None
+            status = resp.status_code
+            if not _retryable(status):
+                return resp, len(statuses) + 1
+            statuses.append(status)
+            asked = _retry_after(resp.headers.get("Retry-After"), time.time())
+            wait = asked if asked is not None else _backoff(len(statuses))
+            left = self.remaining()
+            if len(statuses) > MAX_RETRIES:
+                note = f"{_tries(statuses)}, the most netattach makes"
+            elif asked is not None and asked >= left:
+                note = (f"{_tries(statuses) + '; ' if len(statuses) > 1 else ''}the API server "
+                        f"asked to retry after {_seconds(asked)} s (Retry-After), more than the "
+                        f"{_seconds(left)} s left; {self._limit()}")
+            elif not self.pause(wait):
+                note = f"{_tries(statuses)}, no time left for another; {self._limit()}"
+            else:
+                log.warning("%s %s: API server %s answered HTTP %d; trying again after a "
+                            "pause of %s s (%s), %s s of the budget left", method, path,
+                            self._http.base_url, status, _seconds(wait),
+                            "its Retry-After" if asked is not None else "backoff",
+                            _seconds(self.remaining()))
+                continue
+            raise KubeError(_explain(status, what, resp.content, self.kubeconfig, permission,
+                                     note), status)
 
     def _get(self, path: str, what: str, resource: str) -> dict | None:
-        status, data = self.request("GET", path)
-        if status == 404:
+        resp, _ = self._exchange("GET", path, f"get {what}", f"get {resource}")
+        if resp.status_code == 404:
             return None
-        if status != 200:
-            raise KubeError(_explain(status, f"get {what}", data, self.kubeconfig,
-                                     f"get {resource}"), status)
-        return json.loads(data)
+        if resp.status_code != 200:
+            raise KubeError(_explain(resp.status_code, f"get {what}", resp.content,
+                                     self.kubeconfig, f"get {resource}"), resp.status_code)
+        return self._object(resp, "GET", path, f"get {what}")
+
+    def _object(self, resp: Any, method: str, path: str, what: str) -> dict:
+        """The JSON object of a successful answer. Raises KubeError (with the answer's
+        status) when the body is empty, not JSON, or JSON but not an object (a
+        proxy's HTML page, a truncated body, a list), naming the server and the
+        request and quoting a short, sanitized start of the body."""
+        data = resp.content
+        try:
+            doc = json.loads(data)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            problem = "is empty" if not data.strip() else "is not JSON"
+        else:
+            if isinstance(doc, dict):
+                return doc
+            problem = f"is JSON {_json_kind(doc)}, not an object"
+        raise KubeError(
+            f"{what}: API server {self._http.base_url} answered {method} {path} with HTTP "
+            f"{resp.status_code} but a body that {problem} (Content-Type "
+            f"{resp.headers.get('Content-Type') or 'none'}, {len(data)} bytes: "
+            f"{_excerpt(data, 80)}); is the kubeconfig's server the API server, not a "
+            "proxy or another service in front of it?", resp.status_code)
 
     def get_pod(self, namespace: str, name: str) -> dict | None:
         """The Pod as a JSON dict, or None when it does not exist (404).
 
-        Raises KubeError for any other failure.
+        429 and 5xx are retried within the budget (module doc, "Retries"). Raises
+        KubeError for any other failure, an answer that is not a JSON object included.
         """
         return self._get(f"/api/v1/namespaces/{namespace}/pods/{name}", f"pod {namespace}/{name}",
                          "pods")
 
     def get_nad(self, namespace: str, name: str) -> dict | None:
-        """The NetworkAttachmentDefinition as a JSON dict, or None when it does not exist."""
+        """The NetworkAttachmentDefinition as a JSON dict, or None when it does not
+        exist (404). Retries and errors as `get_pod`."""
         return self._get(f"/apis/{NAD_GROUP}/{NAD_VERSION}/namespaces/{namespace}/{NAD_PLURAL}/{name}",
                          f"NetworkAttachmentDefinition {namespace}/{name}",
                          f"{NAD_PLURAL}.{NAD_GROUP}")
@@ -248,28 +369,35 @@ class Kube:
         `uid`: the pod must still be this one. The patch then carries it, as
         kubelet's status patches do, and the API server refuses to change a UID, so
         a pod deleted and re-created under the same name is left alone.
-        Raises KubeError on any non-200 answer.
+        A merge patch is idempotent, so 429 and 5xx are retried within the budget
+        (module doc, "Retries"). Raises KubeError on any other non-200 answer.
         """
         metadata: dict[str, Any] = {"annotations": annotations}
         if uid:
             metadata["uid"] = uid
-        status, data = self.request(
-            "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status",
-            body={"metadata": metadata}, content_type="application/merge-patch+json")
+        what = f"patch pod {namespace}/{name} status"
+        resp, _ = self._exchange(
+            "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", what,
+            "patch pods/status", body={"metadata": metadata},
+            content_type="application/merge-patch+json")
+        status, data = resp.status_code, resp.content
         if status == 422 and uid and b"metadata.uid" in data:
             raise KubeError(f"patch pod {namespace}/{name} status: HTTP 422: the pod was deleted "
                             f"and re-created under the same name since it was read (UID {uid}); "
                             "the new pod is left alone", status)
         if status != 200:
-            raise KubeError(_explain(status, f"patch pod {namespace}/{name} status", data,
-                                     self.kubeconfig, "patch pods/status"), status)
+            raise KubeError(_explain(status, what, data, self.kubeconfig, "patch pods/status"),
+                            status)
 
     def create_event(self, pod: dict, type_: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on a pod (what `kubectl describe pod` shows).
 
         pod: {"namespace", "name", "uid"}; type_: "Normal" or "Warning";
         reason: CamelCase (e.g. "AddedInterface"); message: <= 1 KiB is kept.
-        Raises KubeError on any non-201 answer.
+        The Event's name is fixed before the first try, so 429 and 5xx are retried
+        within the budget (module doc, "Retries") and a 409 AlreadyExists on a retry
+        means an earlier try was stored: success. Raises KubeError on any other
+        non-201 answer.
         """
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         event = {
@@ -282,11 +410,84 @@ class Kube:
             "reportingComponent": "netattach", "reportingInstance": _hostname(),
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
-        status, data = self.request("POST", f"/api/v1/namespaces/{pod['namespace']}/events",
-                                    body=event, content_type="application/json")
-        if status != 201:
-            raise KubeError(_explain(status, f"create event on pod {pod['namespace']}/{pod['name']}",
-                                     data, self.kubeconfig, "create events"), status)
+        what = f"create event on pod {pod['namespace']}/{pod['name']}"
+        resp, tries = self._exchange("POST", f"/api/v1/namespaces/{pod['namespace']}/events",
+                                     what, "create events", body=event,
+                                     content_type="application/json")
+        if resp.status_code == 409 and tries > 1:
+            return  # AlreadyExists: an earlier try of this POST was stored after all
+        if resp.status_code != 201:
+            raise KubeError(_explain(resp.status_code, what, resp.content, self.kubeconfig,
+                                     "create events"), resp.status_code)
+
+
+def _retryable(status: int) -> bool:
+    """429 and every 5xx: the statuses client-go retries (rest/with_retry.go `checkWait`);
+    no other 4xx is, nor 2xx/3xx."""
+    return status == 429 or status >= 500
+
+
+def _retry_after(value: str | None, now: float) -> float | None:
+    """The seconds a Retry-After header asks to wait, or None when absent or unreadable.
+
+    value: the header (RFC 9110 §10.2.3: delay-seconds, "1", or an HTTP-date, "Sun,
+    06 Nov 1994 08:49:37 GMT", read against `now`, seconds since the epoch; a date
+    already past is 0). client-go reads the seconds form only (rest/request.go
+    `retryAfterSeconds`); the date form costs one stdlib call here.
+    """
+    value = (value or "").strip()
+    if not value:
+        return None
+    if value.isascii() and value.isdigit():
+        return float(value)
+    import datetime
+    import email.utils
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC, as an HTTP-date always is
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, when.timestamp() - now)
+
+
+def _backoff(retry: int) -> float:
+    """Seconds before retry number `retry` (1, 2, ...) when the answer had no
+    Retry-After: RETRY_BACKOFF[retry - 1] (its last value from then on), plus up to
+    10 % random jitter (client-go's retry.DefaultRetry jitter) so the ADDs of one
+    node that failed together do not come back together."""
+    import random
+    base = RETRY_BACKOFF[min(retry, len(RETRY_BACKOFF)) - 1]
+    return base * (1 + 0.1 * random.random())
+
+
+def _tries(statuses: list[int]) -> str:
+    """[503, 503, 500] -> "3 tries answered HTTP 503/500": the retried answers (each
+    status once, in order), for a message."""
+    n = len(statuses)
+    codes = "/".join(str(c) for c in dict.fromkeys(statuses))
+    return f"{n} {'try' if n == 1 else 'tries'} answered HTTP {codes}"
+
+
+def _json_kind(doc: Any) -> str:
+    """What a decoded JSON value is, for a message: "an array", "a string", ..."""
+    if isinstance(doc, list):
+        return "an array"
+    if isinstance(doc, str):
+        return "a string"
+    if doc is None:
+        return "null"
+    return "a boolean" if isinstance(doc, bool) else "a number"
+
+
+def _excerpt(data: bytes, limit: int) -> str:
+    """The start of an answer's body for a message: at most `limit` characters of it
+    decoded as UTF-8 (bad bytes replaced), every run of whitespace or control
+    characters one space, "..." when cut; quoted. The body itself may be megabytes."""
+    text = data[:limit * 4].decode("utf-8", "replace")
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    cut = len(text) > limit or len(data) > limit * 4
+    return f'"{text[:limit]}{"..." if cut else ""}"'
 
 
 def _hostname() -> str:

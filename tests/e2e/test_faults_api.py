@@ -1,6 +1,8 @@
-"""Issue 5, the API server's faults (1, 2, 8, 9): the built artifact, real child plugins
-in a real netns, the real kube-apiserver, reached directly or through
-tests/testbed/apiproxy.py, which makes it slow, silent or gone while netattach runs.
+"""Issue 5, the API server's faults (1, 2, 8, 9), and issue 9's defects 2 and 10 (an
+answer 200 that is not JSON; 429/5xx retried within the budget): the built artifact,
+real child plugins in a real netns, the real kube-apiserver, reached directly or
+through tests/testbed/apiproxy.py, which makes it slow, silent, gone, throttling or
+replaced by an HTML page while netattach runs.
 
 After each fault: no interface is left in the pod's netns, no host-local allocation,
 no state file, and the error or the log says what happened. An ADD's API requests and
@@ -145,6 +147,54 @@ def test_add_with_slow_api_server_is_bounded(via_proxy, proxy, scenario, mode, s
             "network-attachment-definitions/net-a"]
     assert elapsed < 2 + MARGIN, elapsed
     assert not [r for r in proxy.requests if r.startswith("PATCH")]
+
+
+# ---------------------------------------------------------------- 429/5xx, and a 200 that is not JSON
+
+@pytest.mark.parametrize("status,times", [(429, 1), (503, 2)])
+def test_add_whose_pod_get_is_throttled_retries_after_it_and_succeeds(via_proxy, proxy,
+                                                                     status, times):
+    """Issue 9, defect 10: the pod GET answered 429 (priority and fairness) or 503 (a
+    server shutting down), with Retry-After: 1, `times` times; the ADD waits as asked,
+    within apiTimeout, asks again and attaches. The log says each retry and the timing
+    line counts every request sent."""
+    s = via_proxy
+    proxy.set("status", status=status, retry_after=1, methods={"GET"}, count=times)
+    run = s.run("ADD")
+    assert_attached(s, run)
+    pod_get = f"GET /api/v1/namespaces/{s.namespace}/pods/{s.pod_name}"
+    assert proxy.requests[:times + 1] == [pod_get] * (times + 1)
+    assert proxy.answered == [f"{status} {pod_get}"] * times
+    log = s.log_text()
+    retries = [line for line in log.splitlines()
+               if f"answered HTTP {status}; trying again after a pause of 1 s (its Retry-After)"
+               in line]
+    assert len(retries) == times and all(pod_get in line for line in retries), log
+    [timing] = [line for line in log.splitlines() if "timing: ADD" in line]
+    assert timing.endswith(f"api_requests {len(proxy.requests)}"), (timing, proxy.requests)
+    assert s.run("DEL").code == 0, s.log_text()
+    sc.assert_clean(s)
+
+
+def test_add_answered_by_an_html_page_is_code_11_naming_the_server(via_proxy, proxy, scenario):
+    """Issue 9, defect 2: a proxy's login page (200, text/html) instead of the pod. It
+    used to escape as an internal error (999). Now code 11, naming the server and the
+    request; the ADD stops at the pod, so no child ran and nothing is rolled back."""
+    s = via_proxy
+    proxy.set("html")
+    run = s.run("ADD")
+    pod_get = f"GET /api/v1/namespaces/{s.namespace}/pods/{s.pod_name}"
+    msg = assert_api_failure(s, run, proxy.url, pod_get, "HTTP 200 but a body that is not JSON",
+                             "Content-Type text/html", '"<!DOCTYPE html> <html> <head>',
+                             recovered=scenario)
+    assert "internal error" not in msg and "\n" not in msg
+    log = s.log_text()
+    assert "rollback" not in log and "after its children ran" not in log, log
+    assert "attached network" not in log and "Traceback" not in log, log
+    # only the pod was asked for; the Warning event got the page too
+    assert proxy.requests[0] == pod_get
+    assert not [r for r in proxy.requests if "network-attachment-definitions" in r]
+    assert "cannot record event ErrorAddingNetwork" in log
 
 
 # ---------------------------------------------------------------- 2: DEL from saved state

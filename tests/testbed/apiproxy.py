@@ -17,7 +17,16 @@ Modes (`set`):
   hang     never answer: without `methods`, new connections are accepted and never
            get a TLS handshake; with `methods`, matching requests are read and
            never forwarded;
-  refuse   the port is closed (connection refused) and open connections are reset.
+  refuse   the port is closed (connection refused) and open connections are reset;
+  status   answer matching requests itself, never forwarding them, with `status`
+           (429, 503...) and a Kubernetes Status body, plus `Retry-After:
+           <retry_after>` when given: an API server throttling (priority and
+           fairness) or shutting down, or a load balancer with no server behind it;
+  html     answer matching requests itself with 200 and an HTML page, as a captive
+           portal or a proxy's login page in front of the API server would.
+`count` (status and html only): the mode answers the next `count` matching
+requests, then the proxy forwards everything again (mode pass). Every answer the
+proxy gave itself is in `answered` ("429 GET /path").
 `before(method, callback)` runs `callback()` (in a worker thread) when a request
 with that method arrives, before it is forwarded: the test's admin client can then
 change the world between netattach's requests. What a callback raises is kept in
@@ -26,22 +35,31 @@ change the world between netattach's requests. What a callback raises is kept in
     with ApiProxy.for_cluster(cluster) as proxy:
         proxy.set("hang", methods={"PATCH"})
         ... a kubeconfig with server=proxy.url ...
+        proxy.set("status", status=429, retry_after=1, methods={"GET"}, count=1)
 
 Nothing here imports pytest.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import ssl
 import struct
 import threading
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
 
-MODES = ("pass", "delay", "trickle", "hang", "refuse")
+MODES = ("pass", "delay", "trickle", "hang", "refuse", "status", "html")
+ANSWERING = ("status", "html")
+"""The modes in which the proxy answers requests itself."""
+
+HTML_PAGE = (b"<!DOCTYPE html>\n<html>\n<head><title>Network login</title></head>\n"
+             b"<body>\n<h1>Sign in to continue</h1>\n<form method=\"post\"><input name=\"user\">"
+             b"</form>\n</body>\n</html>\n")
 
 
 @dataclass(frozen=True)
@@ -49,6 +67,8 @@ class _Rule:
     mode: str = "pass"
     seconds: float = 0.0
     methods: frozenset[str] | None = None
+    status: int = 503
+    retry_after: str | None = None
 
     def applies(self, method: str | None) -> bool:
         return self.methods is None or method in self.methods
@@ -61,7 +81,9 @@ class ApiProxy:
     cert, key: the certificate (and its key) the proxy serves; ca: the CA it
       verifies the upstream with.
     Attributes: url; requests ("METHOD /path" of every request seen, in order);
-    connections (TCP connections accepted); errors (what `before` callbacks raised).
+    answered ("STATUS METHOD /path" of the requests the proxy answered itself, modes
+    status and html); connections (TCP connections accepted); errors (what `before`
+    callbacks raised).
     """
 
     def __init__(self, upstream: str, cert: Path, key: Path, ca: Path):
@@ -83,6 +105,8 @@ class ApiProxy:
         self.requests: list[str] = []
         self.connections = 0
         self.errors: list[BaseException] = []
+        self.answered: list[str] = []
+        self._count: int | None = None
 
     @classmethod
     def for_cluster(cls, cluster) -> "ApiProxy":
@@ -122,12 +146,21 @@ class ApiProxy:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def set(self, mode: str, seconds: float = 0.0, methods: set[str] | None = None) -> None:
+    def set(self, mode: str, seconds: float = 0.0, methods: set[str] | None = None, *,
+            status: int = 503, retry_after: float | str | None = None,
+            count: int | None = None) -> None:
         """Switch mode (see the module doc) for requests and connections from now on.
-        `methods`: only requests with these HTTP methods (None: all)."""
+        `methods`: only requests with these HTTP methods (None: all). `status` and
+        `retry_after` (the header's value, seconds or an HTTP-date; None: no header):
+        mode status. `count`: modes status and html answer only that many matching
+        requests, then the proxy passes (None: all)."""
         if mode not in MODES:
             raise ValueError(f"mode {mode!r} is not one of {MODES}")
-        self._rule = _Rule(mode, seconds, frozenset(methods) if methods is not None else None)
+        if count is not None and (mode not in ANSWERING or count < 1):
+            raise ValueError(f"count={count!r}: only modes {ANSWERING}, at least 1")
+        self._count = count
+        self._rule = _Rule(mode, seconds, frozenset(methods) if methods is not None else None,
+                           status, None if retry_after is None else str(retry_after))
         if mode == "refuse":
             self._call(self._close_all())
         elif self._server is None:
@@ -183,7 +216,7 @@ class ApiProxy:
             self._writers.add(upstream_writer)
             answers = asyncio.ensure_future(self._answers(up_reader, writer))
             try:
-                await self._forward_requests(reader, upstream_writer)
+                await self._forward_requests(reader, upstream_writer, writer)
             finally:
                 answers.cancel()
         except (OSError, ssl.SSLError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
@@ -197,8 +230,12 @@ class ApiProxy:
                     w.close()
 
     async def _forward_requests(self, reader: asyncio.StreamReader,
-                                upstream: asyncio.StreamWriter) -> None:
-        """Read each HTTP/1.1 request (head + Content-Length body) and apply the rule."""
+                                upstream: asyncio.StreamWriter,
+                                client: asyncio.StreamWriter) -> None:
+        """Read each HTTP/1.1 request (head + Content-Length body) and apply the rule:
+        forward it to `upstream`, or answer it on `client` (modes status and html; the
+        client sends its next request only after this answer, so no upstream answer
+        is interleaved with it)."""
         while True:
             try:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -219,6 +256,10 @@ class ApiProxy:
                     return
                 if rule.mode == "delay":
                     await asyncio.sleep(rule.seconds)
+                if rule.mode in ANSWERING:
+                    self._answer(rule, method, path, client)
+                    await client.drain()
+                    continue
             hook = self._hooks.get(method)
             if hook is not None:
                 try:
@@ -246,6 +287,28 @@ class ApiProxy:
             pass
         finally:
             client.close()
+
+    def _answer(self, rule: _Rule, method: str, path: str, client: asyncio.StreamWriter) -> None:
+        """Write the proxy's own answer to one request (modes status and html) and count
+        it against `count`; after the last one, the rule is pass."""
+        if rule.mode == "html":
+            status, body, headers = 200, HTML_PAGE, {"Content-Type": "text/html; charset=utf-8"}
+        else:
+            status, headers = rule.status, {"Content-Type": "application/json"}
+            body = json.dumps({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": f"apiproxy: {HTTPStatus(status).phrase.lower()}, please try again later",
+                "reason": HTTPStatus(status).phrase.replace(" ", ""), "code": status}).encode()
+            if rule.retry_after is not None:
+                headers["Retry-After"] = rule.retry_after
+        head = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+                *(f"{k}: {v}" for k, v in headers.items()), f"Content-Length: {len(body)}"]
+        client.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+        self.answered.append(f"{status} {method} {path}")
+        if self._count is not None:
+            self._count -= 1
+            if self._count <= 0:
+                self._count, self._rule = None, _Rule()
 
     def _last_method(self) -> str | None:
         return self.requests[-1].split(" ")[0] if self.requests else None
