@@ -12,8 +12,9 @@ names through `request.validate_network_name`, the selection annotation through
 top is what only a linter can say (a field the API server would drop, a NAD that is
 not among the files, a gateway outside every subnet, a burst too small for a frame).
 
-Input: files (`-` is stdin, a directory means its *.yaml, *.yml and *.json), each a
-YAML stream of documents separated by `---` (JSON is YAML). Documents checked:
+Input: files (`-` is stdin, a directory means the regular files in it named *.yaml,
+*.yml and *.json, not its subdirectories), each a YAML stream of documents
+separated by `---` (JSON is YAML). Documents checked:
 NetworkAttachmentDefinition; Pod and the pod template of Deployment, StatefulSet,
 DaemonSet, ReplicaSet, ReplicationController, Job, CronJob and PodTemplate; the
 `items` of a `List` (or any `...List` kind). Other kinds are skipped; empty
@@ -29,6 +30,10 @@ the object's kind, name and namespace as written, and a key: the path of the fie
 
 Exit status: 0 without errors, 1 with errors, 2 when a file could not be read or on a
 usage error (argparse's); a YAML syntax error is a finding (1), not a read failure.
+A file that cannot be read, given or in a directory given, is an error finding at
+that file naming the OS error, and the other files are still linted; so is an entry
+of a directory that is not a regular file (a subdirectory, a FIFO, which would block,
+a socket or a device), while a FIFO given by name (`<(kubectl get ...)`) is read.
 
 The checks, by severity (source in brackets):
 
@@ -65,9 +70,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import errno
 import ipaddress
 import json
 import os
+import stat
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -658,7 +665,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "0 no errors, 1 errors found, 2 a file could not be read or a usage error.")
     parser.add_argument("files", nargs="+", metavar="FILE",
                         help="YAML or JSON manifests, several documents each; '-' reads "
-                             "stdin; a directory means its *.yaml, *.yml and *.json files")
+                             "stdin; a directory means its *.yaml, *.yml and *.json files "
+                             "(not its subdirectories)")
     parser.add_argument("-n", "--namespace", default="default",
                         help="namespace of objects that set none, as with kubectl apply -n "
                              "(default: %(default)s)")
@@ -671,6 +679,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _read(paths: list[str]) -> tuple[list[tuple[str, bytes]], list[Finding]]:
+    """The (label, content) of each file of `paths`, in order: `-` is stdin
+    ("<stdin>"), a directory its regular *.yaml, *.yml and *.json files in name order.
+    Returns also one error Finding (document None) per path or entry that could not
+    be read: `cannot read: <OS error>`. Never raises OSError."""
     sources: list[tuple[str, bytes]] = []
     failed: list[Finding] = []
     for path in paths:
@@ -679,21 +691,50 @@ def _read(paths: list[str]) -> tuple[list[tuple[str, bytes]], list[Finding]]:
             continue
         try:
             if os.path.isdir(path):
-                names = sorted(n for n in os.listdir(path) if n.endswith(_YAML_SUFFIXES))
-                sources.extend(_read([os.path.join(path, n) for n in names])[0])
-                continue
-            with open(path, "rb") as fh:
-                sources.append((path, fh.read()))
-        except OSError as e:
-            failed.append(Finding(path, None, None, None, None, None, ERROR,
-                                  f"cannot read: {e.strerror or e}"))
+                files = [(os.path.join(path, n), True) for n in sorted(os.listdir(path))
+                         if n.endswith(_YAML_SUFFIXES)]
+            else:
+                files = [(path, False)]
+        except OSError as e:  # a directory that cannot be listed
+            files = []
+            failed.append(_unreadable(path, e))
+        for file, in_directory in files:
+            try:
+                sources.append((file, _read_file(file, in_directory)))
+            except OSError as e:
+                failed.append(_unreadable(file, e))
     return sources, failed
+
+
+def _read_file(path: str, regular_only: bool) -> bytes:
+    """The content of `path`. regular_only (an entry of a directory): anything but a
+    regular file (after symbolic links) raises OSError instead of being read, a FIFO
+    without blocking. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (os.O_NONBLOCK if regular_only else 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if regular_only and stat.S_ISDIR(mode):
+            raise OSError(errno.EISDIR, "Is a directory (subdirectories are not searched)")
+        if regular_only and not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device in a "
+                                        "directory is not read; name it to read it)")
+        with open(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
+
+
+def _unreadable(path: str, error: OSError) -> Finding:
+    return Finding(path, None, None, None, None, None, ERROR,
+                   f"cannot read: {error.strerror or error}")
 
 
 def run(args: argparse.Namespace) -> int:
     """`netattach validate`: findings on stdout (text or JSON), a count on stderr.
 
-    Returns 2 when a file could not be read, else 1 when there is an error, else 0.
+    Returns 2 when a file could not be read (one given, or an entry of a directory
+    given: each is an error finding naming it, and the rest is still linted), else 1
+    when there is an error, else 0.
     """
     sources, failed = _read(args.files)
     findings = failed + lint_sources(sources, namespace=args.namespace, strict=args.strict)

@@ -4,6 +4,7 @@ statuses, text and --output json) through the installed command or the artifact.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import textwrap
 from pathlib import Path
@@ -542,6 +543,57 @@ def test_cli_exit_2_for_a_file_that_cannot_be_read(files):
     assert json.loads(done.stdout)["findings"] == [{
         "file": "missing.yaml", "document": None, "kind": None, "name": None, "namespace": None,
         "key": None, "severity": "error", "message": "cannot read: No such file or directory"}]
+
+
+# What stops a read as root, where chmod 000 does not: a dangling link (open: ENOENT), a
+# link to /proc/self/mem (open succeeds, read raises EIO), a subdirectory or a link to
+# "." (a loop the old recursion walked 40 levels deep, linting every file each time),
+# a FIFO (open blocks without a writer: the old code hung).
+UNREADABLE = {
+    "dangling link": (lambda d: (d / "x.yaml").symlink_to(d / "nowhere"),
+                      "No such file or directory"),
+    "read raises": (lambda d: (d / "x.yaml").symlink_to("/proc/self/mem"),
+                    "Input/output error"),
+    "subdirectory": (lambda d: (d / "x.yaml").mkdir(),
+                     "Is a directory (subdirectories are not searched)"),
+    "link to the directory": (lambda d: (d / "x.yaml").symlink_to("."),
+                              "Is a directory (subdirectories are not searched)"),
+    "fifo": (lambda d: os.mkfifo(d / "x.yaml"),
+             "not a regular file (a FIFO, socket or device in a directory is not read; "
+             "name it to read it)"),
+}
+
+
+@pytest.mark.parametrize("make, error", UNREADABLE.values(), ids=UNREADABLE)
+def test_cli_exit_2_for_a_file_in_a_directory_that_cannot_be_read(files, make, error):
+    """Issue 9 defect 7: such a file was skipped, exit 0 (1 here, for bad.yaml)."""
+    make(files)
+    done = run_cli("--output", "json", str(files))
+    assert done.returncode == 2
+    doc = json.loads(done.stdout)
+    assert [f for f in doc["findings"] if f["document"] is None] == [{
+        "file": f"{files}/x.yaml", "document": None, "kind": None, "name": None,
+        "namespace": None, "key": None, "severity": "error", "message": f"cannot read: {error}"}]
+    assert {f["file"] for f in doc["findings"] if f["document"] is not None} == {
+        f"{files}/bad.yaml"}  # the others are still linted, once
+    assert doc["summary"]["files"] == 2
+
+
+@pytest.mark.parametrize("make, error", [UNREADABLE["dangling link"], UNREADABLE["read raises"]],
+                         ids=["dangling link", "read raises"])
+def test_cli_exit_2_for_a_file_given_that_cannot_be_read(files, make, error):
+    make(files)
+    done = run_cli("bad.yaml", "x.yaml", cwd=files)
+    assert done.returncode == 2
+    lines = done.stdout.decode().splitlines()
+    assert lines[0] == f"x.yaml: error: cannot read: {error}"
+    assert lines[1].startswith("bad.yaml:1 (Pod default/db): error: ") and len(lines) == 2
+
+
+def test_cli_reads_a_fifo_given_by_name(files):
+    done = subprocess.run(["bash", "-c", '"$0" validate <(cat bad.yaml)', netattach_command()],
+                          cwd=files, capture_output=True, timeout=60)
+    assert done.returncode == 1 and b"error: " + NETS.encode() in done.stdout
 
 
 @pytest.mark.parametrize("args", [(), ("--output", "yaml", "x.yaml")])
