@@ -48,10 +48,10 @@ def setup_logging(log_file: str | None, level: str, to_stderr: bool,
     logging goes to stderr. Handlers of an earlier call are closed. Never raises
     for a file problem, and the handlers never raise into a caller.
 
-    options: Multus' `logOptions` (schema-checked by netconf). Empty or None: no
-    rotation, the file grows (netattach's behaviour before logOptions; netconf
-    passes {} for an absent key, so `"logOptions": {}` is the same; Multus rotates
-    a logFile even without logOptions). Otherwise, as Multus and lumberjack
+    options: Multus' `logOptions` (schema-checked by netconf). None (the key is
+    absent): no rotation, the file grows (netattach's behaviour before logOptions;
+    Multus rotates a logFile even without logOptions). A dict, `{}` included: as
+    Multus and lumberjack, every key left out at Multus' default
     (github.com/k8snetworkplumbingwg/multus-cni docs/configuration.md "Logging
     Options", pkg/logging/logging.go; gopkg.in/natefinch/lumberjack.v2 Logger):
 
@@ -99,7 +99,7 @@ def setup_logging(log_file: str | None, level: str, to_stderr: bool,
         else:
             handler: logging.Handler = (
                 _RotatingHandler(log_file, fd, options, stderr_fallback=not to_stderr)
-                if options else _AppendHandler(log_file, fd, stderr_fallback=not to_stderr))
+                if options is not None else _AppendHandler(log_file, fd, stderr_fallback=not to_stderr))
             handler.setFormatter(fmt)
             root.addHandler(handler)
     if to_stderr or not root.handlers:

@@ -84,7 +84,7 @@ SCHEMA: dict[str, Any] = {
         "logFile": _PATH,
         "logLevel": {"enum": list(LOG_LEVELS)},
         # Multus' logOptions (lumberjack): rotation of logFile.
-        "logOptions": {"type": "object", "properties": {
+        "logOptions": {"type": "object", "additionalProperties": False, "properties": {
             "maxAge": {"type": "integer", "minimum": 0},
             "maxSize": {"type": "integer", "minimum": 0},
             "maxBackups": {"type": "integer", "minimum": 0},
@@ -117,7 +117,8 @@ class NetConf:
 
     conf_dirs: where on-disk delegate configs are searched, in order (`confDir`, or
     DEFAULT_CONF_DIR then MULTUS_CONF_DIR when it is not set). log_options: Multus'
-    `logOptions` (maxSize MB, maxAge days, maxBackups, compress). auxiliary_chain:
+    `logOptions` (maxSize MB, maxAge days, maxBackups, compress; None when absent: no
+    rotation; a key left out gets Multus' default). auxiliary_chain:
     `auxiliaryCNIChainName` or None. unhonoured: Multus keys present in the config
     that netattach does not honour -> why (MULTUS_ONLY_KEYS).
     """
@@ -133,7 +134,7 @@ class NetConf:
     log_file: str | None = None
     log_level: str = "info"
     log_to_stderr: bool = True
-    log_options: dict[str, Any] = field(default_factory=dict)
+    log_options: dict[str, Any] | None = None
     multus_namespace: str = DEFAULT_NAMESPACE
     system_namespaces: tuple[str, ...] = (DEFAULT_NAMESPACE,)
     namespace_isolation: bool = False
@@ -238,7 +239,8 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         log_file=config.get("logFile"),
         log_level=config.get("logLevel", "info"),
         log_to_stderr=config.get("logToStderr", True),
-        log_options=dict(config.get("logOptions") or {}),
+        log_options=(dict(config["logOptions"]) if isinstance(config.get("logOptions"), dict)
+                     else None),
         multus_namespace=config.get("multusNamespace", DEFAULT_NAMESPACE),
         system_namespaces=tuple(config.get("systemNamespaces", (DEFAULT_NAMESPACE,))),
         namespace_isolation=config.get("namespaceIsolation", False),

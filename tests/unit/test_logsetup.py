@@ -76,13 +76,21 @@ def _close_handlers():
 
 # ---------------------------------------------------------------- without logOptions
 
-@pytest.mark.parametrize("options", [None, {}])
-def test_without_log_options_the_file_only_grows(tmp_path, small_mb, options):
-    log = configure(tmp_path / "n.log", options)
+def test_without_log_options_the_file_only_grows(tmp_path, small_mb):
+    log = configure(tmp_path / "n.log", None)
     lines = write(log, range(40))
     assert sorted(os.listdir(tmp_path)) == ["n.log"]  # no backup, no lock file
     assert lines_of(tmp_path / "n.log") == lines
     assert (tmp_path / "n.log").stat().st_mode & 0o777 == 0o600
+
+
+def test_empty_log_options_rotate_with_multus_defaults(tmp_path, small_mb):
+    """`"logOptions": {}` is Multus' defaults (100 MB, 5 backups, 5 days, compress), not
+    "no rotation": a migrated config keeps rotating."""
+    log = configure(tmp_path / "n.log", {})
+    lines = write(log, range(40))
+    assert lines_of(tmp_path / "n.log") == lines  # 4000 bytes: under 100 (test) MB
+    assert "n.log.lock" in os.listdir(tmp_path)  # the rotating handler took its lock
 
 
 def test_a_multi_line_record_is_one_write(tmp_path, monkeypatch):

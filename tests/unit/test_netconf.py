@@ -89,3 +89,12 @@ def test_an_unsupported_version_is_code_1(version):
     with pytest.raises(CniError) as e:
         parse_netconf({**BASE, "cniVersion": version})
     assert e.value.code == 1 and version in e.value.msg
+
+
+def test_log_options_absent_and_empty_differ():
+    """Absent: no rotation (netattach's behaviour); {}: Multus' defaults for every key."""
+    assert parse_netconf(dict(BASE)).log_options is None
+    assert parse_netconf({**BASE, "logOptions": {}}).log_options == {}
+    with pytest.raises(CniError) as e:  # a typo is not silently ignored
+        parse_netconf({**BASE, "logOptions": {"maxsize": 10}})
+    assert e.value.code == 7 and "logOptions" in e.value.msg
