@@ -809,3 +809,17 @@ def test_check_exit_codes_and_no_writes(node):
     (node.conf / "10-a.conf").unlink()
     code, err = node.run("--check", "--source", str(node.root / "onedir"))
     assert code == 1 and "no CNI config" in err
+
+
+@pytest.mark.parametrize("config, why", [
+    ({"cniVersion": "1.0.0", "type": "bridge"}, "missing 'name'"),
+    ({"cniVersion": "1.0.0", "name": "x", "type": "bridge", "cniVersions": "1.0.0"},
+     "cniVersions must be a list"),
+])
+def test_a_primary_the_plugin_cannot_load_is_not_used(tmp_path, config, why):
+    """One owner: the installer asks the plugin's own loader (delegates.load_conf_file),
+    so a primary every ADD would refuse never gets a conflist or a ready probe."""
+    from netattach.install.primary import find_primary
+    (tmp_path / "10-primary.conf").write_text(json.dumps(config))
+    found = find_primary(str(tmp_path))
+    assert found.primary is None and why in found.why and "every ADD would fail" in found.why

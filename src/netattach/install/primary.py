@@ -34,9 +34,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..cni.errors import VersionError
+from ..cni.errors import CniError, VersionError
 from ..cni.version import SUPPORTED_VERSIONS, config_version
-from ..delegates import list_conf_files
+from ..delegates import list_conf_files, load_conf_file
 from .files import MAX_CONFIG_BYTES
 
 CONF_NAME = "00-netattach.conflist"
@@ -134,7 +134,8 @@ def _examine(path: str) -> tuple[Primary | None, str, list[str]]:
     """What the config at `path` is to the installer: (Primary, "", []) when it can be
     the cluster default network; (None, "", meta-plugin types) when it is a delegating
     meta-plugin's; (None, why, []) when it is not usable (yet): read_config's
-    reasons, or a version the plugin does not run."""
+    reasons, a version the plugin does not run, or any other reason the plugin's own
+    loader (delegates.load_conf_file) refuses it."""
     config, why = read_config(path)
     if config is None:
         return None, why, []
@@ -142,7 +143,13 @@ def _examine(path: str) -> tuple[Primary | None, str, list[str]]:
     if meta:
         return None, "", meta
     version, why = _run_version(config)
-    return (Primary(path, config, version) if version else None), why, []
+    if version is None:
+        return None, why, []
+    try:  # exactly what the plugin does with clusterNetwork at every ADD
+        load_conf_file(path)
+    except CniError as e:
+        return None, f"is not a config netattach can run ({e.msg}), so every ADD would fail", []
+    return Primary(path, config, version), "", []
 
 
 def find_primary(conf_dir: str, explicit: str | None = None) -> Lookup:
