@@ -289,3 +289,48 @@ def test_a_childs_own_code_and_a_timeout(bed):
     assert run.code == 1 and run.doc["code"] == 11 and "timed out" in run.doc["msg"]
     assert bed.calls() == ["ADD", "DEL", "ADD", "DEL"]  # each failed ADD rolled back
     assert bed.env.state_files() == []
+
+
+# ------------------------------------------------------------------ Multus keys
+
+def sysctl(ns: str, key: str) -> str:
+    return tb.run("ip", "netns", "exec", ns, "sysctl", "-n", key).stdout.strip()
+
+
+def test_auxiliary_cni_chain_runs_the_plugins_of_its_subdirectory(bed):
+    """Multus' auxiliaryCNIChainName: the plugin configs in
+    <dir of clusterNetwork>/<name>/*.conf run last as one chain (the reference tuning
+    here, which needs a prevResult: netattach starts the chain from an empty one, where
+    Multus runs its passthru plugin), with CNI_IFNAME net<N>; it is saved and DEL-ed
+    like any attachment."""
+    chain_dir = bed.env.conf_dir / "pod-tuning"
+    chain_dir.mkdir(parents=True)
+    (chain_dir / "10-arp.conf").write_text(json.dumps(
+        {"type": "tuning", "name": "arp", "sysctl": {"net.ipv4.conf.eth0.arp_filter": "1"}}))
+    conf = bed.conf(debian_bridge(bed, "1.0.0"), "1.0.0", "10-cluster.conf",
+                    auxiliaryCNIChainName="pod-tuning")
+    cid, ns = new_container(bed)
+    assert sysctl(ns, "net.ipv4.conf.all.arp_filter") == "0"
+    add = bed.run("ADD", conf, cid, ns, cni_path=str(bed.ref_bin))
+    assert add.code == 0, add.stdout + (bed.env.log_dir / "netattach.log").read_text()
+    assert sysctl(ns, "net.ipv4.conf.eth0.arp_filter") == "1"
+    assert add.doc["interfaces"][add.doc["ips"][0]["interface"]]["name"] == "eth0"
+    state = json.loads((bed.env.state_dir / f"{cid}.json").read_text())
+    assert [(a["network"], a["ifname"]) for a in state["attachments"]] == [
+        ("cluster-net", "eth0"), ("pod-tuning", "net1")]
+    delete = bed.run("DEL", conf, cid, ns, cni_path=str(bed.ref_bin))
+    assert (delete.code, delete.stdout) == (0, ""), delete.stdout
+    assert bed.env.ipam_allocations() == [] and bed.env.state_files() == []
+
+
+def test_multus_keys_not_honoured_are_named_in_one_warning(bed):
+    conf = bed.conf(debian_bridge(bed, "1.0.0"), "1.0.0", "10-cluster.conf",
+                    delegates=[{"type": "flannel"}], daemonSocketDir="/run/multus")
+    cid, ns = new_container(bed)
+    assert bed.run("ADD", conf, cid, ns).code == 0
+    assert bed.run("DEL", conf, cid, ns).code == 0
+    warnings = [l for l in (bed.env.log_dir / "netattach.log").read_text().splitlines()
+                if " WARNING " in l]
+    assert len(warnings) == 2 and all(  # one per invocation, naming both keys
+        "not honoured" in w and "delegates (" in w and "daemonSocketDir (" in w
+        for w in warnings), warnings
