@@ -16,7 +16,7 @@ include mk/testbin.mk
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 DEBS := containernetworking-plugins iproute2 iptables
 
-.PHONY: sysdeps venv build test unit demo bench clean
+.PHONY: sysdeps venv build lint test unit demo bench clean
 sysdeps:
 	@if ! command -v ip >/dev/null || [ ! -x /usr/lib/cni/bridge ] || [ ! -x /usr/sbin/iptables ]; then \
 	  echo "installing Debian packages: $(DEBS)"; \
@@ -50,10 +50,16 @@ $(NETATTACH_EXE): $(VENV)/.build-installed $(BUILD_INPUTS)
 	  --workpath build/pyinstaller netattach.spec
 	@touch -r build/.started $@
 
-# Every test: unit, integration (real plugins in real netns) and end to end
-# (real kube-apiserver + etcd), the plugin exec'd being the built artifact.
-# Needs root for network namespaces.
-test: sysdeps venv testbin build
+# Static checks (configured in pyproject.toml): ruff on the code and tests, mypy on the
+# package (strict on the CNI protocol and the orchestrator's core).
+lint: venv
+	$(VENV)/bin/ruff check src tests hack
+	$(VENV)/bin/mypy
+
+# Every test: the static checks, then unit, integration (real plugins in real netns)
+# and end to end (real kube-apiserver + etcd), the plugin exec'd being the built
+# artifact. Needs root for network namespaces.
+test: sysdeps venv lint testbin build
 	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv

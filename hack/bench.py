@@ -130,7 +130,8 @@ def main() -> int:
     print(f"interpreter start: {(time.monotonic() - start) * 1000:.0f} ms")
     for module in ("netattach.cli", "netattach.add", "jsonschema",
                    "lightkube.config.client_adapter"):
-        print(f"import {module:<31} {import_cost(module) * 1000:6.0f} ms (cumulative, -X importtime)")
+        cost = import_cost(module) * 1000
+        print(f"import {module:<31} {cost:6.0f} ms (cumulative, -X importtime)")
     return 0
 
 

@@ -43,7 +43,8 @@ def main() -> int:
             cl.apply_manifests(api, cl.DEPLOY_MANIFESTS)
             kubeconfig = cl.plugin_kubeconfig(cluster)
             print(f"API server {cluster.server}; deploy/ applied (CRD, RBAC, DaemonSet);")
-            print("the plugin's kubeconfig holds only the kube-system/netattach ServiceAccount token")
+            print("the plugin's kubeconfig holds only the kube-system/netattach "
+                  "ServiceAccount token")
             sc.ensure_namespace(api, NAMESPACE)
             s = sc.setup(api, kubeconfig, env, NAMESPACE, pod_name="demo-pod")
 

@@ -29,8 +29,7 @@ from .delete import delete_attachments
 from .kube import KubeError
 from .netconf import NetConf
 from .networks import InvalidSelection, Plan, build_plan, empty_result, where
-from .state import (CorruptState, PodRef, SavedAttachment, SavedState, StateError,
-                    StateStore)
+from .state import CorruptState, PodRef, SavedAttachment, SavedState, StateError, StateStore
 
 if TYPE_CHECKING:
     from .orchestrator import Orchestrator
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("netattach")
 
 
-def cmd_add(orch: "Orchestrator", req: CniRequest, conf: NetConf) -> dict[str, Any]:
+def cmd_add(orch: Orchestrator, req: CniRequest, conf: NetConf) -> dict[str, Any]:
     """ADD: attach the cluster default network, then every selected network.
 
     Returns the cluster default network's result converted to the configuration's
@@ -129,7 +128,7 @@ def _refuse_second_add(store: StateStore, req: CniRequest) -> None:
                          "container and interface without a DEL in between")
 
 
-def _add_locked(orch: "Orchestrator", req: CniRequest, conf: NetConf, pod: PodRef | None,
+def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef | None,
                 api: PodApi | None, store: StateStore) -> dict[str, Any]:
     _refuse_second_add(store, req)
     state = marker(req, conf, pod)
@@ -175,7 +174,7 @@ class _AttachFailed(Exception):
         self.cause = cause
 
 
-def _attach_all(orch: "Orchestrator", req: CniRequest, conf: NetConf, pod: PodRef | None,
+def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef | None,
                 plan: Plan, state: SavedState, store: StateStore) -> list[dict[str, Any]]:
     """Run every attachment's ADD in order, saving as it goes. Raises _AttachFailed."""
     results: list[dict[str, Any]] = []
@@ -207,7 +206,7 @@ def _attach_all(orch: "Orchestrator", req: CniRequest, conf: NetConf, pod: PodRe
     return results
 
 
-def rollback(orch: "Orchestrator", req: CniRequest, conf: NetConf, state: SavedState,
+def rollback(orch: Orchestrator, req: CniRequest, conf: NetConf, state: SavedState,
              store: StateStore) -> None:
     """DEL the attempted attachments in reverse (spec §7.2). When all succeeded the state
     is removed and the tombstone written (the runtime's DEL then has nothing to do);

@@ -8,7 +8,8 @@ server cannot be asked or refuses, and return None for an object that does not e
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from .cni.errors import InvalidEnv
 from .cni.request import CniRequest

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Callable, IO
+from collections.abc import Callable
+from typing import IO
 
 
 def temp_path(path: str) -> str:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("netattach")
 
 
-def cmd_check(orch: "Orchestrator", req: CniRequest, conf: NetConf) -> None:
+def cmd_check(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
     """CHECK every attachment with its saved result as prevResult (CNI SPEC.md "CHECK").
 
     Delegates whose own cniVersion predates CHECK (< 0.4.0) are skipped.
@@ -56,7 +56,7 @@ def cmd_check(orch: "Orchestrator", req: CniRequest, conf: NetConf) -> None:
             raise e.within(where(pod, f"{att.network} (interface {att.ifname})")) from None
 
 
-def cmd_status(orch: "Orchestrator", req: CniRequest, conf: NetConf) -> None:
+def cmd_status(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
     """STATUS: forward to the cluster default network (CNI SPEC.md "STATUS", 1.1.0).
 
     Readiness of the node's pod networking is the cluster default network's; its

@@ -50,7 +50,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from netattach.cni.chain import NetworkConfig
 from netattach.cni.errors import CniError, ConfigError
@@ -113,7 +113,7 @@ def _with_name(data: dict, name: str) -> dict:
 def _nad_ref(nad: dict, default_name: str) -> str:
     meta = nad.get("metadata") if isinstance(nad, dict) else None
     meta = meta if isinstance(meta, dict) else {}
-    name = meta.get("name") if isinstance(meta.get("name"), str) and meta.get("name") else default_name
+    name = meta["name"] if isinstance(meta.get("name"), str) and meta.get("name") else default_name
     namespace = meta.get("namespace")
     return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
 
@@ -229,7 +229,8 @@ def _read_json_object(path: str) -> dict:
     except ValueError as exc:  # also UnicodeDecodeError
         raise DelegateError(path, f"CNI config {path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise DelegateError(path, f"CNI config {path} must hold a JSON object, not {json_type(data)}")
+        raise DelegateError(path, f"CNI config {path} must hold a JSON object, "
+                                  f"not {json_type(data)}")
     return data
 
 
@@ -259,13 +260,15 @@ def side_plugins(conf_dir: str, name: object, path: str) -> list[dict]:
         files = [p for p in list_conf_files(plugin_dir) if _ext(p) == ".conf"]
     except OSError as exc:
         raise DelegateError(
-            path, f"CNI config {path}: cannot list plugin configs in {plugin_dir}: {exc.strerror or exc}"
+            path, f"CNI config {path}: cannot list plugin configs in {plugin_dir}: "
+                  f"{exc.strerror or exc}"
         ) from None
     plugins = []
     for plugin_path in files:
         plugin = _read_json_object(plugin_path)
         if not isinstance(plugin.get("type"), str) or not plugin.get("type"):
-            raise DelegateError(path, f"CNI config {path}: plugin config {plugin_path} has no 'type'")
+            raise DelegateError(path, f"CNI config {path}: plugin config {plugin_path} "
+                                      "has no 'type'")
         plugins.append(plugin)
     return plugins
 
@@ -285,7 +288,8 @@ def _config_from_file_data(path: str, data: dict) -> NetworkConfig:
                 data = dict(data, plugins=list(inline or []) + side)
         if data.get("plugins") is None:
             raise DelegateError(
-                path, f"CNI config {path} is a .conflist without 'plugins'; perhaps this is a .conf?"
+                path, f"CNI config {path} is a .conflist without 'plugins'; "
+                      "perhaps this is a .conf?"
             )
     elif "plugins" in data:
         if "type" not in data:
@@ -295,7 +299,8 @@ def _config_from_file_data(path: str, data: dict) -> NetworkConfig:
         # libcni reads a .conf as one plugin config even when it has a
         # "plugins" key (opaque to libcni), and runs it as a one-plugin list
         # (ConfListFromConf).  Do the same, so the key is not taken for a list.
-        data = {"cniVersion": data.get("cniVersion", ""), "name": data.get("name"), "plugins": [data]}
+        data = {"cniVersion": data.get("cniVersion", ""), "name": data.get("name"),
+                "plugins": [data]}
     try:
         return NetworkConfig.from_dict(data, path)
     except CniError as exc:
@@ -327,7 +332,8 @@ def _dirs(conf_dirs: str | Sequence[str]) -> list[str]:
     return [conf_dirs] if isinstance(conf_dirs, str) else list(dict.fromkeys(conf_dirs))
 
 
-def _search_disk(conf_dirs: str | Sequence[str], name: str) -> tuple[NetworkConfig | None, list[str]]:
+def _search_disk(conf_dirs: str | Sequence[str],
+                 name: str) -> tuple[NetworkConfig | None, list[str]]:
     """§3.4.1 steps 2 and 3 in each directory in turn; also returns the problems met."""
     problems: list[str] = []
     for conf_dir in _dirs(conf_dirs):

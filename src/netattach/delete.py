@@ -20,7 +20,8 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from . import devices, plan as planning
+from . import devices
+from . import plan as planning
 from .api import PodApi, pod_ref
 from .cni import chain
 from .cni.errors import CniError, TryAgain
@@ -28,8 +29,17 @@ from .cni.request import CniRequest
 from .kube import KubeError
 from .netconf import NetConf
 from .networks import build_plan, resolve_cluster_network, where
-from .state import (CorruptState, DelPending, PodRef, SavedAttachment, SavedState, StateError,
-                    StateStore, is_missing_netns, salvage)
+from .state import (
+    CorruptState,
+    DelPending,
+    PodRef,
+    SavedAttachment,
+    SavedState,
+    StateError,
+    StateStore,
+    is_missing_netns,
+    salvage,
+)
 
 if TYPE_CHECKING:
     from .orchestrator import Orchestrator
@@ -43,7 +53,7 @@ the API answers; after that it succeeds with what it could do (docs/architecture
 "Decisions")."""
 
 
-def delete_attachments(orch: "Orchestrator", req: CniRequest, conf: NetConf,
+def delete_attachments(orch: Orchestrator, req: CniRequest, conf: NetConf,
                        state: SavedState) -> list[str]:
     """DEL every attempted attachment in reverse order, past failures (spec §7.2).
 
@@ -73,7 +83,7 @@ def delete_attachments(orch: "Orchestrator", req: CniRequest, conf: NetConf,
     return errors
 
 
-def cmd_del(orch: "Orchestrator", req: CniRequest, conf: NetConf) -> None:
+def cmd_del(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
     """DEL: detach everything from saved state; needs neither the pod nor the API server.
 
     Without a usable saved state, `_load_or_rebuild` says what DEL works from (module
@@ -114,7 +124,7 @@ def runtime_view(req: CniRequest, conf: NetConf, pod: PodRef | None) -> SavedSta
                       cni_args=req.args, pod=pod, cni_version=conf.cni_version)
 
 
-def _load_or_rebuild(orch: "Orchestrator", req: CniRequest, conf: NetConf, pod: PodRef | None,
+def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef | None,
                      store: StateStore) -> tuple[SavedState | None, bool]:
     """The state DEL works from (module doc), and whether it is the saved file as it is;
     (None, True) when there is nothing to do (a tombstone). Every case but a whole
@@ -175,7 +185,7 @@ def _load_or_rebuild(orch: "Orchestrator", req: CniRequest, conf: NetConf, pod: 
     return rebuilt.with_attachments(attachments), False
 
 
-def _best_effort(orch: "Orchestrator", req: CniRequest, conf: NetConf, pod: PodRef | None,
+def _best_effort(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef | None,
                  known: list[SavedAttachment], cause: CniError, since: float | None,
                  api: PodApi | None, situation: str, loud: bool) -> SavedState:
     """What DEL does when the plan cannot be rebuilt: the attachments read from a damaged
@@ -212,7 +222,7 @@ def _best_effort(orch: "Orchestrator", req: CniRequest, conf: NetConf, pod: PodR
     return state
 
 
-def _settle_pending(orch: "Orchestrator", req: CniRequest, pod: PodRef | None,
+def _settle_pending(orch: Orchestrator, req: CniRequest, pod: PodRef | None,
                     state: SavedState, store: StateStore) -> None:
     """After a best-effort DEL while the API server could not be asked: within
     DEL_RETRY_WINDOW of the first such DEL, save what is known and raise TryAgain (11),

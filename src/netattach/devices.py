@@ -32,7 +32,8 @@ import os
 import stat
 import time
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from . import atomicfile
 from .cni.errors import ConfigError, IOFailure, TryAgain
@@ -153,6 +154,7 @@ def _pod_containers(socket_path: str, namespace: str, pod: str, timeout: float,
     """
     try:
         import grpc
+
         from .podresources import api_pb2, api_pb2_grpc
     except ImportError as e:  # an install without the runtime dependencies
         raise DeviceError(f"{label}: cannot load the gRPC client: {e}") from None

@@ -51,7 +51,7 @@ log = logging.getLogger("netattach.gc")
 Pair = tuple[str, str]  # (containerID, ifname)
 
 
-def valid_attachments(config: dict) -> set[Pair]:
+def valid_attachments(config: dict[str, Any]) -> set[Pair]:
     """The (containerID, ifname) pairs of `cni.dev/valid-attachments` in a GC stdin object
     (`cni.dev/attachments` when only the older key is given).
 
@@ -108,7 +108,7 @@ def _load_locked(store: StateStore, container_id: str) -> SavedState | None:
         return store.load(container_id)
 
 
-def cmd_gc(orch: "Orchestrator", req: CniRequest, conf: NetConf) -> None:
+def cmd_gc(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
     """GC (CNI SPEC.md "GC", 1.1.0): DEL stale containers, then GC every 1.1.0+ delegate.
 
     Needs netattach's cniVersion >= 1.1.0, else VersionError (1). Raises one CniError
@@ -170,7 +170,7 @@ def cmd_gc(orch: "Orchestrator", req: CniRequest, conf: NetConf) -> None:
                                  "; ".join(e.details for e in errors if e.details))
 
 
-def _gc_del(orch: "Orchestrator", request: CniRequest, conf: NetConf,
+def _gc_del(orch: Orchestrator, request: CniRequest, conf: NetConf,
             errors: list[CniError]) -> bool:
     """DEL one stale container as a runtime would; a failure goes into `errors`.
     Returns whether the DEL succeeded."""
@@ -223,7 +223,7 @@ def _delegates(conf: NetConf, states: dict[str, SavedState]
     return list(found.values()), errors
 
 
-def _forward(orch: "Orchestrator", req: CniRequest, conf: NetConf, states: dict[str, SavedState],
+def _forward(orch: Orchestrator, req: CniRequest, conf: NetConf, states: dict[str, SavedState],
              valid: set[Pair]) -> list[CniError]:
     """GC every distinct 1.1.0+ delegate (not disableGC) with the children's valid pairs."""
     nets, errors = _delegates(conf, states)

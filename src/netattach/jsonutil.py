@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-
 MAX_DEPTH = 100
 """Deepest nesting of arrays and objects accepted. CNI configs, results and annotations
 nest fewer than 10 levels. Whatever reads a decoded value (copy.deepcopy, json.dumps,

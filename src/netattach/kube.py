@@ -160,6 +160,8 @@ class Kube:
             try:
                 config = (KubeConfig.from_file(self.kubeconfig) if self.kubeconfig
                           else KubeConfig.from_env()).get()
+                if config is None:
+                    raise ValueError("it has no current-context")
                 # trust_env=False: no proxy, CA bundle or netrc from the runtime's
                 # environment; the kubeconfig alone says where and how to connect.
                 self._http = Client(config, ConnectionParams(
@@ -355,7 +357,8 @@ class Kube:
     def get_nad(self, namespace: str, name: str) -> dict | None:
         """The NetworkAttachmentDefinition as a JSON dict, or None when it does not
         exist (404). Retries and errors as `get_pod`."""
-        return self._get(f"/apis/{NAD_GROUP}/{NAD_VERSION}/namespaces/{namespace}/{NAD_PLURAL}/{name}",
+        return self._get(f"/apis/{NAD_GROUP}/{NAD_VERSION}/namespaces/{namespace}/"
+                         f"{NAD_PLURAL}/{name}",
                          f"NetworkAttachmentDefinition {namespace}/{name}",
                          f"{NAD_PLURAL}.{NAD_GROUP}")
 
@@ -402,7 +405,8 @@ class Kube:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         event = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{pod['name']}.{time.time_ns():x}", "namespace": pod["namespace"]},
+            "metadata": {"name": f"{pod['name']}.{time.time_ns():x}",
+                         "namespace": pod["namespace"]},
             "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": pod["namespace"],
                                "name": pod["name"], "uid": pod.get("uid", "")},
             "type": type_, "reason": reason, "message": message[:1024],
@@ -447,7 +451,7 @@ def _retry_after(value: str | None, now: float) -> float | None:
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:  # "-0000": UTC, as an HTTP-date always is
-        when = when.replace(tzinfo=datetime.timezone.utc)
+        when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - now)
 
 

@@ -90,7 +90,8 @@ def setup_logging(log_file: str | None, level: str, to_stderr: bool,
     root.handlers.clear()
     root.setLevel(LOG_LEVELS.get(level, logging.INFO))
     root.propagate = False
-    fmt = logging.Formatter(f"%(asctime)s netattach[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
+    fmt = logging.Formatter(
+        f"%(asctime)s netattach[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
     if log_file:
         try:
             fd = _open_append(log_file)
@@ -99,7 +100,8 @@ def setup_logging(log_file: str | None, level: str, to_stderr: bool,
         else:
             handler: logging.Handler = (
                 _RotatingHandler(log_file, fd, options, stderr_fallback=not to_stderr)
-                if options is not None else _AppendHandler(log_file, fd, stderr_fallback=not to_stderr))
+                if options is not None
+                else _AppendHandler(log_file, fd, stderr_fallback=not to_stderr))
             handler.setFormatter(fmt)
             root.addHandler(handler)
     if to_stderr or not root.handlers:
@@ -167,10 +169,13 @@ class _AppendHandler(logging.Handler):
             self._write((self.format(record) + "\n").encode("utf-8", "backslashreplace"))
 
     def close(self) -> None:
-        with self.lock:
+        self.acquire()
+        try:
             if self.fd >= 0:
                 os.close(self.fd)
                 self.fd = -1
+        finally:
+            self.release()
         super().close()
 
 
@@ -242,12 +247,13 @@ class _RotatingHandler(_AppendHandler):
         import fcntl
         if self.lock_fd is None and not self._broken:
             self._open_lock()
-        if self._broken:
+        lock_fd = self.lock_fd
+        if self._broken or lock_fd is None:
             self._write(data)
             return
         locked = compress = False
         try:
-            fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
             locked = True
             if self._full(len(data)):
                 self._rotate()
@@ -258,7 +264,7 @@ class _RotatingHandler(_AppendHandler):
             self._write(data)
         finally:
             if locked:
-                fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+                fcntl.flock(lock_fd, fcntl.LOCK_UN)
         if compress:
             self._compress_backups()
 
@@ -414,13 +420,15 @@ class _RotatingHandler(_AppendHandler):
             temp = f"{path}.gz.{os.getpid()}.tmp"
             try:
                 self._gzip(src, st, temp, name)
-                fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
+                lock_fd = self.lock_fd
+                assert lock_fd is not None  # compression follows a rotation under it
+                fcntl.flock(lock_fd, fcntl.LOCK_EX)
                 try:
                     if _same_file(path, st):  # else pruned meanwhile: drop the copy
                         os.rename(temp, path + ".gz")
                         os.unlink(path)
                 finally:
-                    fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+                    fcntl.flock(lock_fd, fcntl.LOCK_UN)
             finally:
                 self._unlink(os.path.basename(temp), "compress")  # unless renamed
         finally:
@@ -448,8 +456,11 @@ class _RotatingHandler(_AppendHandler):
             os.utime(raw.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))
 
     def close(self) -> None:
-        with self.lock:
+        self.acquire()
+        try:
             if self.lock_fd is not None:
                 os.close(self.lock_fd)
                 self.lock_fd = None
+        finally:
+            self.release()
         super().close()

@@ -176,9 +176,9 @@ def _check_default_networks(refs: list[str]) -> None:
     except SelectionError as e:
         index, reason = e.index, e.reason
     if reason:
-        key = "defaultNetworks" if index is None or index >= len(refs) else f"defaultNetworks.{index}"
-        value = "" if key == "defaultNetworks" else f"{refs[index]!r}: "
-        raise _invalid(key, f"{value}{reason}")
+        if index is None or index >= len(refs):
+            raise _invalid("defaultNetworks", reason)
+        raise _invalid(f"defaultNetworks.{index}", f"{refs[index]!r}: {reason}")
 
 
 def _unhonoured(config: dict[str, Any]) -> dict[str, str]:
@@ -219,6 +219,7 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         raise _invalid("auxiliaryCNIChainName", f"{aux!r}: {network_name_problem(aux)} (it names "
                        "a subdirectory of the cluster default network's config dir)")
     g = config.get("globalNamespaces")
+    global_namespaces: tuple[str, ...]
     if g is None or (isinstance(g, str) and not g.strip()):
         global_namespaces = DEFAULT_GLOBAL_NAMESPACES  # Multus reads "" as unset too
     else:

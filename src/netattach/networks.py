@@ -15,7 +15,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from . import delegates, devices, plan as planning, routes, selection
+from . import delegates, devices, routes, selection
+from . import plan as planning
 from .api import MIRROR_POD_ANNOTATION, PodApi
 from .cni import invoke
 from .cni.chain import NetworkConfig

@@ -15,8 +15,9 @@ orchestrator as its first argument.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .api import PodApi
 from .cni import chain, invoke

@@ -17,8 +17,9 @@ ipam-claim-reference goes to args.cni of every plugin and to runtimeConfig
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from .cni.chain import NetworkConfig
 from .cni.errors import ConfigError
@@ -150,7 +151,7 @@ def with_default_bursts(bandwidth: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def port_mappings_for_runtime(mappings: Sequence[dict]) -> list[dict]:
+def port_mappings_for_runtime(mappings: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The selection's port mappings in the shape of CONVENTIONS.md's portMappings.
 
     The protocol is lower case, as in CONVENTIONS.md's example ("tcp") and as kubelet
@@ -166,9 +167,10 @@ def runtime_args_for(element: NetworkSelectionElement, config: NetworkConfig) ->
     """runtimeConfig values a network selection element asks for, checked against capabilities.
 
     Returns {"ips": [...], "mac": "...", ...}; a bandwidth rate without its burst
-    gets default_burst(), port mapping protocols are lower case. Raises PlanError when a spec key is set but no plugin of
-    the delegate declares the capability (§4.1.2.1.3.2 and siblings: "the entire
-    attachment request must fail"); deviceID and ipamClaimReference never fail.
+    gets default_burst(), port mapping protocols are lower case. Raises PlanError when a
+    spec key is set but no plugin of the delegate declares the capability (§4.1.2.1.3.2
+    and siblings: "the entire attachment request must fail"); deviceID and
+    ipamClaimReference never fail.
     """
     out: dict[str, Any] = {}
     for attr, key, section in RUNTIME_KEYS:
@@ -197,8 +199,8 @@ def with_cni_args(config: NetworkConfig, cni_args: dict[str, Any]) -> NetworkCon
     raw = copy.deepcopy(config.raw)
     plugins = raw["plugins"] if config.is_list else [raw]
     for p in plugins:
-        args = p.get("args") if isinstance(p.get("args"), dict) else {}
-        cni = args.get("cni") if isinstance(args.get("cni"), dict) else {}
+        args: dict[str, Any] = p["args"] if isinstance(p.get("args"), dict) else {}
+        cni: dict[str, Any] = args["cni"] if isinstance(args.get("cni"), dict) else {}
         p["args"] = {**args, "cni": {**cni, **cni_args}}
     return NetworkConfig.from_dict(raw, config.source)
 

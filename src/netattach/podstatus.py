@@ -17,7 +17,8 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .jsonutil import json_type, loads_strict
 from .kube import Kube, KubeError

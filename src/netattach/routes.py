@@ -68,9 +68,10 @@ import errno
 import ipaddress
 import os
 import socket
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from .cni.errors import ConfigError
 from .cni.version import is_legacy_result
@@ -187,7 +188,7 @@ def plan_default_routes(
 
     def name(i: int) -> str:
         e = elements[i]
-        return e[2] if len(e) > 2 else e[0]  # type: ignore[misc]
+        return e[2] if len(e) > 2 else e[0]
 
     if len(carriers) > 1:
         raise RouteError("only one network may set default-route (§4.1.2.1.9); set by "
@@ -492,9 +493,9 @@ def apply_default_routes(netns_path: str,
             for r in found:
                 if not devices.intersection(_route_devices(r)):
                     continue
-                gw = install.get(family)
-                if (gw is not None and r.get_attr("RTA_OIF") == chosen
-                        and _same_ip(r.get_attr("RTA_GATEWAY"), gw)
+                wanted = install.get(family)
+                if (wanted is not None and r.get_attr("RTA_OIF") == chosen
+                        and _same_ip(r.get_attr("RTA_GATEWAY"), wanted)
                         and (r.get_attr("RTA_PRIORITY") or 0) == DEFAULT_METRIC[family]):
                     continue  # the one just installed
                 try:

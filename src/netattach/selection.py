@@ -173,9 +173,9 @@ class NetworkSelectionElement:
     ips: tuple[str, ...] | None = None
     mac: str | None = None
     default_route: tuple[str, ...] | None = None
-    port_mappings: tuple[dict, ...] | None = None
-    bandwidth: dict | None = None
-    cni_args: dict | None = None
+    port_mappings: tuple[dict[str, Any], ...] | None = None
+    bandwidth: dict[str, Any] | None = None
+    cni_args: dict[str, Any] | None = None
     infiniband_guid: str | None = None
     ipam_claim_reference: str | None = None
     device_id: str | None = None
@@ -340,7 +340,8 @@ def _parse_comma_list(value: str, pod_namespace: str) -> list[NetworkSelectionEl
             namespace, rest = (p.strip() for p in rest.split("/"))
             if not namespace:
                 raise SelectionError(
-                    f"{item!r} has an empty namespace before '/'", key="namespace", value="", index=index
+                    f"{item!r} has an empty namespace before '/'", key="namespace", value="",
+                    index=index
                 )
         interface: str | None = None
         name = rest
@@ -384,7 +385,7 @@ def _parse_json_list(value: str, pod_namespace: str) -> list[NetworkSelectionEle
     return [_parse_json_element(item, index, pod_namespace) for index, item in enumerate(data)]
 
 
-def _optional(obj: dict, key: str, *, empty_is_absent: bool = False) -> Any:
+def _optional(obj: dict[str, Any], key: str, *, empty_is_absent: bool = False) -> Any:
     value = obj.get(key)
     if value is None or (empty_is_absent and value == ""):
         return None
@@ -400,7 +401,8 @@ def _parse_json_element(item: object, index: int, pod_namespace: str) -> Network
         )
 
     def fail(key: str, reason: str, value: Any = None) -> SelectionError:
-        return SelectionError(reason, key=key, value=item.get(key) if value is None else value, index=index)
+        return SelectionError(reason, key=key, value=item.get(key) if value is None else value,
+                              index=index)
 
     # 4.1.2.1.1 name (required)
     if "name" not in item:
@@ -453,9 +455,11 @@ def _parse_json_element(item: object, index: int, pod_namespace: str) -> Network
             raise fail("mac", f"must be a string, not {json_type(mac)} (§4.1.2.1.4)")
         raw = _parse_hw_addr(mac, 6)
         if raw is None:
-            raise fail("mac", "is not a 6-byte Ethernet MAC address like 02:23:45:67:89:01 (§4.1.2.1.4)")
+            raise fail("mac", "is not a 6-byte Ethernet MAC address like 02:23:45:67:89:01 "
+                              "(§4.1.2.1.4)")
         if raw[0] & 1:
-            raise fail("mac", "is a multicast address; a pod interface needs a unicast one (§4.1.2.1.4)")
+            raise fail("mac", "is a multicast address; a pod interface needs a unicast one "
+                              "(§4.1.2.1.4)")
         if not any(raw):
             raise fail("mac", "the all-zero address cannot be assigned (§4.1.2.1.4)")
         mac = _hw_to_str(raw)
@@ -537,7 +541,7 @@ def _parse_json_element(item: object, index: int, pod_namespace: str) -> Network
     )
 
 
-def _parse_port_mappings(item: dict, index: int) -> tuple[dict, ...] | None:
+def _parse_port_mappings(item: dict[str, Any], index: int) -> tuple[dict[str, Any], ...] | None:
     """§4.1.2.1.7."""
     key = "portMappings"
     value = _optional(item, key)
@@ -584,7 +588,7 @@ def _parse_port_mappings(item: dict, index: int) -> tuple[dict, ...] | None:
     return tuple(out)
 
 
-def _parse_bandwidth(item: dict, index: int) -> dict | None:
+def _parse_bandwidth(item: dict[str, Any], index: int) -> dict[str, Any] | None:
     """§4.1.2.1.8."""
     key = "bandwidth"
     value = _optional(item, key)
@@ -599,7 +603,8 @@ def _parse_bandwidth(item: dict, index: int) -> dict | None:
     unknown = sorted(set(value) - set(_BANDWIDTH_KEYS))
     if unknown:
         raise fail(
-            f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(_BANDWIDTH_KEYS)} (§4.1.2.1.8)"
+            f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(_BANDWIDTH_KEYS)} "
+            "(§4.1.2.1.8)"
         )
     if not value:
         raise fail(f"must contain at least one of {', '.join(_BANDWIDTH_KEYS)} (§4.1.2.1.8)")

@@ -35,8 +35,9 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 from . import atomicfile
 from .cni.errors import IOFailure
@@ -120,7 +121,7 @@ class SavedAttachment:
         return out
 
     @classmethod
-    def from_dict(cls, data: object) -> "SavedAttachment | None":
+    def from_dict(cls, data: object) -> SavedAttachment | None:
         """The attachment of a saved dict (format 1), or None when it lacks what DEL
         needs (network, ifname, config) or has a key of the wrong type."""
         if not (isinstance(data, dict) and isinstance(data.get("network"), str)
@@ -178,7 +179,7 @@ class SavedState:
         """The attachments whose ADD was started: what DEL must undo."""
         return [a for a in self.attachments if a.attempted]
 
-    def with_attachments(self, attachments: list[SavedAttachment]) -> "SavedState":
+    def with_attachments(self, attachments: list[SavedAttachment]) -> SavedState:
         return replace(self, attachments=attachments)
 
     def to_dict(self) -> dict[str, Any]:
@@ -380,7 +381,9 @@ class StateStore:
             data = json.loads(raw)
         except (ValueError, RecursionError) as e:
             raise CorruptState(f"state file {path} is corrupt: {e}", raw) from None
-        reader = _READERS.get(data.get("format")) if isinstance(data, dict) else None
+        fmt = data.get("format") if isinstance(data, dict) else None
+        reader = _READERS.get(fmt) if isinstance(fmt, int) and not isinstance(fmt, bool) \
+            else None
         if reader is None:
             raise CorruptState(f"state file {path} has an unknown format", raw)
         state = reader(data, container_id)

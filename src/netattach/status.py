@@ -78,7 +78,7 @@ def _str_list(value: object) -> list[str]:
     return [s for s in value if isinstance(s, str) and s]
 
 
-def _dns(result: dict) -> dict | None:
+def _dns(result: dict[str, Any]) -> dict[str, Any] | None:
     dns = result.get("dns")
     if not isinstance(dns, dict):
         return None
@@ -95,7 +95,7 @@ def _dns(result: dict) -> dict | None:
     return out or None
 
 
-def _current_fields(result: dict, ifname: str) -> dict[str, Any]:
+def _current_fields(result: dict[str, Any], ifname: str) -> dict[str, Any]:
     """interface/ips/mac/mtu of a result >= 0.3.0 (§5.3.2.1, §5.3.3.1, §5.3.4.1)."""
     fields: dict[str, Any] = {}
     interfaces = result.get("interfaces")
@@ -143,7 +143,7 @@ def _current_fields(result: dict, ifname: str) -> dict[str, Any]:
     return fields
 
 
-def _legacy_fields(result: dict, ifname: str) -> dict[str, Any]:
+def _legacy_fields(result: dict[str, Any], ifname: str) -> dict[str, Any]:
     """interface/ips of a result < 0.3.0 (§5.3.2.1, §5.3.3.1)."""
     fields: dict[str, Any] = {"interface": ifname}
     ips = []
@@ -160,14 +160,14 @@ def _legacy_fields(result: dict, ifname: str) -> dict[str, Any]:
 
 def status_entry(
     name: str,
-    result: dict | None,
+    result: dict[str, Any] | None,
     *,
     ifname: str,
     default: bool,
     default_route: list[str] | None = None,
-    device_info: dict | None = None,
+    device_info: dict[str, Any] | None = None,
     mtu: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """One element of the ``network-status`` list (§5.3).
 
     Args:
@@ -215,7 +215,7 @@ def status_entry(
     return {key: fields[key] for key in _KEY_ORDER if key in fields}
 
 
-def encode_status(entries: list[dict]) -> str:
+def encode_status(entries: list[dict[str, Any]]) -> str:
     """The ``network-status`` annotation value for *entries* (§5).
 
     Formatted as Multus writes it: ``[`` + the entries, each JSON-encoded with

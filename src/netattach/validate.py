@@ -76,8 +76,9 @@ import json
 import os
 import stat
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -259,7 +260,8 @@ def _check_metadata(obj: dict, report: Report, *, what: str) -> tuple[str | None
     values strings. Returns (name, namespace) when usable, else None in their place."""
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
-        report(ERROR, "metadata", f"required, an object with at least a name (not {json_type(meta)})")
+        report(ERROR, "metadata",
+               f"required, an object with at least a name (not {json_type(meta)})")
         return None, None
     _check_annotation_values(meta, "metadata", report)
     name = meta.get("name")
@@ -297,7 +299,8 @@ def _check_annotation_values(meta: dict, where: str, report: Report) -> None:
     if annotations is None:
         return
     if not isinstance(annotations, dict):
-        report(ERROR, f"{where}.annotations", f"must be a map of strings, not {json_type(annotations)}")
+        report(ERROR, f"{where}.annotations",
+               f"must be a map of strings, not {json_type(annotations)}")
         return
     for key, value in annotations.items():
         if not isinstance(value, str):
@@ -437,7 +440,8 @@ def _lint_pod(doc: _Doc, report: Report, nads: dict[tuple[str, str], _Nad], name
     _check_annotation_values(meta, prefix, report)
     own = _at(doc.obj, ("metadata", "namespace"))
     namespace = own if is_dns1123_label(own) else namespace
-    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    annotations: dict[str, Any] = (meta["annotations"] if isinstance(meta.get("annotations"), dict)
+                                   else {})
     akey = f"{prefix}.annotations"
     value = annotations.get(selection.NETWORKS_ANNOTATION)
     if isinstance(value, str):
@@ -500,7 +504,8 @@ def _lint_selection(value: str, key: str, namespace: str, nads: dict[tuple[str, 
         return
     try:
         routes.plan_default_routes([(RUNTIME_IFNAME, None, "the cluster default network")]
-                                   + [(n, e.default_route, e.ref) for n, e in zip(ifnames, elements)])
+                                   + [(n, e.default_route, e.ref)
+                                      for n, e in zip(ifnames, elements)])
     except routes.RouteError as e:
         bad = next(el.index for el in elements if el.default_route is not None)
         report(ERROR, f"{key}[{bad}].default-route", str(e))
@@ -559,10 +564,11 @@ def _ipam_subnets(config: NetworkConfig | None) -> list[Any]:
         if not isinstance(ipam, dict):
             continue
         texts += [ipam.get("subnet"), ipam.get("range")]
-        ranges = ipam.get("ranges") if isinstance(ipam.get("ranges"), list) else []
+        ranges: list[Any] = ipam["ranges"] if isinstance(ipam.get("ranges"), list) else []
         texts += [r.get("subnet") for rs in ranges if isinstance(rs, list)
                   for r in rs if isinstance(r, dict)]
-        addresses = ipam.get("addresses") if isinstance(ipam.get("addresses"), list) else []
+        addresses: list[Any] = (ipam["addresses"] if isinstance(ipam.get("addresses"), list)
+                                else [])
         texts += [a.get("address") for a in addresses if isinstance(a, dict)]
     return [net for net in map(_network, texts) if net is not None]
 
@@ -631,11 +637,12 @@ def lint_sources(sources: list[tuple[str, bytes]], *, namespace: str = "default"
                 ref = (ns or namespace, name)
                 if ref in nads:
                     report(WARNING, "metadata.name", f"NetworkAttachmentDefinition {'/'.join(ref)} "
-                           f"is also defined at {nads[ref].where}; kubectl apply keeps the last one")
+                           f"is also defined at {nads[ref].where}; kubectl apply keeps the "
+                           "last one")
                 nads[ref] = nad
         elif kind in POD_TEMPLATES:
             pods.append((n, doc, report))
-    for n, doc, report in pods:
+    for _n, doc, report in pods:
         _lint_pod(doc, report, nads, namespace, strict)
     ordered = [f for n in range(len(docs)) for f in by_doc.get(n, ())]
     return _sorted(findings + ordered, sources)

@@ -9,13 +9,15 @@ GCNetworkList, GetStatusNetworkList).
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from . import invoke, version
 from .errors import ChildError, CniError, ConfigError, DecodeFailure, VersionError
 from .request import validate_container_id, validate_ifname, validate_network_name
 from .result import convert_result
+
 GC_ATTACHMENTS_KEY = "cni.dev/valid-attachments"  # SPEC.md GC
 # libcni also sends the list under the key an earlier draft of the spec used.
 GC_ATTACHMENTS_KEY_COMPAT = "cni.dev/attachments"
@@ -25,7 +27,7 @@ def _config_error(source: str, problem: str) -> ConfigError:
     return ConfigError(f"invalid network configuration {source}: {problem}")
 
 
-def _flag(data: dict, key: str, source: str) -> bool:
+def _flag(data: dict[str, Any], key: str, source: str) -> bool:
     """A conflist boolean; libcni also accepts the strings "true"/"false" (any case)."""
     value = data.get(key, False)
     if isinstance(value, bool):
@@ -46,7 +48,7 @@ def _check_plugin(plugin: Any, where: str, source: str) -> None:
         raise _config_error(source, f"{where}: 'capabilities' must be an object")
 
 
-def _pick_version(data: dict, source: str) -> str:
+def _pick_version(data: dict[str, Any], source: str) -> str:
     """cniVersion of a config (version.config_version: the highest supported of
     `cniVersions` and `cniVersion`, else "0.1.0"), after checking the keys' shapes.
     Raises ConfigError (7) for a malformed key or version, VersionError (1) for a
@@ -75,15 +77,15 @@ class NetworkConfig:
     """
     name: str
     cni_version: str
-    plugins: tuple[dict, ...]
+    plugins: tuple[dict[str, Any], ...]
     is_list: bool
-    raw: dict
+    raw: dict[str, Any]
     source: str
     disable_check: bool = False
     disable_gc: bool = False
 
     @classmethod
-    def from_dict(cls, data: dict, source: str) -> "NetworkConfig":
+    def from_dict(cls, data: dict[str, Any], source: str) -> NetworkConfig:
         """Parse a conf or conflist object (CNI SPEC.md Section 1, libcni conf.go).
 
         A dict with "plugins" is a list: "plugins" a non-empty list of objects each
@@ -147,8 +149,8 @@ class RuntimeConf:
         return invoke.PluginEnv(path=":".join(self.cni_path))
 
 
-def plugin_config(net: NetworkConfig, plugin: dict, rt: RuntimeConf,
-                  prev_result: dict | None) -> dict:
+def plugin_config(net: NetworkConfig, plugin: dict[str, Any], rt: RuntimeConf,
+                  prev_result: dict[str, Any] | None) -> dict[str, Any]:
     """The stdin object of one plugin (libcni buildOneConfig + injectRuntimeConfig).
 
     A deep copy of `plugin` with:
@@ -176,11 +178,11 @@ def plugin_config(net: NetworkConfig, plugin: dict, rt: RuntimeConf,
     return conf
 
 
-def _describe(net: NetworkConfig, plugin: dict) -> str:
+def _describe(net: NetworkConfig, plugin: dict[str, Any]) -> str:
     return f"type={plugin.get('type')!r} name={net.name!r}"
 
 
-def _annotated(e: CniError, net: NetworkConfig, plugin: dict, index: int,
+def _annotated(e: CniError, net: NetworkConfig, plugin: dict[str, Any], index: int,
                command: str) -> ChildError:
     """`e` as a ChildError whose msg says which plugin of which network failed
     (libcni: 'plugin type="x" name="y" failed (add): ...'); code and details kept."""
@@ -190,8 +192,8 @@ def _annotated(e: CniError, net: NetworkConfig, plugin: dict, index: int,
                       plugin_index=index)
 
 
-def _run(net: NetworkConfig, index: int, plugin: dict, command: str, conf: dict,
-         env: invoke.PluginEnv, rt: RuntimeConf) -> dict | None:
+def _run(net: NetworkConfig, index: int, plugin: dict[str, Any], command: str, conf: dict[str, Any],
+         env: invoke.PluginEnv, rt: RuntimeConf) -> dict[str, Any] | None:
     try:
         path = rt.executor.find(plugin["type"], rt.bin_dirs + rt.cni_path)
         return rt.executor.run(path, command, conf, env, rt.timeout)
@@ -199,7 +201,8 @@ def _run(net: NetworkConfig, index: int, plugin: dict, command: str, conf: dict,
         raise _annotated(e, net, plugin, index, command) from e
 
 
-def add(net: NetworkConfig, rt: RuntimeConf, prev_result: dict | None = None) -> dict | None:
+def add(net: NetworkConfig, rt: RuntimeConf,
+        prev_result: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """ADD: run every plugin in order, each with the previous result as prevResult (the
     first one with `prev_result`, when given: a chain that continues an earlier one).
 
@@ -228,7 +231,7 @@ def add(net: NetworkConfig, rt: RuntimeConf, prev_result: dict | None = None) ->
     return result
 
 
-def delete(net: NetworkConfig, rt: RuntimeConf, prev_result: dict | None) -> None:
+def delete(net: NetworkConfig, rt: RuntimeConf, prev_result: dict[str, Any] | None) -> None:
     """DEL: run every plugin in reverse order.
 
     prevResult (prev_result converted to net.cni_version) is given only when
@@ -244,7 +247,7 @@ def delete(net: NetworkConfig, rt: RuntimeConf, prev_result: dict | None) -> Non
         _run(net, i, plugin, "DEL", conf, env, rt)
 
 
-def check(net: NetworkConfig, rt: RuntimeConf, prev_result: dict | None) -> None:
+def check(net: NetworkConfig, rt: RuntimeConf, prev_result: dict[str, Any] | None) -> None:
     """CHECK: run every plugin in order with prevResult = prev_result.
 
     Needs net.cni_version >= 0.4.0, else VersionError (1)
@@ -263,7 +266,8 @@ def check(net: NetworkConfig, rt: RuntimeConf, prev_result: dict | None) -> None
         _run(net, i, plugin, "CHECK", conf, env, rt)
 
 
-def _bare_config(net: NetworkConfig, plugin: dict, extra: dict | None = None) -> dict:
+def _bare_config(net: NetworkConfig, plugin: dict[str, Any],
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
     conf = copy.deepcopy(plugin)
     conf["name"] = net.name
     conf["cniVersion"] = net.cni_version
@@ -285,7 +289,7 @@ def status(net: NetworkConfig, rt: RuntimeConf) -> None:
         _run(net, i, plugin, "STATUS", _bare_config(net, plugin), env, rt)
 
 
-def gc(net: NetworkConfig, rt: RuntimeConf, valid_attachments: list[dict]) -> None:
+def gc(net: NetworkConfig, rt: RuntimeConf, valid_attachments: list[dict[str, Any]]) -> None:
     """GC (CNI 1.1.0): let every plugin release resources of attachments not in
     `valid_attachments` ([{"containerID": str, "ifname": str}, ...]).
 

@@ -60,13 +60,14 @@ class CniError(Exception):
         return f"{self.msg}; {self.details}" if self.details else self.msg
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(code={self.code}, msg={self.msg!r}, details={self.details!r})"
+        return (f"{type(self).__name__}(code={self.code}, msg={self.msg!r}, "
+                f"details={self.details!r})")
 
     def __reduce__(self) -> tuple[Any, ...]:
         # copy and pickle without calling a subclass's own __init__ signature
         return (_rebuild, (type(self), self.__dict__.copy()))
 
-    def within(self, where: str) -> "CniError":
+    def within(self, where: str) -> CniError:
         """A copy of this error (same kind, code and details) whose msg starts with
         `where` ("pod ns/name: network x"), so the message names the context."""
         out = copy.copy(self)
@@ -74,7 +75,7 @@ class CniError(Exception):
         out.args = (out.msg,)
         return out
 
-    def reworded(self, msg: str, details: str | None = None) -> "CniError":
+    def reworded(self, msg: str, details: str | None = None) -> CniError:
         """A copy of this error (same kind and code) with `msg`, and `details` when given:
         for one error that reports several (the code is this one's)."""
         out = copy.copy(self)

@@ -14,8 +14,9 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from .errors import DECODE_FAILURE, INTERNAL, ChildError, ConfigError, IOFailure, TryAgain
 
@@ -137,7 +138,7 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the child, its process group and every descendant that left the group.
 
     The group alone is not enough: a grandchild that called setsid() or setpgid()
@@ -161,7 +162,7 @@ def _kill_tree(proc: subprocess.Popen) -> None:
         pass
 
 
-def _spawn(path: str, environ: dict[str, str], deadline: float) -> subprocess.Popen:
+def _spawn(path: str, environ: dict[str, str], deadline: float) -> subprocess.Popen[bytes]:
     name = os.path.basename(path)
     for attempt in range(_TXTBSY_RETRIES + 1):
         try:
@@ -205,8 +206,8 @@ def _failure(name: str, returncode: int, stdout: str, stderr: str) -> ChildError
             obj = None
         if isinstance(obj, dict) and ("code" in obj or "msg" in obj):
             code = obj.get("code")
-            msg = obj.get("msg") if isinstance(obj.get("msg"), str) else ""
-            details = obj.get("details") if isinstance(obj.get("details"), str) else ""
+            msg = obj["msg"] if isinstance(obj.get("msg"), str) else ""
+            details = obj["details"] if isinstance(obj.get("details"), str) else ""
             return ChildError(code if isinstance(code, int) else INTERNAL,
                               msg or f"plugin {name!r} {how} with an empty error message",
                               details, plugin=name, stderr=_tail(stderr))
@@ -220,8 +221,8 @@ def _failure(name: str, returncode: int, stdout: str, stderr: str) -> ChildError
                       plugin=name, stderr="")
 
 
-def exec_plugin(path: str, command: str, config: dict, env: PluginEnv,
-                timeout: float) -> dict | None:
+def exec_plugin(path: str, command: str, config: dict[str, Any], env: PluginEnv,
+                timeout: float) -> dict[str, Any] | None:
     """Run plugin `path` once for `command`; return its decoded stdout.
 
     stdin: JSON of `config`; environment: child_environ(command, env); the child

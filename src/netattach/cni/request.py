@@ -5,12 +5,13 @@
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any
 
-from .errors import ConfigError, DecodeFailure, InvalidEnv
 from ..jsonutil import loads_strict
 from ..names import container_id_problem, ifname_problem, network_name_problem
+from .errors import ConfigError, DecodeFailure, InvalidEnv
 
 COMMANDS = ("ADD", "DEL", "CHECK", "VERSION", "STATUS", "GC")
 
@@ -72,7 +73,7 @@ def parse_cni_args(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def decode_json_object(data: bytes, what: str = "stdin") -> dict:
+def decode_json_object(data: bytes, what: str = "stdin") -> dict[str, Any]:
     """Decode `data` as one JSON object; anything else raises DecodeFailure (6).
 
     Guards: more than MAX_STDIN bytes, invalid UTF-8, NaN/Infinity, nesting that
@@ -106,7 +107,7 @@ class CniRequest:
     args: tuple[tuple[str, str], ...]
     path: tuple[str, ...]
     stdin: bytes
-    config: dict | None
+    config: dict[str, Any] | None
 
     def arg(self, key: str) -> str | None:
         """Value of CNI_ARGS `key` (the last one if repeated, as libcni's LoadArgs), or None."""

@@ -26,7 +26,7 @@ import copy
 from typing import Any
 
 from .errors import DecodeFailure, VersionError
-from .version import SUPPORTED_VERSIONS, check_supported
+from .version import check_supported
 
 # Result layout families, as libcni's Go types group the versions.
 _FAMILY = {"0.1.0": "020", "0.2.0": "020", "0.3.0": "040", "0.3.1": "040", "0.4.0": "040",
@@ -39,7 +39,7 @@ _ROUTE_KEYS = ("dst", "gw")
 _ROUTE_KEYS_110 = ("dst", "gw", "mtu", "advmss", "priority", "table", "scope")
 
 
-def result_version(result: dict, default_version: str) -> str:
+def result_version(result: dict[str, Any], default_version: str) -> str:
     """The result's "cniVersion", or `default_version` when it is missing or "".
 
     libcni invoke.fixupResultVersion reads a child's result that lacks a version
@@ -60,7 +60,7 @@ def _fail(msg: str, details: str = "") -> DecodeFailure:
     return DecodeFailure(f"invalid CNI result: {msg}", details)
 
 
-def _list_of_dicts(value: Any, where: str) -> list[dict]:
+def _list_of_dicts(value: Any, where: str) -> list[dict[str, Any]]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(x, dict) for x in value):
@@ -68,13 +68,13 @@ def _list_of_dicts(value: Any, where: str) -> list[dict]:
     return value
 
 
-def _pick(src: dict, keys: tuple[str, ...]) -> dict:
+def _pick(src: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     """Copy of `src` limited to `keys` (in that order), None values and "" dropped."""
     return {k: copy.deepcopy(src[k]) for k in keys if k in src and src[k] is not None
             and src[k] != ""}
 
 
-def _dns(value: Any) -> dict:
+def _dns(value: Any) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -97,8 +97,9 @@ def _addr_is_v4(cidr: Any, where: str) -> bool:
 # Canonical form: {"interfaces": [...1.1.0 keys], "ips": [{"version"?, "interface"?,
 # "address", "gateway"?}], "routes": [...1.1.0 keys], "dns": {...}}
 
-def _read(result: dict, family: str) -> dict:
-    out: dict = {"interfaces": [], "ips": [], "routes": [], "dns": _dns(result.get("dns"))}
+def _read(result: dict[str, Any], family: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"interfaces": [], "ips": [], "routes": [],
+                           "dns": _dns(result.get("dns"))}
     if family == "020":
         for key, ver in (("ip4", "4"), ("ip6", "6")):
             ipc = result.get(key)
@@ -130,8 +131,8 @@ def _read(result: dict, family: str) -> dict:
     return out
 
 
-def _write(canon: dict, family: str, to_version: str) -> dict:
-    out: dict = {"cniVersion": to_version}
+def _write(canon: dict[str, Any], family: str, to_version: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"cniVersion": to_version}
     if family == "020":
         ip4 = next((ip for ip in canon["ips"] if _ip_version(ip) == "4"), None)
         ip6 = next((ip for ip in canon["ips"] if _ip_version(ip) == "6"), None)
@@ -142,7 +143,7 @@ def _write(canon: dict, family: str, to_version: str) -> dict:
         for key, ip, v4 in (("ip4", ip4, True), ("ip6", ip6, False)):
             if ip is None:
                 continue
-            ipc: dict = {"ip": ip["address"]}
+            ipc: dict[str, Any] = {"ip": ip["address"]}
             if ip.get("gateway"):
                 ipc["gateway"] = ip["gateway"]
             routes = [_pick(r, _ROUTE_KEYS) for r in canon["routes"]
@@ -171,14 +172,15 @@ def _write(canon: dict, family: str, to_version: str) -> dict:
     return out
 
 
-def _ip_version(ip: dict) -> str:
+def _ip_version(ip: dict[str, Any]) -> str:
     v = ip.get("version")
-    if v in ("4", "6"):
-        return v
+    if v == "4" or v == "6":
+        return str(v)
     return "4" if _addr_is_v4(ip.get("address"), "ips[].address") else "6"
 
 
-def convert_result(result: dict, to_version: str, default_version: str | None = None) -> dict:
+def convert_result(result: dict[str, Any], to_version: str,
+                   default_version: str | None = None) -> dict[str, Any]:
     """`result` converted to CNI version `to_version` (a new dict; the input is not changed).
 
     The source version is result_version(result, default_version); with

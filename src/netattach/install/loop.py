@@ -17,13 +17,20 @@ import re
 import select
 import signal
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import atomicfile
 from .binary import BIN_TEMP, BINARY_NAME, binary_problem, default_source, install_binary
 from .files import InstallError, ensure_dir, read_regular, remove_stale_temps, replace_if_changed
-from .kubeconfig import (CA_NAME, KUBECONFIG_SUBDIR, ServiceAccount, api_server_url,
-                         read_service_account, render_kubeconfig)
+from .kubeconfig import (
+    CA_NAME,
+    KUBECONFIG_SUBDIR,
+    ServiceAccount,
+    api_server_url,
+    read_service_account,
+    render_kubeconfig,
+)
 from .primary import CONF_NAME, Lookup, PluginSettings, find_primary, render_conflist
 
 log = logging.getLogger(__name__)
@@ -182,7 +189,7 @@ class Installer:
         config at all, ours is removed; with a primary not usable yet, ours is left as it
         is. Raises InstallError on write failures."""
         data, found = self.desired_conf()
-        if found.primary is None:
+        if found.primary is None or data is None:
             if self._wait_log.due(found.why):
                 log.info("waiting: %s", found.why)
             if found.absent:

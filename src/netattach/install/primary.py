@@ -52,8 +52,8 @@ def _plugins(config: dict[str, Any]) -> list[Any]:
 
 def _meta_types(config: dict[str, Any]) -> list[str]:
     """The delegating meta-plugin types among the config's plugins."""
-    return sorted({p.get("type") for p in _plugins(config) if isinstance(p, dict)}
-                  & META_PLUGIN_TYPES)
+    return sorted({p["type"] for p in _plugins(config)
+                   if isinstance(p, dict) and isinstance(p.get("type"), str)} & META_PLUGIN_TYPES)
 
 
 @dataclass(frozen=True)
