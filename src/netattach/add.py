@@ -29,7 +29,7 @@ from .delete import delete_attachments
 from .kube import KubeError
 from .netconf import NetConf
 from .networks import InvalidSelection, Plan, build_plan, empty_result, where
-from .state import CorruptState, PodRef, SavedAttachment, SavedState, StateError, StateStore
+from .state import CorruptState, PodRef, SavedState, StateError, StateStore
 
 if TYPE_CHECKING:
     from .orchestrator import Orchestrator
@@ -98,15 +98,6 @@ def marker(req: CniRequest, conf: NetConf, pod: PodRef | None) -> SavedState:
                       cni_args=req.args, pod=pod, cni_version=conf.cni_version)
 
 
-def planned_state(base: SavedState, plan: Plan) -> SavedState:
-    """`base` with every attachment of `plan`, none attempted yet."""
-    return base.with_attachments([
-        SavedAttachment(network=a.network, ifname=a.ifname, default=a.default,
-                        source=a.config.source, config=a.config.raw,
-                        capability_args=a.capability_args, device=plan.devices.get(i))
-        for i, a in enumerate(plan.attachments)])
-
-
 def _refuse_second_add(store: StateStore, req: CniRequest) -> None:
     """Raise InvalidEnv (4) when the container already has attachments (or a damaged
     state): CNI SPEC.md forbids a second ADD of a container without a DEL in between, and
@@ -139,7 +130,7 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
     except BaseException:
         _released(store, req.container_id)  # nothing was attached
         raise
-    state = planned_state(state, plan)
+    state = plan.saved(state)
     store.save(state)  # before any child runs
     try:
         results = _attach_all(orch, req, conf, pod, plan, state, store)

@@ -172,10 +172,7 @@ def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: Po
         plan = build_plan(req, conf, pod, api, wait_for_pod=False)
     except CniError as e:
         return _best_effort(orch, req, conf, pod, known, e, since, api, situation, loud), False
-    from .add import planned_state
-    rebuilt = planned_state(runtime_view(req, conf, pod), plan)
-    for att in rebuilt.attachments:
-        att.attempted = True
+    rebuilt = plan.saved(runtime_view(req, conf, pod), attempted=True)
     read = {a.ifname: a for a in known}
     attachments = [read.pop(a.ifname, a) for a in rebuilt.attachments] + list(read.values())
     log.log(logging.ERROR if loud else logging.WARNING,

@@ -24,7 +24,7 @@ from .cni.errors import CniError, ConfigError, TryAgain, UnknownContainer
 from .cni.request import CniRequest
 from .names import is_dns1123_label
 from .netconf import NetConf
-from .state import PodRef
+from .state import PodRef, SavedAttachment, SavedState
 
 log = logging.getLogger("netattach")
 
@@ -172,6 +172,17 @@ class Plan:
     devices: dict[int, tuple[str, str]]
     default_route: routes.DefaultRoutePlan | None
     pod_uid: str = ""
+
+    def saved(self, base: SavedState, attempted: bool = False) -> SavedState:
+        """`base` (the container as the runtime named it) with every attachment of the
+        plan, as ADD saves them before any child runs (`attempted` False) or as DEL
+        takes a rebuilt plan (True: each may have been attached)."""
+        return base.with_attachments([
+            SavedAttachment(network=a.network, ifname=a.ifname, default=a.default,
+                            source=a.config.source, config=a.config.raw,
+                            capability_args=a.capability_args, attempted=attempted,
+                            device=self.devices.get(i))
+            for i, a in enumerate(self.attachments)])
 
 
 def _with_device_id(config: NetworkConfig, device_id: str) -> NetworkConfig:

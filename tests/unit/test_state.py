@@ -69,13 +69,18 @@ def test_container_id_never_becomes_a_path(tmp_path, cid):
         StateStore(str(tmp_path)).mark_deleted(cid)
 
 
-def test_planted_symlink_is_not_followed(tmp_path):
-    target = tmp_path / "victim"
-    target.write_text("keep")
+def planted(tmp_path, name: str) -> tuple[StateStore, Path]:
+    """A state dir with a symlink planted at `name`, to a victim file holding "keep"."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
     d = tmp_path / "cni"
     d.mkdir(mode=0o700)
-    (d / "abc.json").symlink_to(target)
-    store = StateStore(str(d))
+    (d / name).symlink_to(victim)
+    return StateStore(str(d)), victim
+
+
+def test_planted_symlink_is_not_followed(tmp_path):
+    store, target = planted(tmp_path, "abc.json")
     with pytest.raises(StateError):
         store.load("abc")
     assert target.read_text() == "keep"
@@ -202,12 +207,7 @@ def test_expired_tombstones_are_pruned_at_most_hourly(tmp_path):
 
 
 def test_a_planted_tombstone_symlink_is_not_followed(tmp_path):
-    victim = tmp_path / "victim"
-    victim.write_text("keep")
-    d = tmp_path / "cni"
-    d.mkdir(mode=0o700)
-    (d / "abc.deleted").symlink_to(victim)
-    store = StateStore(str(d))
+    store, victim = planted(tmp_path, "abc.deleted")
     store.mark_deleted("abc")  # best effort: refused, not followed
     assert victim.read_text() == "keep" and store.deleted_since("abc") is None
 
