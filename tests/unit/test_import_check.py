@@ -1,0 +1,56 @@
+"""The exec'd path stays lean: which heavy modules each CNI command imports, checked by
+name in a fresh interpreter (an import check, not a timing).
+
+VERSION imports nothing outside the standard library but netattach's own modules; a
+DEL from saved state or a tombstone, CHECK and STATUS never import the API client
+(lightkube, httpx2), pyroute2, grpc, PyYAML or the official kubernetes client.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("lightkube", "httpx2", "pyroute2", "grpc", "google.protobuf", "yaml", "kubernetes")
+
+PROBE = """
+import json, sys
+from netattach.cli import cni_main
+doc, code = cni_main({env}, {stdin!r})
+heavy = sorted({{m.split(".")[0] for m in sys.modules}} & {heavy})
+third = sorted({{m.split(".")[0] for m in sys.modules
+               if m.split(".")[0] not in sys.stdlib_module_names
+               and m.split(".")[0] not in ("netattach", "_distutils_hack", "__main__")}})
+print(json.dumps({{"code": code, "doc": doc, "heavy": heavy, "third": third}}))
+"""
+
+
+def probe(env: dict[str, str], stdin: dict | None) -> dict:
+    code = PROBE.format(env=repr(env), stdin=json.dumps(stdin).encode() if stdin else b"",
+                        heavy=repr(set(h.split(".")[0] for h in HEAVY)))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.splitlines()[-1])
+
+
+def test_version_imports_only_the_standard_library():
+    out = probe({"CNI_COMMAND": "VERSION"}, None)
+    assert out["code"] == 0 and out["third"] == [] and out["heavy"] == []
+
+
+@pytest.mark.parametrize("command", ["DEL", "STATUS"])
+def test_del_and_status_without_the_api_import_no_heavy_module(tmp_path, command):
+    (tmp_path / "state").mkdir(mode=0o700)
+    (tmp_path / "state" / "c1.deleted").write_text("")  # the runtime's second DEL
+    cluster = tmp_path / "10-cluster.conf"
+    cluster.write_text(json.dumps({"cniVersion": "1.0.0", "name": "c", "type": "bridge"}))
+    conf = {"cniVersion": "1.1.0", "name": "n", "type": "netattach",
+            "clusterNetwork": str(cluster), "cniDir": str(tmp_path / "state"),
+            "kubeconfig": str(tmp_path / "nowhere"), "logToStderr": False}
+    env = {"CNI_COMMAND": command, "CNI_PATH": str(tmp_path), "CNI_CONTAINERID": "c1",
+           "CNI_IFNAME": "eth0", "CNI_ARGS": "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"}
+    out = probe(env, conf)
+    assert out["code"] == 0, out["doc"]
+    assert out["heavy"] == []
