@@ -25,7 +25,7 @@ from .cni import version
 from .cni.errors import ConfigError, VersionError
 from .devices import DEVINFO_DIR, KUBELET_SOCKET
 from .logsetup import LOG_LEVELS
-from .names import network_name_problem
+from .names import is_dns1123_label, network_name_problem
 from .selection import SelectionError, parse_network_selection
 
 DEFAULT_CONF_DIR = "/etc/cni/net.d"
@@ -59,7 +59,6 @@ DEFAULT_NAMESPACE = "kube-system"
 DEFAULT_POD_RESOURCES_SOCKET = KUBELET_SOCKET
 DEFAULT_DEVICE_INFO_DIR = DEVINFO_DIR
 
-_DNS1123_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _STR = {"type": "string"}
 # A path with a NUL cannot name a file: refused here, not as an exception at its first use.
 _NO_NUL = r"^[^\x00]*$"
@@ -93,7 +92,7 @@ SCHEMA: dict[str, Any] = {
         "auxiliaryCNIChainName": {"type": "string"},
         "retryDeleteOnError": {"type": "boolean"},
         "logToStderr": {"type": "boolean"},
-        "multusNamespace": {"type": "string", "pattern": _DNS1123_LABEL, "maxLength": 63},
+        "multusNamespace": _STR,  # a DNS-1123 label: names.is_dns1123_label, below
         "systemNamespaces": _STR_LIST,
         "namespaceIsolation": {"type": "boolean"},
         # Multus writes a comma-separated string; a list is accepted as well.
@@ -213,6 +212,11 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         version.check_supported(cni_version, "netattach cniVersion")
     except VersionError as e:
         raise e.within("invalid netattach configuration") from None
+    namespace = config.get("multusNamespace", DEFAULT_NAMESPACE)
+    if not is_dns1123_label(namespace):
+        raise _invalid("multusNamespace", f"{namespace!r} is not a namespace name: a "
+                       "DNS-1123 label (at most 63 lower-case alphanumerics or '-', starting "
+                       "and ending alphanumeric)")
     _check_default_networks(config.get("defaultNetworks", []))
     aux = config.get("auxiliaryCNIChainName") or None
     if aux is not None and network_name_problem(aux):
@@ -242,7 +246,7 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         log_to_stderr=config.get("logToStderr", True),
         log_options=(dict(config["logOptions"]) if isinstance(config.get("logOptions"), dict)
                      else None),
-        multus_namespace=config.get("multusNamespace", DEFAULT_NAMESPACE),
+        multus_namespace=namespace,
         system_namespaces=tuple(config.get("systemNamespaces", (DEFAULT_NAMESPACE,))),
         namespace_isolation=config.get("namespaceIsolation", False),
         global_namespaces=global_namespaces,
