@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 from tests.testbed import cluster as cl  # noqa: E402
 from tests.testbed import netns as tb  # noqa: E402
 from tests.testbed import scenario as sc  # noqa: E402
+from tests.testbed.statefiles import tombstones  # noqa: E402
 
 NAMESPACE = "demo"
 
@@ -82,7 +83,9 @@ def main() -> int:
                 return 1
             show(tb.run("ip", "-n", s.netns, "-br", "link").stdout.rstrip())
             print(f"IP allocations left: {len(env.ipam_allocations())}; "
-                  f"state files left: {len(list(env.state_dir.iterdir()))}")
+                  f"state files left: {len(env.state_files())}; tombstone (the DEL "
+                  f"completed, so the runtime's second DEL is a no-op): "
+                  f"{'yes' if s.container_id in tombstones(env.state_dir) else 'no'}")
             say("netattach's own log of this run")
             show("\n".join(line for line in s.log_text().splitlines() if " INFO " in line))
     finally:
