@@ -3,6 +3,7 @@ namespace isolation (§7.4), capability failure (§4.1.2.1.x.2), events, readine
 Real kube-apiserver, real plugins, the installed command, the deploy/ RBAC token."""
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from pathlib import Path
@@ -153,16 +154,19 @@ def test_default_route_on_a_selected_network(admin_api, plugin_kubeconfig, host_
     assert_clean(s)
 
 
-def test_device_from_kubelet_reaches_the_delegate_and_status(
-        admin_api, plugin_kubeconfig, host_env, k8s_namespace):
-    """A NAD annotated k8s.v1.cni.cncf.io/resourceName: the pod's allocated devices come
-    from the kubelet PodResources API (gRPC), one per attachment in order, as deviceID in
-    the delegate's config and runtimeConfig; the device plugin's device-info lands in
-    network-status and the attachment's device-info file is gone after DEL."""
+RESOURCE = "example.com/nic"
+DEVICES = ("0000:18:02.5", "0000:18:02.6")
+
+
+@contextlib.contextmanager
+def two_device_attachments(admin_api, plugin_kubeconfig, host_env, k8s_namespace):
+    """A pod selecting NAD `dev-net` (annotated with a device-plugin resource) twice, the
+    kubelet's PodResources API (a real gRPC server on a unix socket) allocating it two
+    devices, the device plugin's device-info files in place. Yields (scenario, netattach
+    conf, devinfo dir, recorder log)."""
     from netattach import devices
     from tests.testbed import kubelet
 
-    resource = "example.com/nic"
     s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, networks="dev-net,dev-net")
     log = host_env.root / "recorder.log"
     recorder(s.bin_dir, log)
@@ -170,35 +174,59 @@ def test_device_from_kubelet_reaches_the_delegate_and_status(
         {"type": "macvlan", "master": s.master, "mode": "bridge",
          "ipam": {"type": "host-local", "subnet": "198.18.6.0/24", "dataDir": str(host_env.ipam_dir)}},
         {"type": "recorder", "capabilities": {"deviceID": True, "CNIDeviceInfoFile": True}}]})
-    nad["metadata"]["annotations"] = {devices.RESOURCE_NAME_ANNOTATION: resource}
+    nad["metadata"]["annotations"] = {devices.RESOURCE_NAME_ANNOTATION: RESOURCE}
     sc.apply_nad(admin_api, nad)
     devinfo = host_env.root / "devinfo"
-    info = {"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:18:02.5"}}
-    for dev in ("0000:18:02.5", "0000:18:02.6"):
-        path = devices.dp_device_info_path(resource, dev, str(devinfo))
+    info = {"type": "pci", "version": "1.1.0", "pci": {"pci-address": DEVICES[0]}}
+    for dev in DEVICES:
+        path = devices.dp_device_info_path(RESOURCE, dev, str(devinfo))
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps({**info, "pci": {"pci-address": dev}}))
     sock = str(host_env.root / "kubelet.sock")
     server = kubelet.serve(sock, kubelet.PodResourcesServer([kubelet.pod_resources(
-        k8s_namespace, s.pod_name, ("app", [(resource, ["0000:18:02.5", "0000:18:02.6"])]))]))
-    conf = {**s.netconf, "podResourcesSocket": sock, "deviceInfoDir": str(devinfo)}
+        k8s_namespace, s.pod_name, ("app", [(RESOURCE, list(DEVICES))]))]))
     try:
+        yield s, {**s.netconf, "podResourcesSocket": sock, "deviceInfoDir": str(devinfo)}, \
+            devinfo, log
+    finally:
+        server.stop(None)
+
+
+def test_device_from_kubelet_reaches_the_delegate_and_status(
+        admin_api, plugin_kubeconfig, host_env, k8s_namespace):
+    """A NAD annotated k8s.v1.cni.cncf.io/resourceName: the pod's allocated devices come
+    from the kubelet PodResources API (gRPC), one per attachment in order, as deviceID in
+    the delegate's config and runtimeConfig; the device plugin's device-info lands in
+    network-status and the attachment's device-info file is gone after DEL."""
+    with two_device_attachments(admin_api, plugin_kubeconfig, host_env,
+                                k8s_namespace) as (s, conf, devinfo, log):
         run = s.run("ADD", conf)
         assert run.code == 0, run.stdout + s.log_text()
         adds = [json.loads(l)["conf"] for l in log.read_text().splitlines()
                 if json.loads(l)["command"] == "ADD"]
-        assert [a["deviceID"] for a in adds] == ["0000:18:02.5", "0000:18:02.6"]
-        assert [a["runtimeConfig"]["deviceID"] for a in adds] == ["0000:18:02.5", "0000:18:02.6"]
+        assert [a["deviceID"] for a in adds] == list(DEVICES)
+        assert [a["runtimeConfig"]["deviceID"] for a in adds] == list(DEVICES)
         assert adds[0]["runtimeConfig"]["CNIDeviceInfoFile"].endswith(f"{s.container_id}_net1")
         status = json.loads(sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)[sc.STATUS])
         assert [e.get("device-info", {}).get("pci", {}).get("pci-address") for e in status] == [
-            None, "0000:18:02.5", "0000:18:02.6"]
+            None, *DEVICES]
         assert len(list((devinfo / "cni").iterdir())) == 2
         assert s.run("DEL", conf).code == 0, s.log_text()
         assert list((devinfo / "cni").iterdir()) == []
         assert_clean(s)
-    finally:
-        server.stop(None)
+
+
+def test_a_device_info_file_that_cannot_be_written_is_an_io_failure(
+        admin_api, plugin_kubeconfig, host_env, k8s_namespace):
+    """Issue 9, defect 6: it was reported as code 7 (invalid config). It is an I/O
+    failure, code 5, naming the file; the attachments made so far are rolled back."""
+    with two_device_attachments(admin_api, plugin_kubeconfig, host_env,
+                                k8s_namespace) as (s, conf, devinfo, log):
+        (devinfo / "cni").write_text("a file where the device-info dir should be")
+        run = s.run("ADD", conf)
+        assert run.code == 1 and run.doc["code"] == 5, run.stdout + s.log_text()
+        assert "cannot write device-info file" in run.doc["msg"] and "dev-net" in run.doc["msg"]
+        assert_clean(s)  # eth0 and its IP were released
 
 
 def test_status_fields_and_mixed_versions_in_one_pod(admin_api, plugin_kubeconfig, host_env,

@@ -41,11 +41,13 @@ def test_missing_env_names_every_variable():
 @pytest.mark.parametrize("var,value", [
     ("CNI_CONTAINERID", "../../etc"), ("CNI_CONTAINERID", "a/b"),
     ("CNI_IFNAME", "a-very-long-ifname0"), ("CNI_IFNAME", "../x"), ("CNI_IFNAME", "."),
+    # control characters: the annotation's rule refused them, CNI_IFNAME's did not (issue 9)
+    ("CNI_IFNAME", "eth\x010"), ("CNI_IFNAME", "eth0\x7f"), ("CNI_IFNAME", "eth\x1b[0"),
 ])
 def test_hostile_names_refused_before_use(var, value, tmp_path):
     conf = {**CONF, "cniDir": str(tmp_path / "state")}
     code, doc, _ = run({**ENV, var: value}, json.dumps(conf))
-    assert code == 1 and doc["code"] == 4 and value in doc["msg"]
+    assert code == 1 and doc["code"] == 4 and repr(value)[1:-1] in doc["msg"]
     assert not (tmp_path / "state").exists()  # nothing touched the state dir
 
 

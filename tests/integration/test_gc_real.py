@@ -247,3 +247,19 @@ def test_a_child_gc_error_reaches_the_runtime(bed):
     run = bed.gc()
     assert run.code == 1 and run.doc["code"] == 111
     assert f"network {NETWORK}" in run.doc["msg"] and "GC told to fail" in run.doc["msg"]
+
+
+def test_gc_recovers_a_damaged_state_of_a_stale_container_as_del_does(bed):
+    """Issue 9, defect 9: GC reported a damaged state and left it, with its interface and
+    IP. Now a stale container's damaged file goes through DEL's recovery: kept aside as
+    .corrupt, the attachments still whole in it (here all: the file lost its end only)
+    released with the netns and ifname read before the damage; no API server needed."""
+    cid_a, ns_a, ip_a = add(bed)
+    cid_b, ns_b, ip_b = add(bed)
+    path = bed.env.state_dir / f"{cid_b}.json"
+    path.write_bytes(path.read_bytes()[:-len(b',"format":1}')])
+    run = bed.gc((cid_a, "eth0"))
+    assert run.code == 0, run.stdout + run.stderr
+    assert "eth0" not in link_names(ns_b) and bed.allocations() == {ip_a.split("/")[0]: cid_a}
+    assert bed.state_files() == sorted([f"{cid_a}.json", f"{cid_b}.json.corrupt"])
+    assert bed.run("DEL", cid_a, ns_a).code == 0

@@ -334,3 +334,36 @@ def test_multus_keys_not_honoured_are_named_in_one_warning(bed):
     assert len(warnings) == 2 and all(  # one per invocation, naming both keys
         "not honoured" in w and "delegates (" in w and "daemonSocketDir (" in w
         for w in warnings), warnings
+
+
+# ------------------------------------------------------------------ netattach's own version
+
+@pytest.mark.parametrize("version", ["2.0.0", "1.2.0", "1.0"])
+def test_an_unsupported_netattach_version_runs_no_child(bed, version):
+    """Issue 9, defect 1: netattach's own cniVersion was checked only for its format;
+    with 2.0.0 an ADD ran every child and failed afterwards. Now: code 1 first."""
+    conf = bed.conf(bed.script(name="cluster-net", cniVersion="1.0.0"), version,
+                    "10-cluster.conf")
+    cid, ns = new_container(bed)
+    for command in ("ADD", "DEL", "CHECK"):
+        run = bed.run(command, conf, cid, ns)
+        assert run.code == 1 and run.doc["code"] == 1 and version in run.doc["msg"], run.stdout
+        assert run.doc["cniVersion"] == "1.1.0"  # an error in a version netattach speaks
+    assert bed.calls() == [] and bed.env.state_files() == []
+
+
+def test_a_result_that_cannot_be_given_in_the_asked_version_rolls_back(bed):
+    """Issue 9, defect 1: a 0.2.0 netattach config whose cluster default network (a
+    bridge without IPAM) returns no IP address: results of 0.1.0/0.2.0 need one, so the
+    ADD fails with code 1, and now every attachment is DEL-ed first (it used to be left
+    attached, its state saved, with the runtime told the ADD failed)."""
+    cluster = {"cniVersion": "0.3.1", "name": "cluster-net", "type": "bridge",
+               "bridge": bed.env.bridge_name()}
+    conf = bed.conf(cluster, "0.2.0", "10-cluster.conf")
+    cid, ns = new_container(bed)
+    run = bed.run("ADD", conf, cid, ns)
+    assert run.code == 1 and run.doc["code"] == 1, run.stdout
+    assert "no IP address" in run.doc["msg"]
+    assert {l["ifname"] for l in tb.links(ns)} == {"lo"}  # eth0 was created, then DEL-ed
+    assert bed.env.state_files() == []
+    assert bed.run("DEL", conf, cid, ns).code == 0  # the runtime's cleanup DEL: nothing left
