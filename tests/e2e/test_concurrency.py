@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import json
-import os
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor

@@ -10,7 +10,6 @@ fails with code 11 so the runtime retries, until `delete.DEL_RETRY_WINDOW`.
 from __future__ import annotations
 
 import json
-import os
 import stat
 from pathlib import Path
 

@@ -9,7 +9,6 @@ import os
 import subprocess
 from pathlib import Path
 
-
 from tests.testbed import netns as tb
 from tests.testbed import scenario as sc
 

@@ -20,8 +20,8 @@ import pytest
 
 from netattach.jsonutil import MAX_DEPTH
 from netattach.selection import MAX_ANNOTATION_BYTES, NETWORKS_ANNOTATION
-from tests.testbed.statefiles import live
 from tests.testbed.scenario import netattach_command
+from tests.testbed.statefiles import live
 from tests.unit.test_kube import Stub, kubeconfig
 
 NAD_PATH = "/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions/{name}"
@@ -79,7 +79,7 @@ class Node:
             "spec": {"config": config if isinstance(config, str) else json.dumps(config)}}
 
     def run(self, command: str = "ADD", netconf: dict | None = None, stdin: bytes | None = None,
-            **env: str) -> "Run":
+            **env: str) -> Run:
         environ = {"CNI_COMMAND": command, "CNI_CONTAINERID": "c0ffee", "CNI_NETNS": "/nonexistent",
                    "CNI_IFNAME": "eth0", "CNI_PATH": str(self.root / "bin"), "PATH": "/usr/bin:/bin",
                    "CNI_ARGS": "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_UID=u1", **env}

@@ -47,10 +47,10 @@ import socket
 import ssl
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urlsplit
 
 MODES = ("pass", "delay", "trickle", "hang", "refuse", "status", "html")
@@ -109,7 +109,7 @@ class ApiProxy:
         self._count: int | None = None
 
     @classmethod
-    def for_cluster(cls, cluster) -> "ApiProxy":
+    def for_cluster(cls, cluster) -> ApiProxy:
         """A proxy in front of a tests.testbed.cluster.Cluster, with its serving cert."""
         return cls(cluster.server, cluster.pki["apiserver.crt"], cluster.pki["apiserver.key"],
                    cluster.ca_file)
@@ -120,7 +120,7 @@ class ApiProxy:
 
     # ------------------------------------------------------------ control (any thread)
 
-    def start(self) -> "ApiProxy":
+    def start(self) -> ApiProxy:
         with socket.socket() as s:  # the kernel picks a free port; the proxy keeps it
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -140,7 +140,7 @@ class ApiProxy:
         self._thread = None
         self._loop.close()
 
-    def __enter__(self) -> "ApiProxy":
+    def __enter__(self) -> ApiProxy:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -17,8 +17,8 @@ by the versions pinned in hack/testbin/k8s/go.mod, as mk/testbin.mk names it).
 """
 from __future__ import annotations
 
-import datetime as dt
 import base64
+import datetime as dt
 import ipaddress
 import json
 import os
@@ -31,8 +31,8 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import yaml
 from cryptography import x509
@@ -133,7 +133,7 @@ def _issue(subject: x509.Name, key, *, issuer: x509.Certificate | None, issuer_k
            ca: bool = False, sans: list[x509.GeneralName] | None = None,
            usage: list | None = None, days: int = 30) -> x509.Certificate:
     """Sign a certificate for `key`; self-signed CA when `issuer` is None."""
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     b = (x509.CertificateBuilder()
          .subject_name(subject)
          .issuer_name(issuer.subject if issuer else subject)
@@ -352,7 +352,7 @@ class Cluster:
 
     @classmethod
     def start(cls, workdir: Path, bin_dir: Path | None = None,
-              timeout: float = READY_TIMEOUT) -> "Cluster":
+              timeout: float = READY_TIMEOUT) -> Cluster:
         """Make the PKI, start etcd then kube-apiserver, wait for /readyz (each up to
         `timeout` s). Returns the running Cluster; on any failure stops what was
         started and raises ClusterError (TestbinMissing if binaries are missing)."""
@@ -372,7 +372,7 @@ class Cluster:
         self._write_admin_kubeconfig()
         self.start_apiserver(timeout)
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self
 
     def __exit__(self, *exc) -> None:

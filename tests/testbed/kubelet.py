@@ -17,7 +17,7 @@ def containers(*specs) -> list:
         for name, devs in specs]
 
 
-def pod_resources(namespace: str, name: str, *specs) -> "api_pb2.PodResources":
+def pod_resources(namespace: str, name: str, *specs) -> api_pb2.PodResources:
     return api_pb2.PodResources(name=name, namespace=namespace, containers=containers(*specs))
 
 

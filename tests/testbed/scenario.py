@@ -103,7 +103,7 @@ class Scenario:
         }
 
     def run(self, command: str, netconf: dict | None = None,
-            env_overrides: dict[str, str] | None = None, timeout: float = 120) -> "PluginRun":
+            env_overrides: dict[str, str] | None = None, timeout: float = 120) -> PluginRun:
         """Exec `<binDir>/netattach` with CNI env + stdin, as a runtime does."""
         env = {**self.cni_env(command), **(env_overrides or {})}
         p = subprocess.run([str(self.bin_dir / "netattach")], input=json.dumps(netconf or self.netconf),

@@ -6,7 +6,6 @@ down / pod gone x retry window), in milliseconds. The real-component tests (test
 tests/integration) run the same code with the live client and real plugins."""
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from netattach.delete import DEL_RETRY_WINDOW
 from netattach.kube import KubeError
 from netattach.netconf import parse_netconf
 from netattach.orchestrator import Orchestrator
-from netattach.state import SavedAttachment, StateStore
+from netattach.state import StateStore
 
 NS, POD, UID, CID = "ns1", "web-0", "uid-1", "c0ffee"
 NETNS = "/nonexistent/netns/pod"  # never entered: MTUs are informational, DEL gets ""

@@ -4,12 +4,19 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from netattach.cni import errors
 from netattach.cni.errors import ChildError, CniError
-from netattach.cni.request import (MAX_STDIN, CniRequest, parse_cni_args, parse_request,
-                                   validate_container_id, validate_ifname)
+from netattach.cni.request import (
+    MAX_STDIN,
+    CniRequest,
+    parse_cni_args,
+    parse_request,
+    validate_container_id,
+    validate_ifname,
+)
 
 CONF = json.dumps({"cniVersion": "1.0.0", "name": "net", "type": "bridge"}).encode()
 

@@ -6,7 +6,8 @@ import ipaddress
 import itertools
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from netattach.cni.errors import CniError
 from netattach.cni.result import convert_result, result_version

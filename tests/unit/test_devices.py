@@ -9,9 +9,17 @@ import pytest
 from netattach import devices
 from netattach.cni.errors import ConfigError
 from netattach.devices import (
-    DeviceError, DeviceInfoError, RESOURCE_NAME_ANNOTATION, assign_device_ids, cni_device_info_path,
-    copy_device_info, dp_device_info_path, nad_resource_name, read_device_info,
-    remove_device_info, save_device_info,
+    RESOURCE_NAME_ANNOTATION,
+    DeviceError,
+    DeviceInfoError,
+    assign_device_ids,
+    cni_device_info_path,
+    copy_device_info,
+    dp_device_info_path,
+    nad_resource_name,
+    read_device_info,
+    remove_device_info,
+    save_device_info,
 )
 
 SRIOV = "intel.com/sriov_netdevice"

@@ -7,8 +7,14 @@ import json
 import pytest
 
 from netattach.cni.request import parse_request
-from netattach.names import (MAX_CONTAINER_ID, container_id_problem, ifname_problem,
-                             is_dns1123_label, is_dns1123_subdomain, is_valid_ifname)
+from netattach.names import (
+    MAX_CONTAINER_ID,
+    container_id_problem,
+    ifname_problem,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+    is_valid_ifname,
+)
 from netattach.selection import SelectionError, parse_network_selection
 
 ENV = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/var/run/netns/x",

@@ -9,8 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from netattach.podstatus import (StatusError, format_table, kubeconfig_path,
-                                 parse_network_status, table_rows)
+from netattach.podstatus import (
+    StatusError,
+    format_table,
+    kubeconfig_path,
+    parse_network_status,
+    table_rows,
+)
 from netattach.status import NETWORK_STATUS_ANNOTATION, encode_status, status_entry
 
 SPEC_EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "spec_examples"

@@ -37,10 +37,12 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from netattach import cli
 from netattach.cni.errors import CniError
@@ -49,8 +51,13 @@ from netattach.cni.result import convert_result, result_version
 from netattach.cni.version import SUPPORTED_VERSIONS
 from netattach.delegates import DelegateError, config_from_nad, load_conf_file
 from netattach.names import is_dns1123_label, is_valid_ifname
-from netattach.selection import (MAX_ANNOTATION_BYTES, NETWORKS_ANNOTATION,
-                                 NetworkSelectionElement, SelectionError, parse_network_selection)
+from netattach.selection import (
+    MAX_ANNOTATION_BYTES,
+    NETWORKS_ANNOTATION,
+    NetworkSelectionElement,
+    SelectionError,
+    parse_network_selection,
+)
 
 EXAMPLES = 10_000
 
@@ -508,7 +515,7 @@ class Watch:
     switched on only around cni_main): any process creation, socket connection, or
     write, create, rename or delete outside `allowed` is recorded as a violation."""
 
-    _installed: "Watch | None" = None
+    _installed: Watch | None = None
     _CHILD = {"subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
               "os.forkpty", "os.system", "pty.spawn", "socket.connect"}
     # event -> positions of the paths it changes (a symlink's target is not changed)
@@ -524,7 +531,7 @@ class Watch:
         self.violations: list[str] = []
 
     @classmethod
-    def get(cls) -> "Watch":
+    def get(cls) -> Watch:
         if cls._installed is None:
             cls._installed = cls()
             sys.addaudithook(cls._installed._hook)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from netattach.names import is_dns1123_label, is_valid_ifname
 from netattach.selection import (

@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from netattach.status import NETWORK_STATUS_ANNOTATION, encode_status, status_entry
 
