@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Run a pytest selection K times while CPU hogs keep every core busy, to show a test
+# does not depend on how fast the machine is (issue 9, defect 11: a test that passes
+# on an idle machine and fails on a loaded one asserts a timing accident).
+#
+#   hack/underload.sh [-k K] [-n N] [-l LOGDIR] [--] PYTEST_ARGS...
+#
+#   -k K       runs (default 10); each run is a fresh pytest process (a fresh test cluster)
+#   -n N       CPU hogs (default 2 x the cores, `nproc`); -n 0 runs without load
+#   -l LOGDIR  keep each run's output as LOGDIR/run-<i>.log (default: a temp dir, kept)
+#
+# Example (what `make test` sets, then ten loaded runs of one test):
+#   export NETATTACH_EXE=$PWD/dist/netattach/netattach \
+#     NETATTACH_K8S_BIN=/root/.cache/netattach/testbin/k8s-v1.34.4-etcd-v3.6.4 \
+#     NETATTACH_CNI_BIN=/root/.cache/netattach/testbin/cni-v1.9.1
+#   hack/underload.sh -k 10 tests/e2e/test_faults_children.py::test_netattach_killed_before_the_status_patch
+#
+# The hogs are plain shell busy loops (`yes > /dev/null`), nothing to install, at the
+# same priority as the tests. They are killed on every way out (success, failure,
+# Ctrl-C). Prints one line per run and then "passed X of K"; exits 0 only when every
+# run passed.
+set -u
+
+runs=10
+hogs=$(( 2 * $(nproc) ))
+logdir=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -k) runs=$2; shift 2 ;;
+    -n) hogs=$2; shift 2 ;;
+    -l) logdir=$2; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) break ;;
+  esac
+done
+if [ $# -eq 0 ]; then
+  echo "usage: $0 [-k K] [-n N] [-l LOGDIR] [--] PYTEST_ARGS..." >&2
+  exit 2
+fi
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-$repo/.venv/bin/python}
+[ -n "$logdir" ] || logdir=$(mktemp -d /tmp/underload.XXXXXX)
+mkdir -p "$logdir"
+
+hog_pids=()
+stop_hogs() {
+  local pid
+  for pid in "${hog_pids[@]}"; do
+    kill "$pid" 2>/dev/null
+  done
+  for pid in "${hog_pids[@]}"; do
+    wait "$pid" 2>/dev/null
+  done
+  hog_pids=()
+}
+trap stop_hogs EXIT
+trap 'stop_hogs; trap - INT; kill -INT $$' INT
+trap 'stop_hogs; exit 143' TERM
+
+for _ in $(seq "$hogs"); do
+  yes > /dev/null &
+  hog_pids+=("$!")
+done
+echo "underload: $hogs CPU hogs on $(nproc) cores; $runs runs of: pytest $*; logs in $logdir"
+
+passed=0
+for i in $(seq "$runs"); do
+  log="$logdir/run-$i.log"
+  start=$SECONDS
+  (cd "$repo" && "$python" -m pytest -p no:cacheprovider "$@") > "$log" 2>&1
+  rc=$?
+  summary=$(grep -E '^=+ .*(passed|failed|error|skipped|no tests ran).* =+$' "$log" | tail -1)
+  if [ $rc -eq 0 ]; then
+    passed=$((passed + 1))
+    echo "run $i: ok ($((SECONDS - start)) s) ${summary}"
+  else
+    echo "run $i: FAILED rc=$rc ($((SECONDS - start)) s) ${summary}"
+    grep -E '^(FAILED|ERROR) ' "$log" | sed 's/^/    /'
+  fi
+done
+
+stop_hogs
+echo "passed $passed of $runs"
+[ "$passed" -eq "$runs" ]
