@@ -3,22 +3,24 @@
 # does not depend on how fast the machine is (issue 9, defect 11: a test that passes
 # on an idle machine and fails on a loaded one asserts a timing accident).
 #
-#   hack/underload.sh [-k K] [-n N] [-l LOGDIR] [--] PYTEST_ARGS...
+#   hack/underload.sh [-r K] [-n N] [-l LOGDIR] [--] PYTEST_ARGS...
 #
-#   -k K       runs (default 10); each run is a fresh pytest process (a fresh test cluster)
+#   -r K       runs (default 10); each run is a fresh pytest process (a fresh test cluster)
 #   -n N       CPU hogs (default 2 x the cores, `nproc`); -n 0 runs without load
 #   -l LOGDIR  keep each run's output as LOGDIR/run-<i>.log (default: a temp dir, kept)
+#   pytest's own options (its -k too) go after `--`
 #
 # Example (what `make test` sets, then ten loaded runs of one test):
 #   export NETATTACH_EXE=$PWD/dist/netattach/netattach \
 #     NETATTACH_K8S_BIN=/root/.cache/netattach/testbin/k8s-v1.34.4-etcd-v3.6.4 \
 #     NETATTACH_CNI_BIN=/root/.cache/netattach/testbin/cni-v1.9.1
-#   hack/underload.sh -k 10 tests/e2e/test_faults_children.py::test_netattach_killed_before_the_status_patch
+#   hack/underload.sh -r 10 tests/e2e/test_faults_children.py::test_netattach_killed_before_the_status_patch
 #
-# The hogs are plain shell busy loops (`yes > /dev/null`), nothing to install, at the
-# same priority as the tests. They are killed on every way out (success, failure,
-# Ctrl-C). Prints one line per run and then "passed X of K"; exits 0 only when every
-# run passed.
+# The hogs are plain busy loops (`yes > /dev/null`), nothing to install, at the same
+# priority as the tests. They are killed on every way out: success, failure, Ctrl-C
+# (pytest tears down, then the hogs go), TERM (acted on when the current run ends),
+# and SIGKILL of this script (through setpriv's parent-death signal). Prints one line
+# per run and then "passed X of K"; exits 0 only when every run passed.
 set -u
 
 runs=10
@@ -26,16 +28,16 @@ hogs=$(( 2 * $(nproc) ))
 logdir=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    -k) runs=$2; shift 2 ;;
+    -r) runs=$2; shift 2 ;;
     -n) hogs=$2; shift 2 ;;
     -l) logdir=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) break ;;
   esac
 done
 if [ $# -eq 0 ]; then
-  echo "usage: $0 [-k K] [-n N] [-l LOGDIR] [--] PYTEST_ARGS..." >&2
+  echo "usage: $0 [-r K] [-n N] [-l LOGDIR] [--] PYTEST_ARGS..." >&2
   exit 2
 fi
 
@@ -59,8 +61,11 @@ trap stop_hogs EXIT
 trap 'stop_hogs; trap - INT; kill -INT $$' INT
 trap 'stop_hogs; exit 143' TERM
 
+# With setpriv (util-linux), a hog also dies with this script if it is SIGKILLed.
+pdeathsig=()
+command -v setpriv > /dev/null && pdeathsig=(setpriv --pdeathsig KILL --)
 for _ in $(seq "$hogs"); do
-  yes > /dev/null &
+  "${pdeathsig[@]}" yes > /dev/null &
   hog_pids+=("$!")
 done
 echo "underload: $hogs CPU hogs on $(nproc) cores; $runs runs of: pytest $*; logs in $logdir"
