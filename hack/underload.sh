@@ -76,7 +76,9 @@ for i in $(seq "$runs"); do
   start=$SECONDS
   (cd "$repo" && "$python" -m pytest -p no:cacheprovider "$@") > "$log" 2>&1
   rc=$?
-  summary=$(grep -E '^=+ .*(passed|failed|error|skipped|no tests ran).* =+$' "$log" | tail -1)
+  # pytest's closing line, with its ===== borders or (-q) without
+  summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|errors?|skipped)|no tests ran' "$log" | tail -1 |
+            sed -E 's/^=+ | =+$//g')
   if [ $rc -eq 0 ]; then
     passed=$((passed + 1))
     echo "run $i: ok ($((SECONDS - start)) s) ${summary}"
