@@ -21,6 +21,9 @@
 # (pytest tears down, then the hogs go), TERM (acted on when the current run ends),
 # and SIGKILL of this script (through setpriv's parent-death signal). Prints one line
 # per run and then "passed X of K"; exits 0 only when every run passed.
+# The body is one { } block, parsed whole before it runs: bash reads a script as it
+# goes, so editing this file during a long run would otherwise break that run.
+{
 set -u
 
 runs=10
@@ -91,3 +94,5 @@ done
 stop_hogs
 echo "passed $passed of $runs"
 [ "$passed" -eq "$runs" ]
+exit $?
+}
