@@ -75,7 +75,8 @@ def k8s_namespace(admin_api) -> str:
         _delete_namespace(admin_api, name)
 
 
-def _delete_namespace(api: k8s.ApiClient, name: str, timeout: float = 15.0) -> None:
+def _delete_namespace(api: k8s.ApiClient, name: str, timeout: float = 60.0) -> None:
+    """Delete namespace `name` and wait until it is gone; `timeout` is a hang guard."""
     core = k8s.CoreV1Api(api)
     core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
     k8s.CustomObjectsApi(api).delete_collection_namespaced_custom_object(

@@ -50,12 +50,12 @@ def del_twice(s: sc.Scenario) -> None:
         sc.assert_clean(s)
 
 
-def start_add(s: sc.Scenario) -> subprocess.Popen:
+def start_add(s: sc.Scenario, netconf: dict | None = None) -> subprocess.Popen:
     """ADD as a runtime execs it, without waiting: the test holds the process."""
     proc = subprocess.Popen([str(s.bin_dir / "netattach")], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=s.cni_env("ADD"))
-    proc.stdin.write(json.dumps(s.netconf).encode())
+    proc.stdin.write(json.dumps(netconf or s.netconf).encode())
     proc.stdin.close()
     return proc
 
@@ -74,11 +74,18 @@ def saved_state(s: sc.Scenario) -> dict:
 
 # ---------------------------------------------------------------- 3: a child fails, hangs, crashes
 
+# delegateTimeout of the "hang" case. The hung child must have done its real bridge ADD
+# before netattach's clock runs out, also on a loaded machine (issue 9, defect 11: at
+# 1 s the timeout could fall inside the bridge ADD, before the fault); the other
+# faults run with the default (60 s), which only has to outlast the bridge.
+HANG_TIMEOUT = 5
+
+
 @pytest.mark.parametrize("fault, code, text", [
     ("fail", 110, "injected: failed after the real bridge ADD"),
     ("segv", 999, "was killed by SIGSEGV (11)"),
     ("sigkill", 999, "was killed by SIGKILL (9)"),
-    ("hang", 11, "timed out after 1 seconds (ADD)"),
+    ("hang", 11, f"timed out after {HANG_TIMEOUT} seconds (ADD)"),
 ])
 def test_child_fault_after_its_real_add_rolls_back_everything(
         admin_api, plugin_kubeconfig, host_env, k8s_namespace, fault, code, text):
@@ -89,7 +96,8 @@ def test_child_fault_after_its_real_add_rolls_back_everything(
     s, plugin = fault_scenario(admin_api, plugin_kubeconfig, host_env, k8s_namespace,
                                "net-a,net-fault,other/net-b@data0", fault,
                                message="injected: failed after the real bridge ADD")
-    s.netconf["delegateTimeout"] = 1
+    if fault == "hang":
+        s.netconf["delegateTimeout"] = HANG_TIMEOUT
     start = time.monotonic()
     run = s.run("ADD")
     took = time.monotonic() - start
@@ -110,9 +118,12 @@ def test_child_fault_after_its_real_add_rolls_back_everything(
     if fault == "hang":
         pids = plugin.recorded_pids()
         assert len(pids) == 3  # the plugin, its child, its grandchild in its own session
+        # killed, not waited for: they would live faults.HANG_SECONDS; the wait is a hang guard
         faults.wait_for("the hung plugin and its descendants to die",
-                        lambda: not any(faults.alive(p) for p in pids), timeout=3)
-        assert took < 4, f"ADD took {took:.1f} s with delegateTimeout 1"
+                        lambda: not any(faults.alive(p) for p in pids))
+        # abandoned at the deadline (the message says so), not before it, and not when
+        # the hung processes end: how long after the deadline depends on the load
+        assert HANG_TIMEOUT <= took < faults.HANG_SECONDS / 5, took
     del_twice(s)
 
 
@@ -121,10 +132,14 @@ def test_child_fault_after_its_real_add_rolls_back_everything(
 def test_netattach_killed_before_the_state_write(scenario, cluster):
     """(a) killed while GET pod hangs on a stopped API server: nothing attached; the
     marker saved before that request and the lock file of the dead holder are left; the
-    runtime's DEL needs no API request for it (issue 9, defect 8) and cleans."""
+    runtime's DEL needs no API request for it (issue 9, defect 8) and cleans.
+
+    The ADD's apiTimeout is raised so that netattach is still waiting for the GET when
+    the test gets to kill it, however slowly the test runs (with the default 5 s, a
+    test descheduled that long would find it exited with code 11)."""
     s = scenario
     with faults.apiserver_frozen(cluster):
-        proc = start_add(s)
+        proc = start_add(s, {**s.netconf, "apiTimeout": 3600})
         try:
             faults.wait_for("netattach's GET pod on the stopped API server",
                             lambda: cluster.apiserver_port in faults.tcp_peers(proc.pid))

@@ -23,6 +23,11 @@ from tests.testbed import scenario as sc
 pytestmark = pytest.mark.e2e
 
 NAD_CONFIG = {"cniVersion": "1.0.0", "name": "blue", "type": "bridge", "bridge": "natk0"}
+# The client's time budget where a test is about what is sent and answered, not about the
+# budget: a hang guard, so a loaded machine (a slow TLS handshake, an API server busy
+# with other tests) makes a test slower, never failed (issue 9, defect 11). The tests of
+# the budget itself (a silent server) set their own.
+BUDGET = 60.0
 
 
 @pytest.fixture
@@ -48,7 +53,7 @@ def closed_port() -> int:
 def test_token_and_ca_data_get_pod_nad_and_patch_status(plugin_kubeconfig, pod_and_nad, admin_api):
     """The plugin's own kubeconfig (SA token + embedded CA): what ADD does, counted."""
     ns = pod_and_nad
-    k = Kube(str(plugin_kubeconfig), timeout=5.0)
+    k = Kube(str(plugin_kubeconfig), timeout=BUDGET)
     before = kube_mod.requests_made()
 
     pod = k.get_pod(ns, "web")
@@ -67,7 +72,7 @@ def test_token_and_ca_data_get_pod_nad_and_patch_status(plugin_kubeconfig, pod_a
 
 
 def test_raw_request_returns_status_and_bytes(plugin_kubeconfig):
-    k = Kube(str(plugin_kubeconfig), timeout=5.0)
+    k = Kube(str(plugin_kubeconfig), timeout=BUDGET)
     status, data = k.request("GET", "/version")
     assert status == 200 and isinstance(data, bytes)
     assert json.loads(data)["gitVersion"].startswith("v1.")
@@ -88,7 +93,7 @@ def test_client_certificate_auth(cluster, pod_and_nad, tmp_path, embedded):
         user = {"client-certificate": str(crt), "client-key": str(key)}
         path = cl.write_kubeconfig(tmp_path / "kc", cluster.server, user=user,
                                    ca_file=cluster.ca_file)
-    assert Kube(str(path), timeout=5.0).get_pod(pod_and_nad, "web")["metadata"]["name"] == "web"
+    assert Kube(str(path), timeout=BUDGET).get_pod(pod_and_nad, "web")["metadata"]["name"] == "web"
 
 
 def test_transport_is_imported_lazily_and_kubernetes_never(plugin_kubeconfig, pod_and_nad):
@@ -97,7 +102,7 @@ def test_transport_is_imported_lazily_and_kubernetes_never(plugin_kubeconfig, po
     code = f"""
 import sys
 from netattach.kube import Kube
-k = Kube({str(plugin_kubeconfig)!r}, 5.0)
+k = Kube({str(plugin_kubeconfig)!r}, {BUDGET})
 assert "lightkube" not in sys.modules and "httpx2" not in sys.modules
 assert k.get_pod({pod_and_nad!r}, "web") is not None
 assert "lightkube" in sys.modules
@@ -113,7 +118,7 @@ def test_rejected_token_is_401_with_the_fix(cluster, pod_and_nad, tmp_path, capl
     bad = "not-a-token-" + "x" * 20
     path = cl.write_kubeconfig(tmp_path / "kc", cluster.server, user={"token": bad},
                                ca_data=cluster.ca_file.read_bytes())
-    k = Kube(str(path), timeout=5.0)
+    k = Kube(str(path), timeout=BUDGET)
     before = kube_mod.requests_made()
     with caplog.at_level(logging.DEBUG):
         for call in (lambda: k.get_pod(pod_and_nad, "web"), lambda: k.get_nad(pod_and_nad, "blue"),
@@ -133,7 +138,7 @@ def test_rbac_refusal_is_403_with_the_fix(cluster, pod_and_nad, tmp_path):
     """A ServiceAccount without the netattach ClusterRole binding."""
     path = cl.plugin_kubeconfig(cluster, namespace=pod_and_nad, sa="unbound",
                                 path=tmp_path / "unbound.kubeconfig", expiration_seconds=600)
-    k = Kube(str(path), timeout=5.0)
+    k = Kube(str(path), timeout=BUDGET)
     for call in (lambda: k.get_pod(pod_and_nad, "web"), lambda: k.get_nad(pod_and_nad, "blue"),
                  lambda: k.patch_pod_annotations(pod_and_nad, "web", {"a": "b"})):
         with pytest.raises(KubeError) as e:
@@ -145,7 +150,7 @@ def test_rbac_refusal_is_403_with_the_fix(cluster, pod_and_nad, tmp_path):
 
 def test_plugin_token_patches_status_but_not_the_pod(plugin_kubeconfig, pod_and_nad):
     """deploy/rbac.yaml grants patch on pods/status only: a raw PATCH of the pod is 403."""
-    k = Kube(str(plugin_kubeconfig), timeout=5.0)
+    k = Kube(str(plugin_kubeconfig), timeout=BUDGET)
     status, _ = k.request("PATCH", f"/api/v1/namespaces/{pod_and_nad}/pods/web",
                           body={"metadata": {"annotations": {"a": "b"}}},
                           content_type="application/merge-patch+json")
@@ -188,7 +193,7 @@ def test_silent_server_times_out_within_the_bound(cluster, tmp_path):
 
 
 def test_stopped_apiserver_is_unreachable_then_recovers(cluster, plugin_kubeconfig, pod_and_nad):
-    k = Kube(str(plugin_kubeconfig), timeout=3.0)
+    k = Kube(str(plugin_kubeconfig), timeout=BUDGET)
     assert k.get_pod(pod_and_nad, "web") is not None
     cluster.stop_apiserver()
     try:
@@ -207,14 +212,14 @@ def test_untrusted_ca_is_refused(cluster, plugin_kubeconfig, tmp_path):
     path = cl.write_kubeconfig(tmp_path / "kc", cluster.server, user={"token": token},
                                ca_file=other_ca)
     with pytest.raises(KubeError) as e:
-        Kube(str(path), timeout=3.0).get_pod("default", "web")
+        Kube(str(path), timeout=BUDGET).get_pod("default", "web")
     assert e.value.status == 0 and token not in str(e.value)
 
 
 def test_token_never_logged(plugin_kubeconfig, pod_and_nad, caplog):
     """Every logger at DEBUG (ours, the transport's): no trace of the bearer token."""
     token = token_of(plugin_kubeconfig)
-    k = Kube(str(plugin_kubeconfig), timeout=5.0)
+    k = Kube(str(plugin_kubeconfig), timeout=BUDGET)
     with caplog.at_level(logging.DEBUG):
         k.get_pod(pod_and_nad, "web")
         k.get_nad(pod_and_nad, "absent")

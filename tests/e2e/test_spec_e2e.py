@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from pathlib import Path
 
 from kubernetes.client import CoreV1Api
@@ -108,13 +109,25 @@ def test_readiness_indicator_file(scenario):
     run = s.run("ADD", conf)
     assert run.code == 1 and run.doc["code"] == 11 and str(flag) in run.doc["msg"]
     assert links(s) == ["lo"]
-    timer = threading.Timer(1.0, flag.touch)
-    timer.start()
+    # The file appears while the ADD waits for it: once the log says it waits, not after
+    # a fixed second (on a loaded machine the ADD may not have got there yet, and then
+    # finds the file at once without waiting: issue 9, defect 11).
+    waiting = f"waiting up to 20 s for readiness indicator file {flag}"
+
+    def touch_once_waiting() -> None:
+        deadline = time.monotonic() + 60  # a hang guard; the ADD gives up after 20 s
+        while waiting not in s.log_text() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        flag.touch()
+
+    toucher = threading.Thread(target=touch_once_waiting)
+    toucher.start()
     try:
         run = s.run("ADD", {**conf, "readinessTimeout": 20})
     finally:
-        timer.join()
+        toucher.join()
     assert run.code == 0, run.stdout + s.log_text()
+    assert waiting in s.log_text()
     assert s.run("DEL", conf).code == 0
     assert_clean(s)
 

@@ -143,6 +143,18 @@ class Node:
         doc = self.conf_doc()
         return doc.get("plugins", [None])[0] if doc else None
 
+    def polls(self, proc: subprocess.Popen, n: int) -> None:
+        """Return once the watching installer `proc` has run at least `n` whole polls
+        since the call: a count, where sleeping n x --poll-interval is not one on a
+        loaded machine (issue 9, defect 11). Every poll syncs the kubeconfig, then the
+        conflist; the kubeconfig is deleted and its rewrite awaited n + 1 times, and
+        between two rewrites lies at least one whole conflist sync."""
+        for i in range(n + 1):
+            self.kubeconfig.unlink(missing_ok=True)
+            wait_for(lambda: self.kubeconfig.exists() or proc.poll() is not None,
+                     f"poll {i + 1} of {n + 1} (the installer rewrites a deleted kubeconfig)")
+            assert proc.poll() is None, self.stderr(proc)
+
     def netattach_leftovers(self) -> list[str]:
         """Anything of ours in the conf dir: the conflist or a temp file of it."""
         return sorted(n for n in os.listdir(self.conf) if "netattach" in n and
@@ -337,12 +349,15 @@ def test_explicit_primary_config(node):
 
 
 def test_timeout_waiting_for_the_primary_exits_1(node):
+    """It gives up when the timeout is spent, not before (the run's own 30 s timeout is
+    the guard against never giving up; how soon after 0.5 s it exits depends on the
+    machine's load, which is no property of the installer)."""
     write_atomically(node.conf / "README.txt", {})
     started = time.monotonic()
     code, err = node.run("--primary-timeout", "0.5")
     assert code == 1
-    assert time.monotonic() - started < 10
-    assert "--primary-timeout" in err and str(node.conf) in err
+    assert time.monotonic() - started >= 0.5
+    assert "gave up after 0.5 s (--primary-timeout)" in err and str(node.conf) in err
     assert "waiting: no CNI config" in err
     assert node.netattach_leftovers() == []
 
@@ -610,7 +625,7 @@ def test_half_written_primary_is_ignored_until_valid(node):
     proc = node.start()
     wait_for(lambda: "10-flannel.conflist, is not valid JSON yet" in node.stderr(proc),
              "the installer waiting for the half-written file")
-    time.sleep(0.5)  # five polls: still nothing, and never the later loopback conf
+    node.polls(proc, 5)  # five more: still nothing, and never the later loopback conf
     assert not node.ours.exists()
     with open(primary, "a") as f:
         f.write(full[40:])
@@ -618,7 +633,7 @@ def test_half_written_primary_is_ignored_until_valid(node):
     assert plugin["clusterNetwork"] == "/etc/cni/net.d/10-flannel.conflist"
 
     primary.write_text(full[:10])  # rewritten in place again: ours stays as it is
-    time.sleep(0.5)
+    node.polls(proc, 5)
     assert node.plugin()["clusterNetwork"] == "/etc/cni/net.d/10-flannel.conflist"
     code, _err = node.stop(proc)
     assert code == 0
@@ -644,7 +659,8 @@ def test_signal_with_cleanup_leaves_no_conflist(node, sig):
     t = threading.Thread(target=churn)
     t.start()
     try:
-        time.sleep(0.4)
+        # the installer is following the churn (not merely started) when the signal comes
+        wait_for(lambda: "changed: rewrote" in node.stderr(proc), "a rewrite for the churn")
         code, err = node.stop(proc, sig)
     finally:
         stop.set()

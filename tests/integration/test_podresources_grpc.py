@@ -50,10 +50,12 @@ class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):
         self.get_delay = get_delay
         self.list_slow = list_slow
         self.calls: list[tuple[str, tuple]] = []
+        self.time_left: dict[str, float | None] = {}  # rpc -> the client's deadline, as seen
         self.release = threading.Event()  # ends a slow handler at teardown
 
     def Get(self, request, context):
         self.calls.append(("Get", (request.pod_namespace, request.pod_name)))
+        self.time_left["Get"] = context.time_remaining()
         self.release.wait(self.get_delay)
         if self.get_mode == "unimplemented":
             return super().Get(request, context)
@@ -69,6 +71,7 @@ class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):
 
     def List(self, request, context):
         self.calls.append(("List", ()))
+        self.time_left["List"] = context.time_remaining()
         if self.list_slow:
             self.release.wait(30)
         return api_pb2.ListPodResourcesResponse(pod_resources=[*OTHERS, THE_POD])
@@ -153,14 +156,26 @@ def test_resource_not_allocated_to_the_pod(kubelet, pod, resource):
     assert resource in str(e.value) and e.value.code == 11
 
 
+# gRPC rounds a call's deadline up when it puts it on the wire (the grpc-timeout header:
+# 2 s arrives as about 2.01 s), so what the kubelet sees may exceed what was sent by this.
+WIRE_ROUNDING = 0.1
+
+# An unreachable kubelet fails at once, not when the timeout is spent. The timeout is
+# long, so that "at once" and "waited it out" stay far apart however loaded the machine
+# (issue 9, defect 11: a ceiling of 3 s against a 3 s timeout was a race); the message
+# says which it was (waiting it out is DEADLINE_EXCEEDED, "did not answer").
+FAIL_FAST_TIMEOUT = 60
+
+
 def test_no_socket_fails_fast(tmp_path):
     sock = str(tmp_path / "missing.sock")
     t0 = time.monotonic()
     with pytest.raises(DeviceError) as e:
-        pod_device_ids(sock, NS, POD, SRIOV, 3)
-    assert time.monotonic() - t0 < 3
+        pod_device_ids(sock, NS, POD, SRIOV, FAIL_FAST_TIMEOUT)
+    assert time.monotonic() - t0 < FAIL_FAST_TIMEOUT / 2
     msg = str(e.value)
     assert "unreachable" in msg and sock in msg and f"{NS}/{POD}" in msg and SRIOV in msg
+    assert "did not answer" not in msg
 
 
 def test_socket_nobody_listens_on(tmp_path):
@@ -169,9 +184,10 @@ def test_socket_nobody_listens_on(tmp_path):
     s.bind(sock)  # a stale socket file: bound, never listening -> connection refused
     try:
         t0 = time.monotonic()
-        with pytest.raises(DeviceError, match="unreachable"):
-            pod_device_ids(sock, NS, POD, SRIOV, 3)
-        assert time.monotonic() - t0 < 3
+        with pytest.raises(DeviceError, match="unreachable") as e:
+            pod_device_ids(sock, NS, POD, SRIOV, FAIL_FAST_TIMEOUT)
+        assert time.monotonic() - t0 < FAIL_FAST_TIMEOUT / 2
+        assert "did not answer" not in str(e.value)
     finally:
         s.close()
 
@@ -179,25 +195,34 @@ def test_socket_nobody_listens_on(tmp_path):
 @pytest.mark.parametrize("kw,rpc", [({"get": "slow"}, "Get"),
                                     ({"get": "unimplemented", "list_slow": True}, "List")])
 def test_slow_kubelet_times_out(kubelet, kw, rpc):
+    """Abandoned at the deadline: the message says so (DEADLINE_EXCEEDED), and not
+    before it. The slow handler would answer (with the pod) after 30 s, so a call
+    without a deadline ends in no error at all; how long after the deadline the test
+    sees the error depends on the machine's load, which is no property of netattach.
+    The timeout leaves the List case ample time for Get's UNIMPLEMENTED first."""
     sock, fake = kubelet(**kw)
     t0 = time.monotonic()
     with pytest.raises(DeviceError) as e:
-        pod_device_ids(sock, NS, POD, SRIOV, 0.5)
+        pod_device_ids(sock, NS, POD, SRIOV, 2.0)
     elapsed = time.monotonic() - t0
-    assert elapsed < 2.5, elapsed
+    assert elapsed >= 2.0, elapsed
     msg = str(e.value)
-    assert f"did not answer {rpc} within 0.5s" in msg
+    assert f"did not answer {rpc} within 2s" in msg
     assert sock in msg and f"{NS}/{POD}" in msg and SRIOV in msg
+    assert 0 < fake.time_left[rpc] <= 2.0 + WIRE_ROUNDING  # the deadline went on the wire
 
 
 def test_timeout_covers_get_and_list_together(kubelet):
-    """The fallback does not get a fresh timeout: the total stays bounded."""
-    sock, fake = kubelet(get="unimplemented", get_delay=0.7, list_slow=True)
-    t0 = time.monotonic()
-    with pytest.raises(DeviceError, match="did not answer List within 1s"):
-        pod_device_ids(sock, NS, POD, SRIOV, 1.0)
-    assert time.monotonic() - t0 < 1.6  # a fresh 1 s for List would end after 1.7 s
+    """The fallback does not get a fresh timeout: List is sent with what Get left of
+    it, as the kubelet sees from the call's deadline (budget accounting, not a stopwatch
+    on the test, which a loaded machine slows down: issue 9, defect 11). Get answers
+    UNIMPLEMENTED after 1 s of a 2 s timeout: List has at most 1 s left, where a fresh
+    timeout would give it about 2 s. The 1 s left is the margin for Get's round trip."""
+    sock, fake = kubelet(get="unimplemented", get_delay=1.0, list_slow=True)
+    with pytest.raises(DeviceError, match="did not answer List within 2s"):
+        pod_device_ids(sock, NS, POD, SRIOV, 2.0)
     assert [c[0] for c in fake.calls] == ["Get", "List"]
+    assert 0 < fake.time_left["List"] <= 2.0 - 1.0 + WIRE_ROUNDING
 
 
 def test_importing_devices_does_not_load_grpc():

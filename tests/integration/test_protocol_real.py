@@ -287,7 +287,10 @@ def test_a_childs_own_code_and_a_timeout(bed):
                     "1.0.0", "10-cluster.conf", delegateTimeout=1)
     run = bed.run("ADD", conf, cid, ns)
     assert run.code == 1 and run.doc["code"] == 11 and "timed out" in run.doc["msg"]
-    assert bed.calls() == ["ADD", "DEL", "ADD", "DEL"]  # each failed ADD rolled back
+    # each failed ADD rolled back. The timed-out child records its ADD once its Python
+    # has started, which a loaded machine can delay past the 1 s: that it was run is
+    # what "timed out" says; that it got as far as recording is no business of netattach
+    assert bed.calls() in (["ADD", "DEL", "ADD", "DEL"], ["ADD", "DEL", "DEL"])
     assert bed.env.state_files() == []
 
 

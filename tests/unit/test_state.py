@@ -112,7 +112,31 @@ def test_unwritable_state_fails_with_the_path(tmp_path):
     assert e.value.code == 5
 
 
+def flock_waiters(path: Path) -> int:
+    """How many flock requests wait on the file at `path` (the kernel's /proc/locks
+    lists a blocked request as `N: -> FLOCK ... MAJ:MIN:INODE ...`); 0 when it is gone."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return 0
+    file_id = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    return sum(1 for line in Path("/proc/locks").read_text().splitlines()
+               if " -> FLOCK " in line and file_id in line.split())
+
+
+def wait_until(what: str, predicate, timeout: float = 60.0) -> None:
+    """Poll `predicate`; fail naming `what` after `timeout` s (a hang guard only)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
 def test_lock_serializes_and_leaves_no_file(tmp_path):
+    """The second taker waits until the first lets go. It is seen waiting in the kernel
+    (/proc/locks) before the first lets go, so the order proves the lock, whatever the
+    scheduling; a sleep standing for "long enough for the second to try" did not, on a
+    loaded machine (issue 9, defect 11)."""
     store = StateStore(str(tmp_path))
     order = []
 
@@ -124,9 +148,10 @@ def test_lock_serializes_and_leaves_no_file(tmp_path):
     with store.lock("abc"):
         t = threading.Thread(target=second)
         t.start()
-        time.sleep(0.2)
+        wait_until("the second taker to block on the lock",
+                   lambda: flock_waiters(tmp_path / "abc.lock") == 1 or not t.is_alive())
         order.append("first")
-    t.join(5)
+    t.join(60)
     assert order == ["first", "second"]
     assert not (tmp_path / "abc.lock").exists()
 
