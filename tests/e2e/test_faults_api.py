@@ -32,9 +32,11 @@ from tests.testbed.serviceaccount import wait_for
 pytestmark = pytest.mark.e2e
 
 DEFAULT_API_TIMEOUT = 5.0  # netconf's default apiTimeout
-# Exec, imports and the children, on top of the API budget, on a busy 2-core CI machine
-# (an idle one needs about 1 s).
-MARGIN = 5.0
+# A hang guard, not a speed claim: how long an ADD bounded by its API budget may take on
+# the loadest CI machine (process start, imports and children come on top of the budget).
+# What the budget guarantees is asserted by what netattach no longer sends once it is
+# spent (the proxy's counts) and by its messages, never by a tight wall-clock ceiling.
+HANG_GUARD = 60.0
 STATUS_WARNING = f"attachments are up but the {sc.STATUS} annotation could not be written"
 
 
@@ -111,8 +113,10 @@ def test_add_with_api_server_refusing_connections(scenario, cluster):
     server = f"https://127.0.0.1:{cl.free_port()}"
     s = _using(scenario, _kubeconfig(scenario, cluster, server, "t", "closed"))
     run, elapsed = timed_add(s)
-    assert_api_failure(s, run, server, "unreachable", "Connection refused", recovered=scenario)
-    assert elapsed < DEFAULT_API_TIMEOUT + MARGIN
+    msg = assert_api_failure(s, run, server, "unreachable", "Connection refused",
+                             recovered=scenario)
+    assert "too slow" not in msg  # refused at once, not waited out
+    assert elapsed < HANG_GUARD
     assert "cannot record event ErrorAddingNetwork" in s.log_text()
 
 
@@ -126,26 +130,29 @@ def test_add_with_silent_api_server_ends_at_the_default_api_timeout(via_proxy, p
     run, elapsed = timed_add(s)
     assert_api_failure(s, run, proxy.url, "too slow", "did not answer within 5 s",
                        "apiTimeout", recovered=scenario)
-    assert DEFAULT_API_TIMEOUT <= elapsed < DEFAULT_API_TIMEOUT + MARGIN, elapsed
+    assert DEFAULT_API_TIMEOUT <= elapsed < HANG_GUARD, elapsed
     assert "cannot record event ErrorAddingNetwork" in s.log_text()  # no time left for it
+    assert proxy.connections == 1  # once the budget was spent, nothing more was tried
 
 
-@pytest.mark.parametrize("mode,seconds", [("delay", 1.5), ("trickle", 0.05)])
-def test_add_with_slow_api_server_is_bounded(via_proxy, proxy, scenario, mode, seconds):
-    """Fault 1, slow: every answer 1.5 s late (the pod fits in apiTimeout 2, the first
-    NAD does not), or every answer a byte per 50 ms, which no per-read timeout ends."""
-    s = _using(via_proxy, apiTimeout=2)
+@pytest.mark.parametrize("mode,seconds,budget", [("delay", 4, 7), ("trickle", 0.05, 2)])
+def test_add_with_slow_api_server_is_bounded(via_proxy, proxy, scenario, mode, seconds,
+                                             budget):
+    """Fault 1, slow: every answer 4 s late (the pod fits in apiTimeout 7 with 3 s to spare
+    for a loaded machine, the first NAD does not), or every answer a byte per 50 ms,
+    which no per-read timeout ends."""
+    s = _using(via_proxy, apiTimeout=budget)
     proxy.set(mode, seconds)
     run, elapsed = timed_add(s)
-    msg = assert_api_failure(s, run, proxy.url, "too slow", "limit: 2 s for all API requests",
-                             recovered=scenario)
+    msg = assert_api_failure(s, run, proxy.url, "too slow",
+                             f"limit: {budget} s for all API requests", recovered=scenario)
     if mode == "delay":
         assert f"network {s.namespace}/net-a" in msg
         assert proxy.requests[:2] == [
             f"GET /api/v1/namespaces/{s.namespace}/pods/{s.pod_name}",
             f"GET /apis/k8s.cni.cncf.io/v1/namespaces/{s.namespace}/"
             "network-attachment-definitions/net-a"]
-    assert elapsed < 2 + MARGIN, elapsed
+    assert budget <= elapsed < HANG_GUARD, elapsed
     assert not [r for r in proxy.requests if r.startswith("PATCH")]
 
 
@@ -227,12 +234,13 @@ def test_del_releases_everything_from_saved_state(via_proxy, proxy, admin_api, f
 
 def test_status_patch_hanging_after_the_children_succeeded(via_proxy, proxy, admin_api):
     """Fault 8: only the network-status PATCH never gets an answer. The ADD succeeds
-    within apiTimeout, the warning says why, the events have no time left."""
-    s = _using(via_proxy, apiTimeout=2)
+    within apiTimeout, the warning says why, the events have no time left. (apiTimeout
+    10: the GETs before the PATCH fit in it on a loaded machine.)"""
+    s = _using(via_proxy, apiTimeout=10)
     proxy.set("hang", methods={"PATCH"})
     run, elapsed = timed_add(s)
     assert_attached(s, run)
-    assert elapsed < 2 + MARGIN, elapsed
+    assert elapsed < HANG_GUARD, elapsed
     log = s.log_text()
     assert STATUS_WARNING in log and "too slow: it did not answer within" in log, log
     assert "cannot record event AddedInterface" in log

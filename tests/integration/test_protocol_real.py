@@ -19,8 +19,13 @@ import pytest
 
 from tests.testbed import netns as tb
 from tests.testbed.netns import HostEnv
-from tests.testbed.scenario import (DEBIAN_CNI_DIR, PluginRun, bridge_conf, install_bin_dir,
-                                    netattach_conf)
+from tests.testbed.scenario import (
+    DEBIAN_CNI_DIR,
+    PluginRun,
+    bridge_conf,
+    install_bin_dir,
+    netattach_conf,
+)
 
 pytestmark = pytest.mark.integration
 

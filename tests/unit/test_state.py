@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from netattach.state import (TOMBSTONE_SECONDS, DelPending, PodRef, SavedAttachment, SavedState,
-                             StateError, StateStore)
+from netattach.state import (
+    TOMBSTONE_SECONDS,
+    DelPending,
+    PodRef,
+    SavedAttachment,
+    SavedState,
+    StateError,
+    StateStore,
+)
 
 FIXTURES = Path(__file__).parent.parent / "data" / "state_v1"
 
