@@ -41,9 +41,8 @@ class FakeApi(Stub):
     def __init__(self, objects: dict[str, dict]):
         super().__init__([])
         self.objects = objects
-        self.answers = self  # Handler pops the answer of the request it just recorded
 
-    def pop(self, _index: int) -> tuple[int, dict]:
+    def next_answer(self) -> tuple[int, dict]:
         request = self.seen[-1]
         if request["method"] == "POST":
             return 201, {}

@@ -48,14 +48,17 @@ class Stub(ThreadingHTTPServer):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
 
+    def next_answer(self) -> tuple:
+        """The answer to the request just recorded in `seen`."""
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
 
 class Handler(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.server.seen.append({"method": self.command, "path": self.path,
                                  "headers": dict(self.headers), "body": self.rfile.read(length)})
-        answers = self.server.answers
-        status, doc, *extra = answers.pop(0) if len(answers) > 1 else answers[0]
+        status, doc, *extra = self.server.next_answer()
         headers = {"Content-Type": "application/json", **(extra[0] if extra else {})}
         data = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
         self.send_response(status)
