@@ -92,12 +92,6 @@ def _event(api: PodApi | None, pod: PodRef | None, type_: str, reason: str,
         log.warning("pod %s: cannot record event %s: %s", pod, reason, e)
 
 
-def marker(req: CniRequest, conf: NetConf, pod: PodRef | None) -> SavedState:
-    """The state of a container with nothing attached yet: the runtime's view only."""
-    return SavedState(container_id=req.container_id, netns=req.netns, ifname=req.ifname,
-                      cni_args=req.args, pod=pod, cni_version=conf.cni_version)
-
-
 def _refuse_second_add(store: StateStore, req: CniRequest) -> None:
     """Raise InvalidEnv (4) when the container already has attachments (or a damaged
     state): CNI SPEC.md forbids a second ADD of a container without a DEL in between, and
@@ -122,13 +116,13 @@ def _refuse_second_add(store: StateStore, req: CniRequest) -> None:
 def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef | None,
                 api: PodApi | None, store: StateStore) -> dict[str, Any]:
     _refuse_second_add(store, req)
-    state = marker(req, conf, pod)
+    state = SavedState.for_request(req, pod, conf.cni_version)
     store.save(state)  # before the first API request
     store.forget_deleted(req.container_id)
     try:
         plan = build_plan(req, conf, pod, api)
     except BaseException:
-        _released(store, req.container_id)  # nothing was attached
+        store.release(req.container_id)  # nothing was attached
         raise
     state = plan.saved(state)
     store.save(state)  # before any child runs
@@ -208,13 +202,7 @@ def rollback(orch: Orchestrator, req: CniRequest, conf: NetConf, state: SavedSta
     if errors:
         store.save(state)
     else:
-        _released(store, req.container_id)
-
-
-def _released(store: StateStore, container_id: str) -> None:
-    """Nothing of the container is attached any more: state gone, tombstone written."""
-    store.remove(container_id)
-    store.mark_deleted(container_id)
+        store.release(req.container_id)
 
 
 def _status_entries(req: CniRequest, conf: NetConf, plan: Plan,

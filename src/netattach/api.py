@@ -8,7 +8,6 @@ server cannot be asked or refuses, and return None for an object that does not e
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from .cni.errors import InvalidEnv
@@ -44,10 +43,6 @@ class PodApi(Protocol):
         """Wait `seconds` before asking again (a retry's backoff), out of the operation's
         API budget; False, without waiting, when the budget has less than that left."""
         ...
-
-
-ApiFactory = Callable[[Any], PodApi]
-"""NetConf -> a PodApi for one operation (its budget is the operation's apiTimeout)."""
 
 
 def pod_ref(req: CniRequest) -> PodRef | None:

@@ -16,6 +16,7 @@ keeps (or saves) what it worked from, so the runtime's retry finds it.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -28,7 +29,7 @@ from .cni.errors import CniError, TryAgain
 from .cni.request import CniRequest
 from .kube import KubeError
 from .netconf import NetConf
-from .networks import build_plan, resolve_cluster_network, where
+from .networks import Plan, build_plan, resolve_cluster_network, where
 from .state import (
     CorruptState,
     DelPending,
@@ -107,8 +108,7 @@ def cmd_del(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
                                "attachment(s): " + "; ".join(errors))
             if state.del_pending is not None:
                 _settle_pending(orch, req, pod, state, store)
-            store.remove(req.container_id)
-            store.mark_deleted(req.container_id)
+            store.release(req.container_id)
             log.info("%s: detached %d attachment(s)", where(pod), len(state.attempted()))
     except StateError as e:
         raise e.within(where(pod)) from None
@@ -118,12 +118,6 @@ def _names(attachments: list[SavedAttachment]) -> str:
     return ", ".join(f"{a.network} ({a.ifname})" for a in attachments) or "nothing"
 
 
-def runtime_view(req: CniRequest, conf: NetConf, pod: PodRef | None) -> SavedState:
-    """A state of the request's container with no attachment (what DEL knows by itself)."""
-    return SavedState(container_id=req.container_id, netns=req.netns, ifname=req.ifname,
-                      cni_args=req.args, pod=pod, cni_version=conf.cni_version)
-
-
 def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef | None,
                      store: StateStore) -> tuple[SavedState | None, bool]:
     """The state DEL works from (module doc), and whether it is the saved file as it is;
@@ -131,6 +125,7 @@ def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: Po
     state, a marker and a tombstone is logged, naming the container."""
     cid = req.container_id
     who = f"container {cid} (pod {pod or '?'})"
+    base = SavedState.for_request(req, pod, conf.cni_version)
     known: list[SavedAttachment] = []
     since: float | None = None
     try:
@@ -145,7 +140,7 @@ def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: Po
                   len(salvaged.attachments), "all of them: DEL uses them" if salvaged.complete
                   else "the rest is lost")
         if salvaged.complete:
-            return runtime_view(req, conf, pod).with_attachments(salvaged.attachments), False
+            return base.with_attachments(salvaged.attachments), False
         known, situation, loud = salvaged.attachments, "saved state damaged", True
     except StateError as e:
         log.error("%s: %s", who, e)
@@ -171,8 +166,8 @@ def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: Po
     try:
         plan = build_plan(req, conf, pod, api, wait_for_pod=False)
     except CniError as e:
-        return _best_effort(orch, req, conf, pod, known, e, since, api, situation, loud), False
-    rebuilt = plan.saved(runtime_view(req, conf, pod), attempted=True)
+        return _best_effort(orch, req, conf, base, known, e, since, api, situation, loud), False
+    rebuilt = plan.saved(base, attempted=True)
     read = {a.ifname: a for a in known}
     attachments = [read.pop(a.ifname, a) for a in rebuilt.attachments] + list(read.values())
     log.log(logging.ERROR if loud else logging.WARNING,
@@ -182,7 +177,7 @@ def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: Po
     return rebuilt.with_attachments(attachments), False
 
 
-def _best_effort(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef | None,
+def _best_effort(orch: Orchestrator, req: CniRequest, conf: NetConf, base: SavedState,
                  known: list[SavedAttachment], cause: CniError, since: float | None,
                  api: PodApi | None, situation: str, loud: bool) -> SavedState:
     """What DEL does when the plan cannot be rebuilt: the attachments read from a damaged
@@ -192,22 +187,20 @@ def _best_effort(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef
     When the API server could not be asked (KubeError, rather than an answer that the
     pod or a NAD is gone), the state is marked pending: see `_settle_pending`.
     """
-    who = f"container {req.container_id} (pod {pod or '?'})"
+    who = f"container {req.container_id} (pod {base.pod or '?'})"
     attachments = list(known)
     unreachable = isinstance(cause, KubeError)
     if not any(a.ifname == req.ifname for a in attachments):
         try:
-            network, config = resolve_cluster_network(conf, None if unreachable else api)
-            primary = planning.plan_attachments((network, config), req.ifname,
-                                                conf.runtime_config, [])[0]
-            attachments.insert(0, SavedAttachment(
-                network=primary.network, ifname=primary.ifname, default=True,
-                source=config.source, config=config.raw,
-                capability_args=primary.capability_args, attempted=True, from_config=True))
+            default = resolve_cluster_network(conf, None if unreachable else api)
+            plan = Plan(planning.plan_attachments(default, req.ifname, conf.runtime_config, []),
+                        {}, None)
+            [primary] = plan.saved(base, attempted=True).attachments
+            attachments.insert(0, dataclasses.replace(primary, from_config=True))
         except CniError as e:
             log.error("%s: the cluster default network %s cannot be read either: %s", who,
                       conf.cluster_network, e)
-    state = runtime_view(req, conf, pod).with_attachments(attachments)
+    state = base.with_attachments(attachments)
     if unreachable:
         state.del_pending = DelPending(since or orch.clock(), cause.msg)
     if situation == "no saved state":

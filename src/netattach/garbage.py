@@ -86,21 +86,6 @@ def del_request(state: SavedState, cni_path: tuple[str, ...]) -> CniRequest:
                       config=None)
 
 
-def _damaged_request(container_id: str, header: dict[str, Any],
-                     cni_path: tuple[str, ...]) -> CniRequest:
-    """The DEL request for a damaged state: what was readable of its netns, ifname and
-    CNI_ARGS (eth0, no netns, no args when not)."""
-    netns = header.get("netns")
-    ifname = header.get("ifname")
-    args = header.get("cniArgs")
-    pairs = tuple((str(kv[0]), str(kv[1])) for kv in args
-                  if isinstance(kv, list) and len(kv) == 2) if isinstance(args, list) else ()
-    return CniRequest(command="DEL", container_id=container_id,
-                      netns=netns if isinstance(netns, str) else "",
-                      ifname=ifname if isinstance(ifname, str) and ifname else "eth0",
-                      args=pairs, path=cni_path, stdin=b"", config=None)
-
-
 def _load_locked(store: StateStore, container_id: str) -> SavedState | None:
     """The saved state, read under the container's lock so that an ADD or DEL running
     now is finished first. Raises StateError (CorruptState for a damaged file)."""
@@ -137,7 +122,7 @@ def cmd_gc(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
                 continue
             log.info("GC: container %s is not valid any more and its state is damaged: DEL "
                      "recovers what it can", cid)
-            _gc_del(orch, _damaged_request(cid, salvage(e.raw, cid).header, req.path), conf,
+            _gc_del(orch, del_request(salvage(e.raw, cid).runtime_view(cid), req.path), conf,
                     errors)
             continue
         except StateError as e:

@@ -130,10 +130,10 @@ def empty_result(cni_version: str) -> dict[str, Any]:
     return {"cniVersion": cni_version, "interfaces": [], "ips": [], "routes": [], "dns": {}}
 
 
-def get_pod(api: PodApi, pod: PodRef, wait: bool) -> dict[str, Any] | None:
-    """The pod; None when the API server says it does not exist. With `wait` (ADD) it is
-    asked again after each of POD_RETRY_DELAYS first, the pauses counted against the
-    API budget, and a pod still missing raises PodNotFound (11). Raises KubeError."""
+def get_pod(api: PodApi, pod: PodRef, wait: bool) -> dict[str, Any]:
+    """The pod. With `wait` (ADD) a pod not found is asked for again after each of
+    POD_RETRY_DELAYS, the pauses counted against the API budget. Raises PodNotFound
+    (11) when the API server says it does not exist, KubeError when it cannot be asked."""
     waited = 0.0
     for delay in (POD_RETRY_DELAYS if wait else ()) + (None,):
         obj = api.get_pod(pod.namespace, pod.name)
@@ -142,9 +142,8 @@ def get_pod(api: PodApi, pod: PodRef, wait: bool) -> dict[str, Any] | None:
         if delay is None or not api.pause(delay):
             break
         waited += delay
-    if wait:
-        raise PodNotFound(f"pod {pod}: not found in the API server (retried for {waited:.1f}s)")
-    return None
+    retried = f" (retried for {waited:.1f}s)" if wait else ""
+    raise PodNotFound(f"pod {pod}: not found in the API server{retried}")
 
 
 def _check_uid(pod: PodRef, obj: dict[str, Any]) -> None:
@@ -232,10 +231,10 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
     if pod and api:
         try:
             pod_obj = get_pod(api, pod, wait_for_pod)
+        except PodNotFound:
+            raise
         except CniError as e:
-            raise e.within(where(pod)) if not isinstance(e, PodNotFound) else e from None
-        if pod_obj is None:
-            raise PodNotFound(f"pod {pod}: not found in the API server")
+            raise e.within(where(pod)) from None
         _check_uid(pod, pod_obj)
     annotations = (pod_obj or {}).get("metadata", {}).get("annotations") or {}
     default = _pod_default_network(conf, pod, api, annotations)

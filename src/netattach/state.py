@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 
 from . import atomicfile
 from .cni.errors import IOFailure
+from .cni.request import CniRequest
 from .names import container_id_problem
 
 STATE_FORMAT = 1
@@ -175,6 +176,13 @@ class SavedState:
     attachments: list[SavedAttachment] = field(default_factory=list)
     del_pending: DelPending | None = None
 
+    @classmethod
+    def for_request(cls, req: CniRequest, pod: PodRef | None, cni_version: str) -> SavedState:
+        """The container as the runtime named it in `req`, nothing attached: the marker an
+        ADD saves before its first API request, and what DEL knows by itself."""
+        return cls(container_id=req.container_id, netns=req.netns, ifname=req.ifname,
+                   cni_args=req.args, pod=pod, cni_version=cni_version)
+
     def attempted(self) -> list[SavedAttachment]:
         """The attachments whose ADD was started: what DEL must undo."""
         return [a for a in self.attachments if a.attempted]
@@ -246,6 +254,17 @@ class Salvaged(NamedTuple):
     attachments: list[SavedAttachment]
     complete: bool
     header: dict[str, Any]
+
+    def runtime_view(self, container_id: str) -> SavedState:
+        """The container as the runtime named it, from what was read of the header, read
+        as a whole state's is (no netns, eth0, no CNI_ARGS where it was lost); no
+        attachment. For the DEL a runtime would send for the damaged file."""
+        ifname = self.header.get("ifname")
+        state = _read_v1({**self.header, "containerID": container_id, "attachments": [],
+                          "ifname": ifname if isinstance(ifname, str) and ifname else "eth0"},
+                         container_id)
+        assert state is not None  # the keys _read_v1 needs are set above
+        return state
 
 
 def salvage(raw: bytes, container_id: str) -> Salvaged:
@@ -456,6 +475,13 @@ class StateStore:
                 if entry.startswith(prefix) and entry[len(prefix):].isdigit():
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(self.dir, entry))
+
+    def release(self, container_id: str) -> None:
+        """Nothing of the container is attached any more (a DEL or a rollback whose child
+        DELs all succeeded, or an ADD that attached nothing): remove its state and write
+        its tombstone."""
+        self.remove(container_id)
+        self.mark_deleted(container_id)
 
     # -- tombstones
 

@@ -265,12 +265,11 @@ def test_add_with_the_api_down_leaves_a_marker_then_a_tombstone(bed):
 
 def test_a_killed_add_marker_is_released_by_del_without_the_api(bed):
     """netattach SIGKILLed during its first API request leaves only the marker."""
-    from netattach.add import marker
-    from netattach.state import PodRef
+    from netattach.state import PodRef, SavedState
     store = bed.store
     req_like = type("R", (), {"container_id": CID, "netns": NETNS, "ifname": "eth0",
                               "args": ()})()
-    store.save(marker(req_like, parse_netconf(bed.conf()), PodRef(NS, POD, UID)))
+    store.save(SavedState.for_request(req_like, PodRef(NS, POD, UID), parse_netconf(bed.conf()).cni_version))
     bed.api.mode = "down"
     assert bed.run("DEL") is None
     assert bed.api.calls == [] and bed.exe.calls == [] and bed.files() == [f"{CID}.deleted"]
@@ -346,11 +345,10 @@ def _marker(b: Bed) -> None:
     with pytest.raises(CniError):
         b.run("ADD")
     (b.tmp / "state" / f"{CID}.deleted").unlink()  # as if killed before the tombstone
-    from netattach.add import marker
-    from netattach.state import PodRef
+    from netattach.state import PodRef, SavedState
     req_like = type("R", (), {"container_id": CID, "netns": NETNS, "ifname": "eth0",
                               "args": ()})()
-    b.store.save(marker(req_like, parse_netconf(b.conf()), PodRef(NS, POD, UID)))
+    b.store.save(SavedState.for_request(req_like, PodRef(NS, POD, UID), parse_netconf(b.conf()).cni_version))
     b.api.calls.clear()
 
 
