@@ -1,5 +1,7 @@
 # Go-built test bed: kube-apiserver + etcd (the real control plane the e2e tests,
-# `make demo` and `make bench` run against) and cnitool + the CNI reference plugins.
+# `make demo` and `make bench` run against), cnitool + the CNI reference plugins, and
+# containerd (the real container runtime, with its runc shim, ctr, the tests' CRI
+# client and the sandbox image's pause program; runc itself is Debian's).
 #
 # The pinned versions live only in the tools modules under hack/testbin/*/go.mod;
 # they are read from there and key the cache directories, so bumping a go.mod
@@ -8,7 +10,8 @@
 # Defines:
 #   testbin       build whatever is missing (a second run only checks files)
 #   TESTBIN_ENV   command prefix pointing the tests/demo/bench at the binaries
-#   TESTBIN_K8S_DIR, TESTBIN_CNI_DIR, K8S_VERSION, ETCD_VERSION, CNI_PLUGINS_VERSION
+#   TESTBIN_K8S_DIR, TESTBIN_CNI_DIR, TESTBIN_CONTAINERD_DIR, K8S_VERSION, ETCD_VERSION,
+#   CNI_PLUGINS_VERSION, CONTAINERD_VERSION
 
 TESTBIN_DIR := $(CACHE_DIR)/testbin
 TESTBIN_SRC := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))../hack/testbin)
@@ -21,7 +24,8 @@ gomod_tools = $(shell awk '/^tool \(/ { t = 1; next } t && /^\)/ { t = 0 } t { p
 K8S_VERSION := $(call gomod_version,$(TESTBIN_SRC)/k8s/go.mod,k8s.io/kubernetes)
 ETCD_VERSION := $(call gomod_version,$(TESTBIN_SRC)/k8s/go.mod,go.etcd.io/etcd/server/v3)
 CNI_PLUGINS_VERSION := $(call gomod_version,$(TESTBIN_SRC)/cni/go.mod,github.com/containernetworking/plugins)
-ifeq ($(and $(K8S_VERSION),$(ETCD_VERSION),$(CNI_PLUGINS_VERSION)),)
+CONTAINERD_VERSION := $(call gomod_version,$(TESTBIN_SRC)/containerd/go.mod,github.com/containerd/containerd/v2)
+ifeq ($(and $(K8S_VERSION),$(ETCD_VERSION),$(CNI_PLUGINS_VERSION),$(CONTAINERD_VERSION)),)
 $(error cannot read the test-bed versions from $(TESTBIN_SRC)/*/go.mod)
 endif
 
@@ -31,8 +35,14 @@ TESTBIN_K8S_DIR := $(TESTBIN_DIR)/k8s-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 TESTBIN_CNI_DIR := $(TESTBIN_DIR)/cni-$(CNI_PLUGINS_VERSION)
 CNI_PKGS := $(call gomod_tools,$(TESTBIN_SRC)/cni/go.mod)
 CNI_BINS := $(addprefix $(TESTBIN_CNI_DIR)/,$(notdir $(CNI_PKGS)))
+# Keep in sync with tests/testbed/runtime.py (default_bin_dir, BINARIES).
+TESTBIN_CONTAINERD_DIR := $(TESTBIN_DIR)/containerd-$(CONTAINERD_VERSION)
+CONTAINERD_PKGS := $(call gomod_tools,$(TESTBIN_SRC)/containerd/go.mod)
+CONTAINERD_RELEASE_BINS := $(addprefix $(TESTBIN_CONTAINERD_DIR)/,$(notdir $(CONTAINERD_PKGS)))
+CONTAINERD_BINS := $(CONTAINERD_RELEASE_BINS) $(TESTBIN_CONTAINERD_DIR)/criclient $(TESTBIN_CONTAINERD_DIR)/pause
 
-TESTBIN_ENV := NETATTACH_K8S_BIN=$(TESTBIN_K8S_DIR) NETATTACH_CNI_BIN=$(TESTBIN_CNI_DIR)
+TESTBIN_ENV := NETATTACH_K8S_BIN=$(TESTBIN_K8S_DIR) NETATTACH_CNI_BIN=$(TESTBIN_CNI_DIR) \
+	NETATTACH_CONTAINERD_BIN=$(TESTBIN_CONTAINERD_DIR)
 
 # Build environment: the committed go.sum pins every module; -mod=readonly makes
 # a build fail rather than edit go.mod/go.sum. The checksum DB is only a second
@@ -57,7 +67,7 @@ K8S_LDFLAGS := -s -w \
 	-X $(K8S_VERSION_PKG).gitTreeState=clean
 
 .PHONY: testbin testbin-clean
-testbin: $(TESTBIN_K8S_DIR)/kube-apiserver $(TESTBIN_K8S_DIR)/etcd $(CNI_BINS)
+testbin: $(TESTBIN_K8S_DIR)/kube-apiserver $(TESTBIN_K8S_DIR)/etcd $(CNI_BINS) $(CONTAINERD_BINS)
 
 # Each binary is linked to a temporary name and renamed into place, so an
 # interrupted build never leaves a truncated binary that passes the existence check.
@@ -87,7 +97,26 @@ $(CNI_BINS) &:
 	  -o $(TESTBIN_CNI_DIR).tmp/ $(CNI_PKGS)
 	@mkdir -p $(TESTBIN_CNI_DIR) && mv -f $(TESTBIN_CNI_DIR).tmp/* $(TESTBIN_CNI_DIR)/ && rmdir $(TESTBIN_CNI_DIR).tmp
 
+# containerd without the btrfs/devmapper/zfs snapshotters (cgo, headers we do not need:
+# the test bed uses the native snapshotter); everything static (CGO_ENABLED=0), so the
+# sandbox image's pause needs no libc. The release's binaries are keyed by version
+# only; criclient and pause, this module's own packages, are rebuilt when their source
+# is newer (seconds: Go's build cache holds the rest).
+CONTAINERD_GOBUILD = cd $(TESTBIN_SRC)/containerd && CGO_ENABLED=0 $(TESTBIN_GOENV) $(GO) build \
+	-trimpath -tags 'no_btrfs no_devmapper no_zfs' -ldflags '-s -w'
+$(CONTAINERD_RELEASE_BINS) &:
+	@mkdir -p $(TESTBIN_CONTAINERD_DIR).tmp
+	@echo "building containerd $(CONTAINERD_VERSION) and ctr (takes ~2 min on 2 cores the first time, cached afterwards in $(TESTBIN_CONTAINERD_DIR))"
+	@$(call testbin_download,$(TESTBIN_SRC)/containerd)
+	$(CONTAINERD_GOBUILD) -o $(TESTBIN_CONTAINERD_DIR).tmp/ $(CONTAINERD_PKGS)
+	@mkdir -p $(TESTBIN_CONTAINERD_DIR) && mv -f $(TESTBIN_CONTAINERD_DIR).tmp/* $(TESTBIN_CONTAINERD_DIR)/ && rmdir $(TESTBIN_CONTAINERD_DIR).tmp
+
+$(TESTBIN_CONTAINERD_DIR)/%: $(TESTBIN_SRC)/containerd/%/main.go $(TESTBIN_SRC)/containerd/go.sum | $(CONTAINERD_RELEASE_BINS)
+	$(CONTAINERD_GOBUILD) -o $@.tmp ./$*
+	@mv -f $@.tmp $@
+
 # Drops the binaries of the pinned versions only (Go's build cache stays, so a
 # rebuild is mostly linking).
 testbin-clean:
-	rm -rf $(TESTBIN_K8S_DIR) $(TESTBIN_CNI_DIR) $(TESTBIN_CNI_DIR).tmp
+	rm -rf $(TESTBIN_K8S_DIR) $(TESTBIN_CNI_DIR) $(TESTBIN_CNI_DIR).tmp \
+	  $(TESTBIN_CONTAINERD_DIR) $(TESTBIN_CONTAINERD_DIR).tmp

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.testbed import netns as tb
+from tests.testbed import runtime as rt
 
 
 @pytest.fixture
@@ -21,9 +22,11 @@ def host_env():
 
 @pytest.fixture(scope="session", autouse=True)
 def no_leaks_at_end():
-    """Proves at the end of the session that tests left no netns or link behind."""
+    """Proves at the end of the session that tests left nothing behind: netns, links,
+    dirs, processes (tests/testbed/netns.py), and what a test-owned containerd may
+    leave (tests/testbed/runtime.py: shims, mounts, cgroups, libcni cache entries)."""
     yield
-    left = tb.leaks()
+    left = tb.leaks() + rt.leaks()
     assert not left, f"tests left these behind: {sorted(left)}"
 
 

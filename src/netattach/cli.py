@@ -51,8 +51,12 @@ def cni_main(environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | No
         if conf.unhonoured:
             log.warning("configuration keys read but not honoured: %s", "; ".join(
                 f"{key} ({why})" for key, why in conf.unhonoured.items()))
-        log.debug("%s container=%s ifname=%s netns=%s", req.command, req.container_id,
-                  req.ifname, req.netns)
+        # What the runtime sent, by name only (values may be large or private): the
+        # CNI_ARGS keys in its order and the runtimeConfig keys libcni injected.
+        log.debug("%s container=%s ifname=%s netns=%s args=%s runtimeConfig=%s", req.command,
+                  req.container_id, req.ifname, req.netns,
+                  ",".join(k for k, _ in req.args) or "-",
+                  ",".join(sorted(conf.runtime_config)) or "-")
         from .orchestrator import thin
         try:
             return thin().run(req, conf), 0

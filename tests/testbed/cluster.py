@@ -533,16 +533,11 @@ def api_client(kubeconfig: Path) -> k8s.ApiClient:
     return k8s_config.new_client_from_config(config_file=str(kubeconfig))
 
 
-def plugin_kubeconfig(cluster: Cluster, namespace: str = "kube-system", sa: str = "netattach",
-                      path: Path | None = None, expiration_seconds: int = 24 * 3600) -> Path:
-    """A kubeconfig with which the plugin acts as ServiceAccount `namespace`/`sa`.
-
-    Creates the ServiceAccount if missing (deploy/rbac.yaml normally has), gets a
-    token for it from the TokenRequest API valid `expiration_seconds` s, and writes
-    server + embedded CA + that bearer token, nothing else (no admin credentials),
-    mode 0600, to `path` (default: <workdir>/<namespace>-<sa>.kubeconfig).
-    """
-    path = Path(path) if path else cluster.workdir / f"{namespace}-{sa}.kubeconfig"
+def service_account_token(cluster: Cluster, namespace: str = "kube-system",
+                          sa: str = "netattach", expiration_seconds: int = 24 * 3600) -> str:
+    """A bearer token of ServiceAccount `namespace`/`sa` from the TokenRequest API, valid
+    `expiration_seconds` s (what kubelet projects into the pod); creates the
+    ServiceAccount if missing (deploy/rbac.yaml normally has)."""
     with cluster.admin_api() as api:
         core = k8s.CoreV1Api(api)
         try:
@@ -553,7 +548,20 @@ def plugin_kubeconfig(cluster: Cluster, namespace: str = "kube-system", sa: str 
                 raise
         req = k8s.AuthenticationV1TokenRequest(
             spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=expiration_seconds))
-        token = core.create_namespaced_service_account_token(sa, namespace, req).status.token
+        return core.create_namespaced_service_account_token(sa, namespace, req).status.token
+
+
+def plugin_kubeconfig(cluster: Cluster, namespace: str = "kube-system", sa: str = "netattach",
+                      path: Path | None = None, expiration_seconds: int = 24 * 3600) -> Path:
+    """A kubeconfig with which the plugin acts as ServiceAccount `namespace`/`sa`.
+
+    Creates the ServiceAccount if missing (deploy/rbac.yaml normally has), gets a
+    token for it from the TokenRequest API valid `expiration_seconds` s, and writes
+    server + embedded CA + that bearer token, nothing else (no admin credentials),
+    mode 0600, to `path` (default: <workdir>/<namespace>-<sa>.kubeconfig).
+    """
+    path = Path(path) if path else cluster.workdir / f"{namespace}-{sa}.kubeconfig"
+    token = service_account_token(cluster, namespace, sa, expiration_seconds)
     return write_kubeconfig(path, cluster.server, user={"token": token},
                             ca_data=cluster.ca_file.read_bytes(), name=f"{namespace}-{sa}")
 

@@ -1,0 +1,230 @@
+"""netattach under a real container runtime: containerd 2.x, driven through the CRI as
+the kubelet drives it (tests/testbed/runtime.py), against the real API server.
+
+The node is set up as the DaemonSet sets it up: `netattach install --once` puts the
+built artifact in the node's CNI bin dir and writes 00-netattach.conflist (the only
+file containerd loads) for a CNI 1.1.0 cluster default network (bridge, portmap,
+bandwidth). What containerd sends is the contract: CNI_ARGS in its order, the
+runtimeConfig of the declared capabilities, libcni's result cache, STATUS on every
+CRI Status call, and DEL at StopPodSandbox and again at RemovePodSandbox.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.testbed import runtime as rt
+from tests.testbed import scenario as sc
+from tests.testbed.serviceaccount import wait_for
+
+pytestmark = pytest.mark.runtime
+
+DEFAULT_SUBNET = sc.SUBNETS["default"]
+
+
+@pytest.fixture
+def node(cluster, host_env, cni_testbin, built_artifact):
+    """A node with netattach installed and a running containerd; on teardown every
+    sandbox left is stopped and removed through the CRI and containerd stops."""
+    n = rt.node_setup(cluster, host_env, str(built_artifact), [cni_testbin],
+                      host_env.bridge_name(), DEFAULT_SUBNET)
+    rt.start_containerd(n, host_env.root / "containerd")
+    try:
+        yield n
+    finally:
+        n.containerd.stop()
+
+
+def make_pod(api, env, namespace: str, networks: str = "net-a,other/net-b@data0",
+             name: str | None = None) -> tuple[str, str, dict[str, str]]:
+    """Scenario 1's NADs (net-a here, net-b in `other`) and a pod selecting `networks`;
+    returns (pod name, UID, the pod's annotations)."""
+    master = env.master_link()
+    sc.ensure_namespace(api, sc.OTHER_NS)
+    sc.apply_nad(api, sc.nad(namespace, "net-a", sc.net_a_conflist(master, env.ipam_dir)))
+    sc.apply_nad(api, sc.nad(sc.OTHER_NS, "net-b", sc.bridge_conf(
+        env.bridge_name(), sc.SUBNETS["net-b"], env.ipam_dir, name=None, version="0.3.1",
+        gateway=False)))
+    name = name or f"pod-{uuid.uuid4().hex[:8]}"
+    obj = sc.pod(namespace, name, networks)
+    uid = sc.create_pod(api, obj)
+    return name, uid, obj["metadata"]["annotations"]
+
+
+def netns_links(netns_path: str) -> list[str]:
+    """Interface names in the netns at `netns_path` (containerd's bind mount under its
+    state dir, not in /var/run/netns, so `ip -n` cannot name it)."""
+    p = subprocess.run(["nsenter", f"--net={netns_path}", "ip", "-j", "link", "show"],
+                       capture_output=True, text=True, check=True)
+    return sorted(link["ifname"] for link in json.loads(p.stdout))
+
+
+def problems(log: str) -> list[str]:
+    """WARNING, ERROR and CRITICAL lines of netattach's log."""
+    return [line for line in log.splitlines() if re.search(r"\b(WARNING|ERROR|CRITICAL)\b", line)]
+
+
+def assert_freed(node: rt.Node, env, sandbox_id: str) -> None:
+    """Nothing of the sandbox is left: no IP allocated, no netattach state, no libcni
+    cache entry, no mount of its netns, and the runtime no longer lists it."""
+    assert env.ipam_allocations() == []
+    assert rt.mounts_under(node.containerd.workdir / "state") == []
+    assert env.state_files() == []
+    assert rt.libcni_cache_entries(sandbox_id) == []
+    assert sandbox_id not in [s["id"] for s in node.cri.sandboxes()]
+
+
+def invocations(log: str) -> list[dict[str, str]]:
+    """netattach's record of each exec (its first DEBUG line): command, container,
+    ifname, netns, args (CNI_ARGS keys in the runtime's order), runtimeConfig (keys)."""
+    out = []
+    for m in re.finditer(r"DEBUG netattach: (?P<command>[A-Z]+) container=(?P<container>\S*) "
+                         r"ifname=(?P<ifname>\S*) netns=(?P<netns>\S*) args=(?P<args>\S*) "
+                         r"runtimeConfig=(?P<runtimeConfig>\S*)", log):
+        out.append(m.groupdict())
+    return out
+
+
+def netattach_log(env) -> str:
+    path = env.log_dir / "netattach.log"
+    return path.read_text() if path.exists() else ""
+
+
+def run_pod(node: rt.Node, api, env, namespace: str, **kw) -> tuple[str, str, dict]:
+    """Create scenario 1's pod and RunPodSandbox it; (pod name, sandbox ID, status)."""
+    name, uid, annotations = make_pod(api, env, namespace, **kw)
+    config = rt.sandbox_config(namespace, name, uid, annotations)
+    config["portMappings"] = [{"protocol": "TCP", "containerPort": 8080, "hostPort": HOST_PORT,
+                               "hostIp": "127.0.0.1"}]
+    sid = node.cri.run_sandbox(config)
+    return name, sid, node.cri.sandbox_status(sid)
+
+
+def assert_attached(api, namespace: str, name: str, status: dict) -> None:
+    """The sandbox is ready with scenario 1's three interfaces, the CRI reports the
+    cluster default network's IP, and the Pod carries network-status."""
+    assert status["status"]["state"] == "SANDBOX_READY"
+    ip = status["status"]["network"]["ip"]
+    assert sc.in_subnet(ip + "/32", DEFAULT_SUBNET)
+    assert netns_links(rt.sandbox_netns(status)) == ["data0", "eth0", "lo", "net1"]
+    pod_status = json.loads(sc.read_pod_annotations(api, namespace, name)[sc.STATUS])
+    assert [(s["name"], s["interface"]) for s in pod_status] == [
+        ("cluster-net", "eth0"), (f"{namespace}/net-a", "net1"), ("other/net-b", "data0")]
+    # network-status keeps the prefix length (spec §5.3.3 examples); the CRI gives the address
+    assert [a.split("/")[0] for a in pod_status[0]["ips"]] == [ip]
+
+
+HOST_PORT = 18080
+K8S_ARGS = {"IgnoreUnknown", "K8S_POD_NAMESPACE", "K8S_POD_NAME", "K8S_POD_INFRA_CONTAINER_ID",
+            "K8S_POD_UID"}
+
+
+def test_scenario_1_through_run_pod_sandbox(node, admin_api, host_env, k8s_namespace):
+    name, sid, status = run_pod(node, admin_api, host_env, k8s_namespace)
+    assert_attached(admin_api, k8s_namespace, name, status)
+    assert rt.libcni_cache_entries(sid)
+    # the port mapping went through netattach to the cluster default network's portmap
+    assert f"dport {HOST_PORT}" in rt.iptables_nat()
+
+    node.cri.stop_sandbox(sid)
+    assert host_env.ipam_allocations() == []
+    node.cri.remove_sandbox(sid)
+    assert_freed(node, host_env, sid)
+    assert f"dport {HOST_PORT}" not in rt.iptables_nat()
+
+    log = netattach_log(host_env)
+    assert problems(log) == []
+    calls = [c for c in invocations(log) if c["container"] == sid]
+    # containerd: one ADD, a DEL at StopPodSandbox (with the netns) and another at
+    # RemovePodSandbox (netns gone), CNI_ARGS with the kubelet's keys, runtimeConfig
+    # only for the capabilities the conflist declares
+    assert [(c["command"], bool(c["netns"])) for c in calls] == [
+        ("ADD", True), ("DEL", True), ("DEL", False)]
+    assert all(set(c["args"].split(",")) == K8S_ARGS for c in calls)
+    assert calls[0]["runtimeConfig"] == "portMappings"
+
+
+def test_stop_and_remove_with_the_api_server_stopped(node, cluster, admin_api, host_env,
+                                                     k8s_namespace):
+    name, sid, status = run_pod(node, admin_api, host_env, k8s_namespace)
+    assert_attached(admin_api, k8s_namespace, name, status)
+    cluster.stop_apiserver()
+    try:
+        node.cri.stop_sandbox(sid)
+        node.cri.remove_sandbox(sid)
+        assert_freed(node, host_env, sid)
+    finally:
+        cluster.start_apiserver()
+    assert problems(netattach_log(host_env)) == []
+
+
+def test_missing_nad_fails_run_pod_sandbox_and_leaves_nothing(node, admin_api, host_env,
+                                                              k8s_namespace):
+    cache_before = rt.libcni_cache()
+    name, uid, annotations = make_pod(admin_api, host_env, k8s_namespace,
+                                      networks="net-a,no-such-net")
+    with pytest.raises(rt.CriError) as failed:
+        node.cri.run_sandbox(rt.sandbox_config(k8s_namespace, name, uid, annotations))
+    # containerd passes on netattach's own message: pod, network, cause
+    assert f"pod {k8s_namespace}/{name}" in failed.value.message
+    assert f"{k8s_namespace}/no-such-net" in failed.value.message
+    assert "not found" in failed.value.message
+    assert node.cri.sandboxes() == []
+    assert host_env.ipam_allocations() == []
+    assert host_env.state_files() == []
+    assert rt.libcni_cache() == cache_before
+    assert rt.mounts_under(node.containerd.workdir / "state") == []
+    assert sc.STATUS not in sc.read_pod_annotations(admin_api, k8s_namespace, name)
+
+
+PARALLEL = 4
+
+
+def test_sandboxes_in_parallel(node, admin_api, host_env, k8s_namespace):
+    make_pod(admin_api, host_env, k8s_namespace, name="warm-up")  # NADs in place once
+    pods = [sc.pod(k8s_namespace, f"par-{i}", "net-a,other/net-b@data0") for i in range(PARALLEL)]
+    uids = [sc.create_pod(admin_api, p) for p in pods]
+    configs = [rt.sandbox_config(k8s_namespace, p["metadata"]["name"], uid,
+                                 p["metadata"]["annotations"]) for p, uid in zip(pods, uids)]
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        sids = list(pool.map(node.cri.run_sandbox, configs))
+        statuses = list(pool.map(node.cri.sandbox_status, sids))
+    for p, status in zip(pods, statuses):
+        assert_attached(admin_api, k8s_namespace, p["metadata"]["name"], status)
+    ips = {s["status"]["network"]["ip"] for s in statuses}
+    assert len(ips) == PARALLEL
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        list(pool.map(node.cri.stop_sandbox, sids))
+        list(pool.map(node.cri.remove_sandbox, sids))
+    for sid in sids:
+        assert_freed(node, host_env, sid)
+    assert problems(netattach_log(host_env)) == []
+
+
+def test_status_through_the_cri(node, built_artifact, host_env):
+    # CNI 1.1.0 conflist: every CRI Status call execs netattach STATUS
+    before = len([c for c in invocations(netattach_log(host_env)) if c["command"] == "STATUS"])
+    assert node.cri.condition("NetworkReady")["status"] is True
+    after = [c for c in invocations(netattach_log(host_env)) if c["command"] == "STATUS"]
+    assert len(after) > before
+
+    # the DaemonSet re-installs with a readiness indicator file that does not exist yet
+    indicator = host_env.root / "ready"
+    p = node.install(str(built_artifact), "--readiness-indicator-file", str(indicator))
+    assert p.returncode == 0, p.stderr
+    cond = wait_for(lambda: (c := node.cri.condition("NetworkReady"))["status"] is not True and c,
+                    "containerd to load the new conflist and report NetworkReady false")
+    assert cond["reason"] == "NetworkPluginNotReady"
+    assert f"readiness indicator file {indicator} does not exist" in cond["message"]
+
+    indicator.write_text("")
+    wait_for(lambda: node.cri.condition("NetworkReady")["status"] is True,
+             "NetworkReady true once the indicator file exists")
+    # the only problems logged are the failed STATUS calls, each naming the file
+    lines = problems(netattach_log(host_env))
+    assert lines and all(f"readiness indicator file {indicator}" in line for line in lines)
