@@ -4,16 +4,16 @@ the kubelet drives it (tests/testbed/runtime.py), against the real API server.
 The node is set up as the DaemonSet sets it up: `netattach install --once` puts the
 built artifact in the node's CNI bin dir and writes 00-netattach.conflist (the only
 file containerd loads) for a CNI 1.1.0 cluster default network (bridge, portmap,
-bandwidth). What containerd sends is the contract: CNI_ARGS in its order, the
-runtimeConfig of the declared capabilities, libcni's result cache, STATUS on every
-CRI Status call, and DEL at StopPodSandbox and again at RemovePodSandbox.
+bandwidth, and every capability containerd knows declared). What containerd sends is
+the contract: CNI_ARGS in its order, the runtimeConfig of the declared capabilities,
+libcni's result cache, STATUS on every CRI Status call, and DEL at StopPodSandbox and
+again at RemovePodSandbox.
 """
 from __future__ import annotations
 
 import json
 import re
 import subprocess
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -40,28 +40,13 @@ def node(cluster, host_env, cni_testbin, built_artifact):
         n.containerd.stop()
 
 
-def make_pod(api, env, namespace: str, networks: str = "net-a,other/net-b@data0",
-             name: str | None = None) -> tuple[str, str, dict[str, str]]:
-    """Scenario 1's NADs (net-a here, net-b in `other`) and a pod selecting `networks`;
-    returns (pod name, UID, the pod's annotations)."""
-    master = env.master_link()
-    sc.ensure_namespace(api, sc.OTHER_NS)
-    sc.apply_nad(api, sc.nad(namespace, "net-a", sc.net_a_conflist(master, env.ipam_dir)))
-    sc.apply_nad(api, sc.nad(sc.OTHER_NS, "net-b", sc.bridge_conf(
-        env.bridge_name(), sc.SUBNETS["net-b"], env.ipam_dir, name=None, version="0.3.1",
-        gateway=False)))
-    name = name or f"pod-{uuid.uuid4().hex[:8]}"
-    obj = sc.pod(namespace, name, networks)
-    uid = sc.create_pod(api, obj)
-    return name, uid, obj["metadata"]["annotations"]
-
-
-def netns_links(netns_path: str) -> list[str]:
-    """Interface names in the netns at `netns_path` (containerd's bind mount under its
-    state dir, not in /var/run/netns, so `ip -n` cannot name it)."""
-    p = subprocess.run(["nsenter", f"--net={netns_path}", "ip", "-j", "link", "show"],
-                       capture_output=True, text=True, check=True)
-    return sorted(link["ifname"] for link in json.loads(p.stdout))
+def ifb_links() -> list[str]:
+    """The bandwidth plugin's egress shaping devices on the host (ifb links it names
+    bwp<hash>; the ifb module's own ifb0, ifb1 are not)."""
+    p = subprocess.run(["ip", "-j", "link", "show", "type", "ifb"], capture_output=True,
+                       text=True, check=True)
+    return [link["ifname"] for link in json.loads(p.stdout or "[]")
+            if link["ifname"].startswith("bwp")]
 
 
 def problems(log: str) -> list[str]:
@@ -96,11 +81,8 @@ def netattach_log(env) -> str:
 
 
 def run_pod(node: rt.Node, api, env, namespace: str, **kw) -> tuple[str, str, dict]:
-    """Create scenario 1's pod and RunPodSandbox it; (pod name, sandbox ID, status)."""
-    name, uid, annotations = make_pod(api, env, namespace, **kw)
-    config = rt.sandbox_config(namespace, name, uid, annotations)
-    config["portMappings"] = [{"protocol": "TCP", "containerPort": 8080, "hostPort": HOST_PORT,
-                               "hostIp": "127.0.0.1"}]
+    """Scenario 1's pod through RunPodSandbox; (pod name, sandbox ID, its status)."""
+    name, config = rt.scenario_sandbox(api, env, namespace, **kw)
     sid = node.cri.run_sandbox(config)
     return name, sid, node.cri.sandbox_status(sid)
 
@@ -111,7 +93,7 @@ def assert_attached(api, namespace: str, name: str, status: dict) -> None:
     assert status["status"]["state"] == "SANDBOX_READY"
     ip = status["status"]["network"]["ip"]
     assert sc.in_subnet(ip + "/32", DEFAULT_SUBNET)
-    assert netns_links(rt.sandbox_netns(status)) == ["data0", "eth0", "lo", "net1"]
+    assert rt.netns_links(rt.sandbox_netns(status)) == ["data0", "eth0", "lo", "net1"]
     pod_status = json.loads(sc.read_pod_annotations(api, namespace, name)[sc.STATUS])
     assert [(s["name"], s["interface"]) for s in pod_status] == [
         ("cluster-net", "eth0"), (f"{namespace}/net-a", "net1"), ("other/net-b", "data0")]
@@ -119,7 +101,8 @@ def assert_attached(api, namespace: str, name: str, status: dict) -> None:
     assert [a.split("/")[0] for a in pod_status[0]["ips"]] == [ip]
 
 
-HOST_PORT = 18080
+HOST_PORT = rt.HOST_PORT
+RUNTIME_CONFIG = "bandwidth,cgroupPath,dns,io.kubernetes.cri.pod-annotations,portMappings"
 K8S_ARGS = {"IgnoreUnknown", "K8S_POD_NAMESPACE", "K8S_POD_NAME", "K8S_POD_INFRA_CONTAINER_ID",
             "K8S_POD_UID"}
 
@@ -128,8 +111,10 @@ def test_scenario_1_through_run_pod_sandbox(node, admin_api, host_env, k8s_names
     name, sid, status = run_pod(node, admin_api, host_env, k8s_namespace)
     assert_attached(admin_api, k8s_namespace, name, status)
     assert rt.libcni_cache_entries(sid)
-    # the port mapping went through netattach to the cluster default network's portmap
+    # runtimeConfig reached the cluster default network's plugins through netattach:
+    # the port mapping is portmap's DNAT rule, the egress limit bandwidth's ifb device
     assert f"dport {HOST_PORT}" in rt.iptables_nat()
+    assert len(ifb_links()) == 1
 
     node.cri.stop_sandbox(sid)
     assert host_env.ipam_allocations() == []
@@ -146,7 +131,8 @@ def test_scenario_1_through_run_pod_sandbox(node, admin_api, host_env, k8s_names
     assert [(c["command"], bool(c["netns"])) for c in calls] == [
         ("ADD", True), ("DEL", True), ("DEL", False)]
     assert all(set(c["args"].split(",")) == K8S_ARGS for c in calls)
-    assert calls[0]["runtimeConfig"] == "portMappings"
+    assert [c["runtimeConfig"] for c in calls] == [RUNTIME_CONFIG] * 3
+    assert ifb_links() == []  # bandwidth's egress device went with the DEL
 
 
 def test_stop_and_remove_with_the_api_server_stopped(node, cluster, admin_api, host_env,
@@ -166,10 +152,10 @@ def test_stop_and_remove_with_the_api_server_stopped(node, cluster, admin_api, h
 def test_missing_nad_fails_run_pod_sandbox_and_leaves_nothing(node, admin_api, host_env,
                                                               k8s_namespace):
     cache_before = rt.libcni_cache()
-    name, uid, annotations = make_pod(admin_api, host_env, k8s_namespace,
-                                      networks="net-a,no-such-net")
+    name, config = rt.scenario_sandbox(admin_api, host_env, k8s_namespace,
+                                       networks="net-a,no-such-net")
     with pytest.raises(rt.CriError) as failed:
-        node.cri.run_sandbox(rt.sandbox_config(k8s_namespace, name, uid, annotations))
+        node.cri.run_sandbox(config)
     # containerd passes on netattach's own message: pod, network, cause
     assert f"pod {k8s_namespace}/{name}" in failed.value.message
     assert f"{k8s_namespace}/no-such-net" in failed.value.message
@@ -186,16 +172,15 @@ PARALLEL = 4
 
 
 def test_sandboxes_in_parallel(node, admin_api, host_env, k8s_namespace):
-    make_pod(admin_api, host_env, k8s_namespace, name="warm-up")  # NADs in place once
-    pods = [sc.pod(k8s_namespace, f"par-{i}", "net-a,other/net-b@data0") for i in range(PARALLEL)]
-    uids = [sc.create_pod(admin_api, p) for p in pods]
-    configs = [rt.sandbox_config(k8s_namespace, p["metadata"]["name"], uid,
-                                 p["metadata"]["annotations"]) for p, uid in zip(pods, uids)]
+    sc.apply_nads(admin_api, host_env, k8s_namespace)
+    pods = [rt.scenario_sandbox(admin_api, host_env, k8s_namespace, name=f"par-{i}", nads=False)
+            for i in range(PARALLEL)]
+    configs = [config for _, config in pods]
     with ThreadPoolExecutor(PARALLEL) as pool:
         sids = list(pool.map(node.cri.run_sandbox, configs))
         statuses = list(pool.map(node.cri.sandbox_status, sids))
-    for p, status in zip(pods, statuses):
-        assert_attached(admin_api, k8s_namespace, p["metadata"]["name"], status)
+    for (name, _), status in zip(pods, statuses):
+        assert_attached(admin_api, k8s_namespace, name, status)
     ips = {s["status"]["network"]["ip"] for s in statuses}
     assert len(ips) == PARALLEL
     with ThreadPoolExecutor(PARALLEL) as pool:

@@ -28,6 +28,7 @@ import os
 import subprocess
 import tarfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -222,6 +223,31 @@ def sandbox_config(namespace: str, name: str, uid: str, annotations: dict[str, s
                   "securityContext": {"namespaceOptions": {"network": "POD", "pid": "CONTAINER",
                                                            "ipc": "POD"}}},
     }
+
+
+# Scenario 1 through the runtime: the pod also has the kubelet's bandwidth annotations
+# (containerd turns them into runtimeConfig.bandwidth) and a hostPort (portMappings).
+HOST_PORT = 18080
+BANDWIDTH = {"kubernetes.io/ingress-bandwidth": "10M", "kubernetes.io/egress-bandwidth": "10M"}
+
+
+def scenario_sandbox(api, env, namespace: str, networks: str = "net-a,other/net-b@data0",
+                     name: str | None = None, nads: bool = True) -> tuple[str, dict[str, Any]]:
+    """Scenario 1 (tests/testbed/scenario.py) for the runtime: its NADs unless `nads` is
+    False (scenario.apply_nads), a Pod selecting `networks` with BANDWIDTH annotations,
+    and the PodSandboxConfig the kubelet builds for that Pod (same metadata and
+    annotations, a TCP hostPort HOST_PORT on 127.0.0.1). Returns (pod name, config)."""
+    from . import scenario as sc
+    if nads:
+        sc.apply_nads(api, env, namespace)
+    name = name or f"pod-{uuid.uuid4().hex[:8]}"
+    obj = sc.pod(namespace, name, networks)
+    obj["metadata"]["annotations"].update(BANDWIDTH)
+    uid = sc.create_pod(api, obj)
+    config = sandbox_config(namespace, name, uid, obj["metadata"]["annotations"])
+    config["portMappings"] = [{"protocol": "TCP", "containerPort": 8080, "hostPort": HOST_PORT,
+                               "hostIp": "127.0.0.1"}]
+    return name, config
 
 
 def sandbox_netns(status: dict[str, Any]) -> str:
@@ -504,6 +530,14 @@ def libcni_cache() -> set[str]:
     return {p.name for p in LIBCNI_CACHE.iterdir()} if LIBCNI_CACHE.is_dir() else set()
 
 
+def netns_links(netns_path: str) -> list[str]:
+    """Interface names in the netns at `netns_path` (containerd's bind mount under its
+    state dir, not in /var/run/netns, so `ip -n` cannot name it)."""
+    p = subprocess.run(["nsenter", f"--net={netns_path}", "ip", "-j", "link", "show"],
+                       capture_output=True, text=True, check=True)
+    return sorted(link["ifname"] for link in json.loads(p.stdout))
+
+
 def iptables_nat() -> str:
     """The nat table's rules (`iptables -t nat -S`), where portmap puts its DNAT rules."""
     return subprocess.run(["iptables", "-t", "nat", "-S"], capture_output=True, text=True,
@@ -565,8 +599,9 @@ def node_setup(cluster, env, netattach: str, plugin_dirs: list[Path], bridge: st
 
     The cluster default network is a CNI 1.1.0 conflist (bridge `bridge` with
     host-local on `subnet`, gateway and default route, then portmap and bandwidth with
-    their capabilities, as a kubeadm-style node has), so the runtime sends STATUS and
-    the runtimeConfig of those capabilities. Raises ClusterError with the installer's
+    their capabilities, as a kubeadm-style node has; the bridge also declares dns,
+    cgroupPath and io.kubernetes.cri.pod-annotations), so the runtime sends STATUS and
+    the runtimeConfig of every capability containerd knows. Raises ClusterError with the installer's
     output if it fails."""
     from .cluster import service_account_token
     from .serviceaccount import write_sa
@@ -577,7 +612,10 @@ def node_setup(cluster, env, netattach: str, plugin_dirs: list[Path], bridge: st
     primary.write_text(json.dumps({"cniVersion": "1.1.0", "name": "cluster-net", "plugins": [
         {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": False,
          "ipam": {"type": "host-local", "subnet": subnet, "dataDir": str(env.ipam_dir),
-                  "routes": [{"dst": "0.0.0.0/0"}]}},
+                  "routes": [{"dst": "0.0.0.0/0"}]},
+         # declared so the runtime sends them too (the bridge ignores them)
+         "capabilities": {"dns": True, "cgroupPath": True,
+                          "io.kubernetes.cri.pod-annotations": True}},
         {"type": "portmap", "capabilities": {"portMappings": True}},
         {"type": "bandwidth", "capabilities": {"bandwidth": True}},
     ]}, indent=2))

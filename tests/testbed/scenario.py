@@ -230,6 +230,19 @@ def read_pod_annotations(api, namespace: str, name: str) -> dict[str, str]:
     return CoreV1Api(api).read_namespaced_pod(name, namespace).metadata.annotations or {}
 
 
+def apply_nads(api, env: HostEnv, namespace: str) -> tuple[str, str]:
+    """Scenario 1's NetworkAttachmentDefinitions: `net-a` in `namespace` (macvlan on a
+    new master link), `net-b` in `other` (a new bridge), replaced if there. Returns
+    (net-b's bridge name, net-a's master link name); `env` owns both."""
+    net_b_bridge, master = env.bridge_name(), env.master_link()
+    ensure_namespace(api, OTHER_NS)
+    apply_nad(api, nad(namespace, "net-a", net_a_conflist(master, env.ipam_dir)))
+    apply_nad(api, nad(OTHER_NS, "net-b", bridge_conf(
+        net_b_bridge, SUBNETS["net-b"], env.ipam_dir, name=None, version="0.3.1",
+        gateway=False)))
+    return net_b_bridge, master
+
+
 def setup(api, kubeconfig: Path, env: HostEnv, namespace: str,
           networks: str = "net-a,other/net-b@data0", pod_name: str | None = None) -> Scenario:
     """Build scenario 1 on the host and in the API server; returns the Scenario.
@@ -237,17 +250,13 @@ def setup(api, kubeconfig: Path, env: HostEnv, namespace: str,
     The caller owns `env` (its cleanup removes netns, bridges and dirs) and the
     namespace. NADs: `net-a` in `namespace`, `net-b` in `other` (replaced each time).
     """
-    bridges = {"default": env.bridge_name(), "net-b": env.bridge_name()}
-    master = env.master_link()
+    bridges = {"default": env.bridge_name()}
     cluster_conf = env.conf_dir / "10-cluster.conf"
     cluster_conf.write_text(json.dumps(bridge_conf(
         bridges["default"], SUBNETS["default"], env.ipam_dir, name="cluster-net",
         version="0.3.1", gateway=True)))
-    ensure_namespace(api, OTHER_NS)
-    apply_nad(api, nad(namespace, "net-a", net_a_conflist(master, env.ipam_dir)))
-    apply_nad(api, nad(OTHER_NS, "net-b", bridge_conf(
-        bridges["net-b"], SUBNETS["net-b"], env.ipam_dir, name=None, version="0.3.1",
-        gateway=False)))
+    net_b_bridge, master = apply_nads(api, env, namespace)
+    bridges["net-b"] = net_b_bridge
     pod_name = pod_name or f"pod-{uuid.uuid4().hex[:8]}"
     uid = create_pod(api, pod(namespace, pod_name, networks))
     bin_dir = install_bin_dir(env)
