@@ -65,8 +65,10 @@ test: sysdeps venv lint testbin build
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+# RUNTIME=containerd: the same pod through a real containerd, driven through the CRI.
+RUNTIME ?= none
 demo: sysdeps venv testbin build
-	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(PY) hack/demo.py
+	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(PY) hack/demo.py --runtime $(RUNTIME)
 
 # Scenario 1 with the artifact and with the virtualenv's console script, side by side.
 bench: sysdeps venv testbin build

@@ -1,5 +1,10 @@
 """`make demo`: a pod gets three interfaces from three networks, then loses them again.
 
+`make demo RUNTIME=containerd` (--runtime containerd) shows the same pod under a real
+container runtime: netattach installed on a node by its own installer, containerd
+2.x started on it, and the kubelet's CRI calls (Status, RunPodSandbox,
+PodSandboxStatus, StopPodSandbox, RemovePodSandbox) made by the test bed's CRI client.
+
 Starts a real etcd + kube-apiserver on loopback (RBAC on, deploy/ CRD and RBAC
 applied), puts a cluster default network (bridge) on disk, creates two
 NetworkAttachmentDefinitions and a pod selecting them, and runs `netattach` (the
@@ -9,7 +14,9 @@ everything at the end.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.testbed import cluster as cl  # noqa: E402
 from tests.testbed import netns as tb  # noqa: E402
+from tests.testbed import runtime as rt  # noqa: E402
 from tests.testbed import scenario as sc  # noqa: E402
 from tests.testbed.statefiles import tombstones  # noqa: E402
 
@@ -36,6 +44,15 @@ def show(obj) -> None:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runtime", choices=("none", "containerd"), default="none",
+                        help="exec netattach as a runtime does (none), or through containerd")
+    if parser.parse_args().runtime == "containerd":
+        return main_containerd()
+    return main_direct()
+
+
+def main_direct() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="netattach-demo-"))
     env = tb.new_host_env()
     try:
@@ -92,6 +109,67 @@ def main() -> int:
         env.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
     left = tb.leaks()
+    say("cleanup: " + ("nothing left behind" if not left else f"LEFT BEHIND: {left}"))
+    return 1 if left else 0
+
+
+def main_containerd() -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="netattach-demo-"))
+    env = tb.new_host_env()
+    node = None
+    try:
+        say("starting kube-apiserver + etcd on loopback (TLS, RBAC)")
+        with cl.Cluster.start(workdir) as cluster, cluster.admin_api() as api:
+            cl.apply_manifests(api, cl.DEPLOY_MANIFESTS)
+            sc.ensure_namespace(api, NAMESPACE)
+            say("netattach install --once: what the DaemonSet's installer does on a node")
+            cni_bin = Path(os.environ.get("NETATTACH_CNI_BIN") or "/usr/lib/cni")
+            node = rt.node_setup(cluster, env, sc.netattach_command(), [cni_bin],
+                                 env.bridge_name(), sc.SUBNETS["default"])
+            print(f"cluster default network: {node.primary}")
+            show(node.primary.read_text())
+            say(f"{node.conflist}, the only file in containerd's CNI conf dir")
+            show(node.conflist.read_text())
+            ctrd = rt.start_containerd(node, workdir / "containerd")
+            say(f"containerd {rt.containerd_version()} started (socket {ctrd.socket}); "
+                "CRI Status, as the kubelet asks every few seconds (netattach STATUS)")
+            show(node.cri.condition("NetworkReady"))
+
+            name, config = rt.scenario_sandbox(api, env, NAMESPACE, name="demo-pod")
+            say(f"pod {NAMESPACE}/{name}: annotations (the PodSandboxConfig carries the same)")
+            show(config["annotations"])
+            say("RunPodSandbox")
+            try:
+                sid = node.cri.run_sandbox(config)
+            except rt.CriError as e:
+                show(str(e))
+                return 1
+            status = node.cri.sandbox_status(sid)
+            say(f"PodSandboxStatus {sid[:12]}: state and the cluster default network's IP")
+            show({"state": status["status"]["state"], "network": status["status"]["network"]})
+            netns = rt.sandbox_netns(status)
+            say(f"interfaces in the sandbox's network namespace ({netns})")
+            show(tb.run("nsenter", f"--net={netns}", "ip", "-br", "addr").stdout.rstrip())
+            say(f"pod annotation {sc.STATUS}, read back from the API server")
+            show(json.loads(sc.read_pod_annotations(api, NAMESPACE, name)[sc.STATUS]))
+
+            say("StopPodSandbox, then RemovePodSandbox (containerd calls DEL at each)")
+            node.cri.stop_sandbox(sid)
+            node.cri.remove_sandbox(sid)
+            print(f"sandboxes listed: {len(node.cri.sandboxes())}; IP allocations left: "
+                  f"{len(env.ipam_allocations())}; state files left: {len(env.state_files())}; "
+                  f"libcni cache entries left: {len(rt.libcni_cache_entries(sid))}")
+            say("netattach's log: what containerd sent (CNI_ARGS and runtimeConfig keys), "
+                "and what netattach did")
+            log = (env.log_dir / "netattach.log").read_text()
+            show("\n".join(line for line in log.splitlines()
+                           if " INFO " in line or " container=" in line))
+    finally:
+        if node is not None and node.containerd is not None:
+            node.containerd.stop()
+        env.cleanup()
+        shutil.rmtree(workdir, ignore_errors=True)
+    left = tb.leaks() + rt.leaks()
     say("cleanup: " + ("nothing left behind" if not left else f"LEFT BEHIND: {left}"))
     return 1 if left else 0
 
