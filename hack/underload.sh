@@ -13,7 +13,8 @@
 # Example (what `make test` sets, then ten loaded runs of one test):
 #   export NETATTACH_EXE=$PWD/dist/netattach/netattach \
 #     NETATTACH_K8S_BIN=/root/.cache/netattach/testbin/k8s-v1.34.4-etcd-v3.6.4 \
-#     NETATTACH_CNI_BIN=/root/.cache/netattach/testbin/cni-v1.9.1
+#     NETATTACH_CNI_BIN=/root/.cache/netattach/testbin/cni-v1.9.1 \
+#     NETATTACH_CONTAINERD_BIN=/root/.cache/netattach/testbin/containerd-v2.2.9
 #   hack/underload.sh -r 10 tests/e2e/test_faults_children.py::test_netattach_killed_before_the_status_patch
 #
 # The hogs are plain busy loops (`yes > /dev/null`), nothing to install, at the same

@@ -151,7 +151,8 @@ def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: Po
         if state is None:
             deleted = store.deleted_since(cid)
             if deleted is not None:
-                log.debug("%s: already released by the DEL of %s; nothing to do", who,
+                log.debug("%s: already released (by a DEL or a failed ADD's rollback) at "
+                          "%s; nothing to do", who,
                           time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deleted)))
                 return None, True
             situation, loud = "no saved state", False

@@ -54,14 +54,22 @@ def problems(log: str) -> list[str]:
     return [line for line in log.splitlines() if re.search(r"\b(WARNING|ERROR|CRITICAL)\b", line)]
 
 
+def runtime_problems(node: rt.Node, sandbox_id: str) -> list[str]:
+    """containerd's warning and error lines about a sandbox."""
+    return [line for line in node.containerd.log_text().splitlines()
+            if sandbox_id in line and re.search(r"level=(warning|error|fatal)", line)]
+
+
 def assert_freed(node: rt.Node, env, sandbox_id: str) -> None:
     """Nothing of the sandbox is left: no IP allocated, no netattach state, no libcni
-    cache entry, no mount of its netns, and the runtime no longer lists it."""
+    cache entry, no mount of its netns, and the runtime no longer lists it; the
+    runtime logged no warning or error about it."""
     assert env.ipam_allocations() == []
     assert rt.mounts_under(node.containerd.workdir / "state") == []
     assert env.state_files() == []
     assert rt.libcni_cache_entries(sandbox_id) == []
     assert sandbox_id not in [s["id"] for s in node.cri.sandboxes()]
+    assert runtime_problems(node, sandbox_id) == []
 
 
 def invocations(log: str) -> list[dict[str, str]]:
