@@ -151,7 +151,7 @@ def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: Po
         if state is None:
             deleted = store.deleted_since(cid)
             if deleted is not None:
-                log.debug("%s: already released (by a DEL or a failed ADD's rollback) at "
+                log.debug("%s: already released (by a DEL, or by the ADD that failed) at "
                           "%s; nothing to do", who,
                           time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deleted)))
                 return None, True

@@ -231,6 +231,18 @@ def log_tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def started(service, timeout: float):
+    """`service._start(timeout)`, then `service`; on any failure (Ctrl-C too) stops what
+    it started (`service.stop()`) and re-raises. For the test bed's long-running
+    services: Cluster, runtime.Containerd."""
+    try:
+        service._start(timeout)
+    except BaseException:
+        service.stop()
+        raise
+    return service
+
+
 class _Process:
     """One long-running binary: its own session (process group), output to a log file.
 
@@ -356,13 +368,7 @@ class Cluster:
         """Make the PKI, start etcd then kube-apiserver, wait for /readyz (each up to
         `timeout` s). Returns the running Cluster; on any failure stops what was
         started and raises ClusterError (TestbinMissing if binaries are missing)."""
-        c = cls(workdir, bin_dir)
-        try:
-            c._start(timeout)
-        except BaseException:
-            c.stop()
-            raise
-        return c
+        return started(cls(workdir, bin_dir), timeout)
 
     def _start(self, timeout: float) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)

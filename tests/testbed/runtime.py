@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .cluster import ClusterError, _Process, gomod_version, log_tail
+from .cluster import ClusterError, _Process, gomod_version, log_tail, started
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINERD_GOMOD = ROOT / "hack" / "testbin" / "containerd" / "go.mod"
@@ -43,8 +43,9 @@ RUNC = "/usr/sbin/runc"
 SANDBOX_IMAGE = "netattach.test/pause:1"
 # The kubelet's namespace in containerd: CRI objects live there.
 K8S_NAMESPACE = "k8s.io"
-# cgroupfs parent of every test sandbox's cgroup (the kubelet's is /kubepods/...).
-CGROUP_PARENT = "/netattach-test"
+# cgroupfs parent of every test sandbox's cgroup (the kubelet's is /kubepods/...): one
+# per test process, so a second session on the machine neither sees nor removes ours.
+CGROUP_PARENT = f"/netattach-test-{os.getpid()}"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 READY_TIMEOUT = 60.0
 # Every containerd started in this process: its workdir, for leaks().
@@ -343,13 +344,7 @@ class Containerd:
         """Write the config, start containerd, wait until its CRI answers Version
         (up to `timeout` s), import and pin the sandbox image. ClusterError (with the
         log's tail) on failure, after stopping what started."""
-        c = cls(workdir, cni_bin_dirs, cni_conf_dir, bins)
-        try:
-            c._start(timeout)
-        except BaseException:
-            c.stop()
-            raise
-        return c
+        return started(cls(workdir, cni_bin_dirs, cni_conf_dir, bins), timeout)
 
     def __enter__(self) -> Containerd:
         return self
