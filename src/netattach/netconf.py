@@ -155,7 +155,8 @@ class NetConf:
 
 
 def _validator() -> Any:
-    # jsonschema costs ~0.1 s to import; only ADD/DEL/CHECK/STATUS/GC reach here.
+    # jsonschema costs ~0.1 s to import: only an invalid config (after the generated
+    # validator refused it) and `netattach validate` pay it.
     from jsonschema import Draft202012Validator
     return Draft202012Validator(SCHEMA)
 
@@ -197,7 +198,12 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
     runs), ConfigError (7) naming the first bad key and why (CNI SPEC.md "Error
     codes": 7 = invalid network config).
     """
-    errors = sorted(_validator().iter_errors(config), key=lambda e: list(e.absolute_path))
+    from . import _netconf_validator
+    try:  # the fast check every call makes: generated from SCHEMA, stdlib only
+        _netconf_validator.validate(config)
+        errors = []
+    except _netconf_validator.JsonSchemaValueException:  # the full report, from jsonschema
+        errors = sorted(_validator().iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
         where = ".".join(str(p) for p in e.absolute_path) or "(top level)"

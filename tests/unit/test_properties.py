@@ -674,3 +674,45 @@ def test_cli_in_process(property_runs, monkeypatch):
     finally:
         logger.handlers[:], logger.level, logger.propagate = saved
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- netattach's own config
+
+_JUNK = (None, True, False, 0, -1, 1, 2.5, 0.0, 3600, 3600.5, -0.0, "", "x", "a\x00b", "panic",
+         "debug", [], ["a"], ["a", 1], [""], {}, {"a": True}, {"a": 1}, {"maxAge": 1},
+         {"maxAge": -1}, {"compress": True}, {"maxSize": 1.0}, {"maxBackups": True},
+         {"other": 1}, 10**20, float("inf"))
+
+
+def _netconf_case(r: random.Random) -> dict:
+    """A config near netconf.SCHEMA: required keys usually there, every other key now and
+    then, each value either of its kind or any JSON value from _JUNK."""
+    from netattach.netconf import SCHEMA
+    conf: dict[str, Any] = {}
+    for key in SCHEMA["properties"]:
+        if r.random() < (0.9 if key in SCHEMA["required"] else 0.25):
+            conf[key] = r.choice(_JUNK + (_text(r, 8), [_text(r, 4)], r.uniform(-5, 4000)))
+    if r.random() < 0.1:
+        conf[_text(r, 5)] = r.choice(_JUNK)  # unknown keys are allowed
+    return conf
+
+
+def test_generated_netconf_validator_agrees_with_jsonschema(property_runs):
+    """The exec'd path checks netattach's config with the validator generated from
+    netconf.SCHEMA (hack/gen-netconf-validator.py, issue 11); it accepts exactly what
+    jsonschema (draft 2020-12) accepts."""
+    from jsonschema import Draft202012Validator
+
+    from netattach import _netconf_validator
+    from netattach.netconf import SCHEMA
+    reference = Draft202012Validator(SCHEMA)
+
+    def check(conf):
+        try:
+            _netconf_validator.validate(conf)
+            fast = True
+        except _netconf_validator.JsonSchemaValueException:
+            fast = False
+        assert fast == reference.is_valid(conf), (conf, list(reference.iter_errors(conf)))
+
+    run_target(property_runs, "netconf-schema", seeded(_netconf_case), check)
