@@ -3,19 +3,23 @@
 Objects travel as plain JSON dicts: the plugin reads a handful of fields of a Pod
 and a NetworkAttachmentDefinition, so no client's typed models (nor their
 validation cost on every ADD) are used. Requests are raw REST calls (method +
-path) on the HTTP client that `lightkube` builds from the kubeconfig:
-`lightkube.config.kubeconfig.KubeConfig` loads it, and
-`lightkube.config.client_adapter.Client` turns its current context into an
-`httpx2.Client` with the server as base URL, TLS verified against the
-kubeconfig's CA (file or data), the client certificate if any, and the bearer
-token (or token file / exec credential). The transport makes no retries; only
-lightkube's token-file and exec credentials re-read themselves once on a 401,
-as client-go does.
+path) on one of two transports, chosen by the kubeconfig:
+* `transport.StdlibTransport` (http.client + ssl) for the kubeconfigs it reads
+  whole: a server, a CA file or data, and a token, a token file or client
+  certificate files; `netattach install` writes one of those. Importing it costs a
+  small part of what lightkube + httpx2 cost on every exec'd ADD (issue 11).
+* otherwise the HTTP client that `lightkube` builds from the kubeconfig:
+  `lightkube.config.kubeconfig.KubeConfig` loads it, and
+  `lightkube.config.client_adapter.Client` turns its current context into an
+  `httpx2.Client` with the server as base URL, TLS verified against the
+  kubeconfig's CA (file or data), the client certificate if any, and the bearer
+  token (or token file / exec credential); lightkube's token-file and exec
+  credentials re-read themselves once on a 401, as client-go does.
+Neither makes retries of its own, nor uses a proxy from the environment.
 
-`lightkube` is imported lazily, on the first API call, so DEL from saved state
-and CHECK never pay for it. It was chosen over the official `kubernetes` client
-for its import cost, paid on every exec'd ADD: docs/architecture.md (Decisions)
-has the measurements.
+Both are imported lazily, on the first API call, so DEL from saved state and CHECK
+never pay for them. The official `kubernetes` client is never imported: its
+import was most of an ADD's time (docs/architecture.md, Decisions).
 
 `timeout` is a budget for the whole client, not per request: the time spent in
 requests (connecting, TLS, sending, waiting for the answer) and in retry pauses
@@ -153,6 +157,15 @@ class Kube:
 
     def _client(self) -> Any:
         if self._http is None:
+            from . import transport
+            try:
+                loaded = transport.load(self.kubeconfig)
+            except transport.KubeconfigError as e:
+                raise KubeError(f"cannot load kubeconfig {self.kubeconfig}: {e}") from None
+            if loaded is not None:  # the standard library's http.client (transport.py)
+                self._http, self._namespace = loaded
+                self._errors = transport.ERRORS
+                return self._http
             import httpx2
             from lightkube.config.client_adapter import Client, ConnectionParams
             from lightkube.config.kubeconfig import KubeConfig

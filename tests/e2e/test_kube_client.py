@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from netattach import kube as kube_mod
 from netattach.kube import Kube, KubeError
@@ -96,20 +97,51 @@ def test_client_certificate_auth(cluster, pod_and_nad, tmp_path, embedded):
     assert Kube(str(path), timeout=BUDGET).get_pod(pod_and_nad, "web")["metadata"]["name"] == "web"
 
 
-def test_transport_is_imported_lazily_and_kubernetes_never(plugin_kubeconfig, pod_and_nad):
-    """Constructing Kube imports no API library; the first call imports the transport
-    only, never the `kubernetes` client (its import was most of an ADD's time)."""
-    code = f"""
+PROBE = """
 import sys
 from netattach.kube import Kube
-k = Kube({str(plugin_kubeconfig)!r}, {BUDGET})
+k = Kube({kubeconfig!r}, {budget})
 assert "lightkube" not in sys.modules and "httpx2" not in sys.modules
-assert k.get_pod({pod_and_nad!r}, "web") is not None
-assert "lightkube" in sys.modules
-assert not [m for m in sys.modules if m == "kubernetes" or m.startswith("kubernetes.")]
+assert k.get_pod({namespace!r}, "web") is not None
+print(sorted({{m.split(".")[0] for m in sys.modules}} & {{"lightkube", "httpx2", "kubernetes",
+                                                          "http", "ssl"}}))
 """
+
+
+def api_modules(kubeconfig, namespace) -> list[str]:
+    """Which of lightkube, httpx2, kubernetes, http, ssl a first get_pod imported."""
+    code = PROBE.format(kubeconfig=str(kubeconfig), budget=BUDGET, namespace=namespace)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.replace("'", '"'))
+
+
+def test_installer_kubeconfig_goes_through_the_standard_library(plugin_kubeconfig, pod_and_nad,
+                                                                tmp_path, cluster):
+    """Issue 11: the kubeconfig `netattach install` writes (token + CA file, JSON) and the
+    test bed's (token + CA data, YAML) are served by http.client + ssl (transport.py);
+    no API library is imported, never the `kubernetes` client."""
+    assert api_modules(plugin_kubeconfig, pod_and_nad) == ["http", "ssl"]
+    token = yaml.safe_load(plugin_kubeconfig.read_text())["users"][0]["user"]["token"]
+    installed = tmp_path / "installed.kubeconfig"
+    installed.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "n",
+        "clusters": [{"name": "local", "cluster": {"server": cluster.server,
+                                                   "certificate-authority": str(cluster.ca_file)}}],
+        "users": [{"name": "u", "user": {"token": token}}],
+        "contexts": [{"name": "n", "context": {"cluster": "local", "user": "u"}}]}))
+    assert api_modules(installed, pod_and_nad) == ["http", "ssl"]
+
+
+def test_other_kubeconfigs_go_through_lightkube(cluster, pod_and_nad, tmp_path):
+    """A kubeconfig the standard-library transport does not read (here an embedded
+    client certificate) is served by lightkube, as before: nothing that worked stops."""
+    crt, key = cluster.pki["admin.crt"], cluster.pki["admin.key"]
+    path = cl.write_kubeconfig(tmp_path / "kc", cluster.server, user={
+        "client-certificate-data": base64.b64encode(crt.read_bytes()).decode(),
+        "client-key-data": base64.b64encode(key.read_bytes()).decode()},
+        ca_file=cluster.ca_file)
+    assert api_modules(path, pod_and_nad) == ["http", "httpx2", "lightkube", "ssl"]
 
 
 # ---------------------------------------------------------------- errors

@@ -1,0 +1,252 @@
+"""The exec'd path's HTTP transport to the API server: the standard library's
+`http.client` and `ssl`, for the kubeconfigs it fully understands.
+
+Why: an exec'd ADD paid about 200 ms to import lightkube and httpx2 before its first
+request (issue 11); `http.client` + `ssl` cost a small part of that, and the plugin's
+four kinds of call (GET pod, GET NAD, merge-PATCH pods/status, POST event) need no
+more than one keep-alive HTTP/1.1 connection. Measured in docs/architecture.md
+(Decisions).
+
+Which kubeconfigs (`load`): JSON (what `netattach install` writes) or YAML, whose
+current context names a cluster with `server` (http or https, an optional path
+prefix), `certificate-authority` (a file, relative to the kubeconfig's directory as
+client-go resolves it) or `certificate-authority-data`, optional
+`insecure-skip-tls-verify` and `tls-server-name`; and a user with nothing, a
+`token`, a `tokenFile`, or `client-certificate` + `client-key` files. Anything
+else (exec and auth-provider credentials, embedded client certificates, both a
+token and a token file, a proxy, impersonation, basic auth, an unreadable or
+malformed file, no file at all) returns None, and kube.Kube uses lightkube, which
+reads every kubeconfig client-go does; so no kubeconfig that worked stops working.
+
+The transport is the duck type kube.Kube drives: `base_url`, and
+`request(method, path, content, headers, timeout)` returning a `Response` with
+`status_code`, `headers.get(name)` and `content`; its failures are ERRORS
+(timed out, could not reach or speak to the server). No proxy from the
+environment is used, as with lightkube's `trust_env=False`.
+"""
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import ssl
+import threading
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from . import __version__
+
+ERRORS = (TimeoutError, (OSError, http.client.HTTPException))
+"""(what a request that took too long raises, what an unreachable or garbled
+server raises): socket timeouts; refused or reset connections, DNS and TLS
+failures (ssl.SSLError is an OSError), malformed HTTP answers."""
+
+_CLUSTER_KEYS = {"server", "certificate-authority", "certificate-authority-data",
+                 "insecure-skip-tls-verify", "tls-server-name", "extensions"}
+_USER_KEYS = {"token", "tokenFile", "client-certificate", "client-key", "extensions"}
+
+
+class KubeconfigError(ValueError):
+    """The kubeconfig is one this transport reads, but a file it names cannot be used
+    (the CA, the client certificate or key, the token file)."""
+
+
+@dataclass
+class Response:
+    status_code: int
+    headers: Any  # http.client.HTTPMessage: get(name) is case-insensitive
+    content: bytes
+
+
+class StdlibTransport:
+    """One API server over one keep-alive connection (a second, one-off connection
+    when a request is made while an abandoned one still holds the first)."""
+
+    def __init__(self, server: str, context: ssl.SSLContext | None,
+                 server_hostname: str | None, token: str | None):
+        parts = urlsplit(server)
+        self.base_url = server.rstrip("/")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname or ""
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+        self._context = context
+        self._server_hostname = server_hostname
+        self._headers = {"User-Agent": f"netattach/{__version__}"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._conn: http.client.HTTPConnection | None = None
+        self._lock = threading.Lock()
+
+    def _connect(self, timeout: float) -> http.client.HTTPConnection:
+        if not self._https:
+            return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        conn = http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
+                                           context=self._context)
+        if self._server_hostname:  # tls-server-name: SNI and the name verified
+            context, hostname = self._context, self._server_hostname
+
+            def connect() -> None:
+                http.client.HTTPConnection.connect(conn)
+                assert context is not None
+                conn.sock = context.wrap_socket(conn.sock, server_hostname=hostname)
+            conn.connect = connect  # type: ignore[method-assign]
+        return conn
+
+    def request(self, method: str, path: str, content: bytes | str | None = None,
+                headers: dict[str, str] | None = None, timeout: float = 10.0) -> Response:
+        """One HTTP request; `timeout` s for connecting and for each read. A request on
+        a kept-alive connection the server closed meanwhile is sent again once on a
+        new one (every call of the plugin is idempotent: kube.py, "Retries")."""
+        body = content.encode() if isinstance(content, str) else content
+        all_headers = {**self._headers, **(headers or {})}
+        if not self._lock.acquire(blocking=False):
+            conn = self._connect(timeout)  # the kept one is held by an abandoned request
+            try:
+                return self._exchange(conn, method, path, body, all_headers, timeout)
+            finally:
+                conn.close()
+        try:
+            reused = self._conn is not None
+            try:
+                if self._conn is None:
+                    self._conn = self._connect(timeout)
+                try:
+                    return self._exchange(self._conn, method, path, body, all_headers, timeout)
+                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                    if not reused:
+                        raise
+                    self._drop()  # closed by the server while idle: once more, afresh
+                    self._conn = self._connect(timeout)
+                    return self._exchange(self._conn, method, path, body, all_headers, timeout)
+            except BaseException:
+                self._drop()  # whatever state it is in, the next request starts afresh
+                raise
+        finally:
+            self._lock.release()
+
+    def _exchange(self, conn: http.client.HTTPConnection, method: str, path: str,
+                  body: bytes | None, headers: dict[str, str], timeout: float) -> Response:
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        conn.request(method, self._prefix + path, body=body, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        if resp.will_close:
+            self._drop()
+        return Response(resp.status, resp.headers, data)
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _read_document(path: str) -> Any:
+    with open(path, "rb") as f:
+        text = f.read()
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    import yaml  # only for kubeconfigs written by hand or by other tools
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
+
+
+def _named(doc: dict[str, Any], section: str, name: Any, key: str) -> dict[str, Any] | None:
+    for entry in doc.get(section) or []:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            value = entry.get(key)
+            return value if isinstance(value, dict) else None
+    return None
+
+
+def load(kubeconfig: str | None) -> tuple[StdlibTransport, str] | None:
+    """(transport, the current context's namespace or "default") for `kubeconfig`, or
+    None when this transport does not handle it (module doc: lightkube does).
+
+    Raises KubeconfigError when the kubeconfig is one it handles but a file it names
+    cannot be read or used (the message names the file and why)."""
+    if not kubeconfig:
+        return None
+    try:
+        doc = _read_document(kubeconfig)
+    except Exception:  # OS, UTF-8, JSON and YAML errors alike: lightkube words them
+        return None
+    if not isinstance(doc, dict):
+        return None
+    current = doc.get("current-context")
+    context = _named(doc, "contexts", current, "context") if current else None
+    if context is None:
+        return None
+    cluster = _named(doc, "clusters", context.get("cluster"), "cluster")
+    user = _named(doc, "users", context.get("user"), "user") if context.get("user") else {}
+    if cluster is None or user is None:
+        return None
+    if set(cluster) - _CLUSTER_KEYS or set(user) - _USER_KEYS:
+        return None
+    server = cluster.get("server")
+    if not isinstance(server, str) or urlsplit(server).scheme not in ("http", "https") \
+            or not urlsplit(server).hostname:
+        return None
+    if ("token" in user and "tokenFile" in user) or \
+            ("client-certificate" in user) != ("client-key" in user):
+        return None
+    if not all(isinstance(v, str) for k, v in {**cluster, **user}.items()
+               if k not in ("insecure-skip-tls-verify", "extensions")):
+        return None
+    insecure = cluster.get("insecure-skip-tls-verify", False)
+    if not isinstance(insecure, bool) or (insecure and (
+            "certificate-authority" in cluster or "certificate-authority-data" in cluster)):
+        return None  # client-go refuses a CA together with insecure; lightkube words it
+    namespace = context.get("namespace") or "default"
+    if not isinstance(namespace, str):
+        return None
+
+    base = os.path.dirname(os.path.abspath(kubeconfig))
+
+    def resolve(path: str) -> str:  # client-go: relative to the kubeconfig's directory
+        return path if os.path.isabs(path) else os.path.join(base, path)
+
+    token = user.get("token")
+    if "tokenFile" in user:
+        try:
+            with open(resolve(user["tokenFile"]), encoding="utf-8") as f:
+                token = f.read().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise KubeconfigError(f"token file {user['tokenFile']}: {e}") from None
+    context_ssl = None
+    if urlsplit(server).scheme == "https":
+        context_ssl = _ssl_context(cluster, user, insecure, resolve)
+    return StdlibTransport(server, context_ssl, cluster.get("tls-server-name"), token), namespace
+
+
+def _ssl_context(cluster: dict[str, Any], user: dict[str, Any], insecure: bool,
+                 resolve: Any) -> ssl.SSLContext:
+    """TLS as client-go sets it: the kubeconfig's CA only (the system's when it names
+    none), or no verification with insecure-skip-tls-verify; the client
+    certificate when given."""
+    try:
+        if "certificate-authority-data" in cluster:
+            context = ssl.create_default_context(cadata=base64.b64decode(
+                cluster["certificate-authority-data"], validate=True).decode("ascii"))
+        elif "certificate-authority" in cluster:
+            context = ssl.create_default_context(cafile=resolve(cluster["certificate-authority"]))
+        else:
+            context = ssl.create_default_context()
+    except (OSError, ValueError, ssl.SSLError) as e:
+        raise KubeconfigError(f"certificate authority: {type(e).__name__}: {e}") from None
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if "client-certificate" in user:
+        try:
+            context.load_cert_chain(resolve(user["client-certificate"]),
+                                    resolve(user["client-key"]))
+        except (OSError, ssl.SSLError) as e:
+            raise KubeconfigError(f"client certificate: {type(e).__name__}: {e}") from None
+    return context
