@@ -11,7 +11,6 @@ routes (routes.py).
 """
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import logging
 import os
@@ -38,6 +37,19 @@ def _mtus_here(ifnames: list[str]) -> dict[str, int]:
     return out
 
 
+def _setns(fd: int) -> None:
+    """setns(2) of the calling thread into the network namespace `fd`: os.setns from
+    Python 3.12, else libc's through ctypes (imported only then). Raises OSError."""
+    setns = getattr(os, "setns", None)
+    if setns is not None:
+        setns(fd, CLONE_NEWNET)
+        return
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+
+
 def link_mtus(netns_path: str, ifnames: list[str]) -> dict[str, int]:
     """MTU (bytes) of each named link inside the netns at `netns_path`.
 
@@ -48,11 +60,9 @@ def link_mtus(netns_path: str, ifnames: list[str]) -> dict[str, int]:
 
     def worker() -> None:
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
             fd = os.open(netns_path, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                if libc.setns(fd, CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+                _setns(fd)
             finally:
                 os.close(fd)
             found.update(_mtus_here(ifnames))

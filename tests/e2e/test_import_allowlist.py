@@ -1,0 +1,86 @@
+"""The exec'd path imports only what it uses (issue 11): every module VERSION, STATUS,
+scenario 1's ADD and its DEL import, recorded by the interpreter itself
+(`-X importtime`, through PYTHONPROFILEIMPORTTIME), is netattach's own or the
+standard library's, and none of the standard library's heavy packages. An import
+check, not a timing: what it asserts holds on any machine, however loaded.
+
+The plugin runs as the virtualenv's console script (the same code as the built
+executable, whose frozen imports the interpreter does not report) against the real
+API server, with the kubeconfig as `netattach install` writes it (JSON, token, CA
+file), real plugins and a real netns.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+import pytest
+import yaml
+
+from tests.testbed import scenario as sc
+
+# Standard-library packages the exec'd path never needs (each costs from a few to tens
+# of ms, or starts machinery): asynchronous I/O, process pools, XML, decimal
+# arithmetic, test frameworks, archives. (ctypes is not here: on Python 3.11, which
+# has no os.setns, netnsinfo.py calls libc's setns through it.)
+HEAVY_STDLIB = {"asyncio", "concurrent", "multiprocessing", "xml", "decimal", "unittest",
+                "sqlite3", "tkinter", "pydoc", "doctest", "zipfile", "tarfile"}
+
+
+def imported(stderr: str) -> set[str]:
+    """Top-level names of the modules `-X importtime` reported in `stderr`."""
+    out = set()
+    for line in stderr.splitlines():
+        if line.startswith("import time:") and line.count("|") == 2:
+            name = line.rsplit("|", 1)[1].strip()
+            if name != "imported package":  # the header line
+                out.add(name.split(".")[0])
+    return out
+
+
+def outside_allowlist(modules: set[str]) -> list[str]:
+    # "org": the standard library's copy.py tries `from org.python.core import
+    # PyStringMap` (a Jython probe) and -X importtime reports the failed attempt too
+    allowed = set(sys.stdlib_module_names) | {"netattach", "_distutils_hack", "__main__",
+                                             "encodings", "site", "sitecustomize", "org"}
+    return sorted((modules - allowed) | (modules & HEAVY_STDLIB))
+
+
+@pytest.fixture
+def console_scenario(scenario, tmp_path):
+    """Scenario 1, exec'ing the console script, with the installer's kubeconfig format."""
+    kc = yaml.safe_load(open(scenario.netconf["kubeconfig"]))
+    json_kc = tmp_path / "netattach.kubeconfig"
+    json_kc.write_text(json.dumps(kc))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "netattach").symlink_to(sc.venv_command())
+    netconf = {**scenario.netconf, "kubeconfig": str(json_kc), "binDir": str(bin_dir)}
+    return dataclasses.replace(scenario, bin_dir=bin_dir, netconf=netconf)
+
+
+def test_exec_path_imports_only_the_standard_library_and_netattach(console_scenario):
+    s = console_scenario
+    seen = {}
+    for command in ("VERSION", "STATUS", "ADD", "DEL"):
+        run = s.run(command, env_overrides={"PYTHONPROFILEIMPORTTIME": "1"})
+        assert run.code == 0, (command, run.stdout, s.log_text())
+        seen[command] = imported(run.stderr)
+        assert "netattach" in seen[command], run.stderr[-2000:]  # the probe saw the imports
+        assert outside_allowlist(seen[command]) == [], (command, outside_allowlist(seen[command]))
+    # what the lean path removed: the API library, the schema library, netlink, YAML
+    for command, modules in seen.items():
+        assert not modules & {"lightkube", "httpx2", "httpcore2", "jsonschema", "pyroute2",
+                              "yaml", "kubernetes", "grpc"}, (command, modules)
+    assert "http" in seen["ADD"] and "http" not in seen["DEL"]
+    sc.assert_clean(s)
+
+
+def test_the_check_sees_a_module_outside_the_allowlist():
+    """The check itself can fail: a third-party and a heavy standard-library import."""
+    stderr = ("import time: self [us] | cumulative | imported package\n"
+              "import time:       100 |        100 | netattach\n"
+              "import time:       100 |        100 | lightkube.config\n"
+              "import time:       100 |        100 |   asyncio.events\n")
+    assert outside_allowlist(imported(stderr)) == ["asyncio", "lightkube"]
