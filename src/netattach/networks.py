@@ -146,6 +146,31 @@ def get_pod(api: PodApi, pod: PodRef, wait: bool) -> dict[str, Any]:
     raise PodNotFound(f"pod {pod}: not found in the API server{retried}")
 
 
+RUNTIME_POD_ANNOTATIONS = "io.kubernetes.cri.pod-annotations"
+"""The capability under which containerd passes the sandbox's annotations, which the
+kubelet copies from the pod, in runtimeConfig (containerd's CRI plugin, go-cni
+WithCapability)."""
+CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
+
+
+def runtime_pod_annotations(conf: NetConf, pod: PodRef | None) -> dict[str, str] | None:
+    """The pod's annotations as the runtime passed them (runtimeConfig
+    RUNTIME_POD_ANNOTATIONS, when netattach's conflist declares that capability), so
+    ADD needs no pod GET (issue 11); None when they cannot stand in for the pod:
+    absent or not a string map, no pod UID in CNI_ARGS (the network-status PATCH is
+    for that UID only), or a static pod (its mirror pod has another UID: the GET
+    finds that one)."""
+    annotations = conf.runtime_config.get(RUNTIME_POD_ANNOTATIONS)
+    if pod is None or not pod.uid or not isinstance(annotations, dict):
+        return None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in annotations.items()):
+        return None
+    if MIRROR_POD_ANNOTATION in annotations or \
+            annotations.get(CONFIG_SOURCE_ANNOTATION, "api") != "api":
+        return None
+    return annotations
+
+
 def _check_uid(pod: PodRef, obj: dict[str, Any]) -> None:
     meta = obj.get("metadata", {})
     if not pod.uid or MIRROR_POD_ANNOTATION in meta.get("annotations", {}):
@@ -228,7 +253,13 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
     not be asked, ConfigError for configs and the selection, ...).
     """
     pod_obj = None
-    if pod and api:
+    from_runtime = runtime_pod_annotations(conf, pod)
+    if pod and from_runtime is not None:
+        log.debug("pod %s: annotations from the runtime (runtimeConfig %s); no pod GET",
+                  pod, RUNTIME_POD_ANNOTATIONS)
+        pod_obj = {"metadata": {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid,
+                                "annotations": from_runtime}}
+    elif pod and api:
         try:
             pod_obj = get_pod(api, pod, wait_for_pod)
         except PodNotFound:

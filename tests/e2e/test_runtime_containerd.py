@@ -140,6 +140,10 @@ def test_scenario_1_through_run_pod_sandbox(node, admin_api, host_env, k8s_names
         ("ADD", True), ("DEL", True), ("DEL", False)]
     assert all(set(c["args"].split(",")) == K8S_ARGS for c in calls)
     assert [c["runtimeConfig"] for c in calls] == [RUNTIME_CONFIG] * 3
+    # netattach's conflist declares io.kubernetes.cri.pod-annotations: the pod's
+    # annotations came from containerd, so ADD asked the API server for the NADs only
+    assert f"GET /api/v1/namespaces/{k8s_namespace}/pods/{name}" not in log
+    assert f"pod {k8s_namespace}/{name}: annotations from the runtime" in log
     assert ifb_links() == []  # bandwidth's egress device went with the DEL
 
 

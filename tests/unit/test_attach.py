@@ -191,6 +191,33 @@ def test_add_attaches_in_order_saves_everything_and_reports(bed):
     assert [r for r, _ in bed.api.events] == ["AddedInterface"] * 3
 
 
+POD_ANNOTATIONS = "io.kubernetes.cri.pod-annotations"
+
+
+def test_add_takes_the_pods_annotations_from_the_runtime_without_a_pod_get(bed):
+    """Issue 11: containerd passes the pod's annotations in runtimeConfig when the
+    conflist declares the capability; ADD then asks the API server only for the NADs,
+    and the network-status PATCH is for the UID in CNI_ARGS."""
+    bed.run("ADD", runtimeConfig={POD_ANNOTATIONS: {
+        "k8s.v1.cni.cncf.io/networks": "net-a", "kubernetes.io/config.source": "api"}})
+    assert [c[0] for c in bed.api.calls] == ["GET nad", "PATCH pod status", "POST event",
+                                             "POST event"]
+    assert [(a.network, a.ifname) for a in bed.store.load(CID).attachments] == [
+        ("cluster-net", "eth0"), (f"{NS}/net-a", "net1")]
+
+
+@pytest.mark.parametrize("annotations", [
+    {"k8s.v1.cni.cncf.io/networks": "net-a", "kubernetes.io/config.source": "file"},
+    {"k8s.v1.cni.cncf.io/networks": "net-a", "kubernetes.io/config.mirror": "x"},
+    {"k8s.v1.cni.cncf.io/networks": 7},
+    "net-a",
+], ids=["static-pod", "mirror-pod", "not-strings", "not-a-map"])
+def test_add_gets_the_pod_when_the_runtimes_annotations_cannot_stand_in(bed, annotations):
+    bed.run("ADD", runtimeConfig={POD_ANNOTATIONS: annotations})
+    assert bed.api.calls[0] == ("GET pod", f"{NS}/{POD}")
+    assert len(bed.store.load(CID).attachments) == 3  # the API server's selection
+
+
 def test_a_failing_child_rolls_back_everything_attempted_and_tombstones(bed):
     bed.exe.fail = {("ADD", "fake-ptp")}
     with pytest.raises(CniError) as e:

@@ -208,7 +208,8 @@ def render_conflist(primary_host_path: str, primary: Primary, s: PluginSettings)
     """netattach's conflist for the primary: the CNI version the plugin runs the
     primary with (Primary.cni_version), the union of its capabilities (so the runtime
     passes runtimeConfig, which netattach hands to the default network only, spec
-    §7.5), `clusterNetwork` the primary's host path. Keys are netconf.py's; optional
+    §7.5) and io.kubernetes.cri.pod-annotations (netattach's own: the pod's
+    annotations without a GET), `clusterNetwork` the primary's host path. Keys are netconf.py's; optional
     ones only when set. Same input, same bytes."""
     plugin: dict[str, Any] = {
         "type": "netattach",
@@ -228,9 +229,10 @@ def render_conflist(primary_host_path: str, primary: Primary, s: PluginSettings)
     if s.system_namespaces is not None:
         plugin["systemNamespaces"] = [n.strip() for n in s.system_namespaces.split(",")
                                       if n.strip()]
-    caps = primary.capabilities()
-    if caps:
-        plugin["capabilities"] = caps
+    # The primary's capabilities (handed on to it), and the pod's annotations for
+    # netattach itself: a runtime that can (containerd) passes them in runtimeConfig,
+    # and ADD then needs no pod GET (networks.runtime_pod_annotations).
+    plugin["capabilities"] = {**primary.capabilities(), "io.kubernetes.cri.pod-annotations": True}
     doc = {"cniVersion": primary.cni_version, "name": NETWORK_NAME, "plugins": [plugin]}
     return (json.dumps(doc, indent=2) + "\n").encode()
 
