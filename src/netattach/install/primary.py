@@ -209,8 +209,8 @@ def render_conflist(primary_host_path: str, primary: Primary, s: PluginSettings)
     primary with (Primary.cni_version), the union of its capabilities (so the runtime
     passes runtimeConfig, which netattach hands to the default network only, spec
     §7.5) and io.kubernetes.cri.pod-annotations (netattach's own: the pod's
-    annotations without a GET), `clusterNetwork` the primary's host path. Keys are netconf.py's; optional
-    ones only when set. Same input, same bytes."""
+    annotations without a GET), `clusterNetwork` the primary's host path. Keys are
+    netconf.py's; optional ones only when set. Same input, same bytes."""
     plugin: dict[str, Any] = {
         "type": "netattach",
         "name": NETWORK_NAME,
