@@ -252,7 +252,7 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
     Raises CniError (its kind names the cause: KubeError when the API server could
     not be asked, ConfigError for configs and the selection, ...).
     """
-    pod_obj = None
+    pod_obj: dict[str, Any] | None = None
     from_runtime = runtime_pod_annotations(conf, pod)
     if pod and from_runtime is not None:
         log.debug("pod %s: annotations from the runtime (runtimeConfig %s); no pod GET",
