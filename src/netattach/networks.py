@@ -13,9 +13,9 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import delegates, devices, routes, selection
+from . import delegates, devices, selection
 from . import plan as planning
 from .api import MIRROR_POD_ANNOTATION, PodApi
 from .cni import invoke
@@ -25,6 +25,9 @@ from .cni.request import CniRequest
 from .names import is_dns1123_label
 from .netconf import NetConf
 from .state import PodRef, SavedAttachment, SavedState
+
+if TYPE_CHECKING:
+    from . import routes
 
 log = logging.getLogger("netattach")
 
@@ -315,6 +318,7 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
         auxiliary = auxiliary_chain(conf, default[1].source)
         attachments = planning.plan_attachments(default, req.ifname, conf.runtime_config,
                                                 secondaries, auxiliary)
+        from . import routes  # ipaddress and friends: only ADD and DEL's rebuild plan
         route_plan = routes.plan_default_routes(
             [(a.ifname, a.default_route, a.network) for a in attachments if not a.auxiliary])
     except CniError as e:
