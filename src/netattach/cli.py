@@ -7,17 +7,29 @@ answer, or a CNI error) and exits 0 on success, 1 on error (CNI SPEC.md
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 import time
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
 from .cni.errors import InternalError, as_cni_error
 from .cni.version import LATEST, SUPPORTED_VERSIONS
 
-log = logging.getLogger("netattach")
+if TYPE_CHECKING:
+    import logging
+
+# `logging` (~10 ms) is imported by the commands that log, not by VERSION (_log).
+_quiet = False  # main(): no last-resort handler printing to stderr before setup
+
+
+def _log() -> logging.Logger:
+    """The `netattach` logger, importing logging on first use."""
+    import logging
+    logger = logging.getLogger("netattach")
+    if _quiet and not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+    return logger
 
 
 def _emit(doc: dict[str, Any] | None, code: int) -> NoReturn:
@@ -37,7 +49,9 @@ def _emit(doc: dict[str, Any] | None, code: int) -> NoReturn:
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
-        logging.shutdown()
+        logging = sys.modules.get("logging")
+        if logging is not None:  # VERSION never imported it
+            logging.shutdown()
         os._exit(code)
 
 
@@ -48,20 +62,24 @@ def cni_main(environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | No
     the one mapping of exceptions to codes) and status 1. The error's cniVersion is
     the configuration's when netattach supports it, else the latest it supports.
     """
-    from .cni.request import parse_request
-
     started = time.monotonic()
     cni_version = LATEST
     try:
+        if environ.get("CNI_COMMAND") == "VERSION":  # reads nothing but stdin
+            from .cni.stdin import decode_json_object
+            config = decode_json_object(stdin) if stdin.strip() else None
+            if isinstance(config, dict) and config.get("cniVersion") in SUPPORTED_VERSIONS:
+                cni_version = config["cniVersion"]
+            return {"cniVersion": cni_version, "supportedVersions": list(SUPPORTED_VERSIONS)}, 0
+        from .cni.request import parse_request
         req = parse_request(environ, stdin)
         if isinstance(req.config, dict) and req.config.get("cniVersion") in SUPPORTED_VERSIONS:
             cni_version = req.config["cniVersion"]
-        if req.command == "VERSION":
-            return {"cniVersion": cni_version, "supportedVersions": list(SUPPORTED_VERSIONS)}, 0
         from .netconf import parse_netconf
         conf = parse_netconf(req.config or {})
         from .logsetup import setup_logging
         setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr, conf.log_options)
+        log = _log()
         if conf.unhonoured:
             log.warning("configuration keys read but not honoured: %s", "; ".join(
                 f"{key} ({why})" for key, why in conf.unhonoured.items()))
@@ -79,9 +97,9 @@ def cni_main(environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | No
     except Exception as e:  # every failure: the runtime gets one CNI error
         error = as_cni_error(e)
         if isinstance(error, InternalError):
-            log.exception("internal error")
+            _log().exception("internal error")
         else:
-            log.error("%s", error.msg)
+            _log().error("%s", error.msg)
         return error.to_dict(cni_version), 1
 
 
@@ -90,7 +108,7 @@ def _log_timing(command: str, started: float) -> None:
     by `make bench`)."""
     from .cni.invoke import child_seconds
     from .kube import requests_made
-    log.info("timing: %s took %.4f s, children %.4f s, api_requests %d", command,
+    _log().info("timing: %s took %.4f s, children %.4f s, api_requests %d", command,
              time.monotonic() - started, child_seconds(), requests_made())
 
 
@@ -121,7 +139,8 @@ def _subcommand(name: str) -> Any:
 def main(argv: list[str] | None = None) -> None:
     """Console script `netattach`: CNI mode when CNI_COMMAND is set, else a subcommand."""
     if "CNI_COMMAND" in os.environ:
-        logging.getLogger("netattach").addHandler(logging.NullHandler())
+        global _quiet
+        _quiet = True
         doc, code = cni_main(dict(os.environ), sys.stdin.buffer.read())
         _emit(doc, code)
     import argparse

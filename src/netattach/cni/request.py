@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..jsonutil import loads_strict
 from ..names import container_id_problem, ifname_problem, network_name_problem
-from .errors import ConfigError, DecodeFailure, InvalidEnv
+from .errors import ConfigError, InvalidEnv
+from .stdin import MAX_STDIN, decode_json_object  # noqa: F401 (re-exported)
 
 COMMANDS = ("ADD", "DEL", "CHECK", "VERSION", "STATUS", "GC")
 
@@ -26,7 +26,6 @@ REQUIRED_ENV: dict[str, tuple[str, ...]] = {
     "VERSION": (),
 }
 
-MAX_STDIN = 1 << 20  # 1 MiB: far above any real network configuration
 
 def validate_container_id(container_id: str) -> None:
     """Raise InvalidEnv (4) unless `container_id` is a valid CNI container ID
@@ -71,25 +70,6 @@ def parse_cni_args(text: str) -> tuple[tuple[str, str], ...]:
                            "CNI_ARGS must be KEY=VALUE pairs separated by ';'")
         out.append((key, value))
     return tuple(out)
-
-
-def decode_json_object(data: bytes, what: str = "stdin") -> dict[str, Any]:
-    """Decode `data` as one JSON object; anything else raises DecodeFailure (6).
-
-    Guards: more than MAX_STDIN bytes, invalid UTF-8, NaN/Infinity, nesting that
-    exhausts the recursion limit.
-    """
-    if len(data) > MAX_STDIN:
-        raise DecodeFailure(f"{what} is too large: {len(data)} bytes",
-                       f"the limit is {MAX_STDIN} bytes")
-    try:
-        obj = loads_strict(data)
-    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
-        raise DecodeFailure(f"{what} is not valid JSON: {e}") from None
-    if not isinstance(obj, dict):
-        raise DecodeFailure(f"{what} is not a JSON object",
-                       f"got a JSON {type(obj).__name__}")
-    return obj
 
 
 @dataclass(frozen=True)
