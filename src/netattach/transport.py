@@ -11,10 +11,10 @@ Which kubeconfigs (`load`): JSON (what `netattach install` writes) or YAML, whos
 current context names a cluster with `server` (http or https, an optional path
 prefix), `certificate-authority` (a file, relative to the kubeconfig's directory as
 client-go resolves it) or `certificate-authority-data`, optional
-`insecure-skip-tls-verify` and `tls-server-name`; and a user with nothing, a
+`insecure-skip-tls-verify`; and a user with nothing, a
 `token`, a `tokenFile`, or `client-certificate` + `client-key` files. Anything
 else (exec and auth-provider credentials, embedded client certificates, both a
-token and a token file, a proxy, impersonation, basic auth, an unreadable or
+token and a token file, a proxy, tls-server-name, impersonation, basic auth, an unreadable or
 malformed file, no file at all) returns None, and kube.Kube uses lightkube, which
 reads every kubeconfig client-go does; so no kubeconfig that worked stops working.
 
@@ -44,7 +44,7 @@ server raises): socket timeouts; refused or reset connections, DNS and TLS
 failures (ssl.SSLError is an OSError), malformed HTTP answers."""
 
 _CLUSTER_KEYS = {"server", "certificate-authority", "certificate-authority-data",
-                 "insecure-skip-tls-verify", "tls-server-name", "extensions"}
+                 "insecure-skip-tls-verify", "extensions"}
 _USER_KEYS = {"token", "tokenFile", "client-certificate", "client-key", "extensions"}
 
 
@@ -64,8 +64,7 @@ class StdlibTransport:
     """One API server over one keep-alive connection (a second, one-off connection
     when a request is made while an abandoned one still holds the first)."""
 
-    def __init__(self, server: str, context: ssl.SSLContext | None,
-                 server_hostname: str | None, token: str | None):
+    def __init__(self, server: str, context: ssl.SSLContext | None, token: str | None):
         parts = urlsplit(server)
         self.base_url = server.rstrip("/")
         self._https = parts.scheme == "https"
@@ -73,7 +72,6 @@ class StdlibTransport:
         self._port = parts.port
         self._prefix = parts.path.rstrip("/")
         self._context = context
-        self._server_hostname = server_hostname
         self._headers = {"User-Agent": f"netattach/{__version__}"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
@@ -83,17 +81,8 @@ class StdlibTransport:
     def _connect(self, timeout: float) -> http.client.HTTPConnection:
         if not self._https:
             return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
-        conn = http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
+        return http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
                                            context=self._context)
-        if self._server_hostname:  # tls-server-name: SNI and the name verified
-            context, hostname = self._context, self._server_hostname
-
-            def connect() -> None:
-                http.client.HTTPConnection.connect(conn)
-                assert context is not None
-                conn.sock = context.wrap_socket(conn.sock, server_hostname=hostname)
-            conn.connect = connect  # type: ignore[method-assign]
-        return conn
 
     def request(self, method: str, path: str, content: bytes | str | None = None,
                 headers: dict[str, str] | None = None, timeout: float = 10.0) -> Response:
@@ -222,7 +211,7 @@ def load(kubeconfig: str | None) -> tuple[StdlibTransport, str] | None:
     context_ssl = None
     if urlsplit(server).scheme == "https":
         context_ssl = _ssl_context(cluster, user, insecure, resolve)
-    return StdlibTransport(server, context_ssl, cluster.get("tls-server-name"), token), namespace
+    return StdlibTransport(server, context_ssl, token), namespace
 
 
 def _ssl_context(cluster: dict[str, Any], user: dict[str, Any], insecure: bool,

@@ -1,0 +1,96 @@
+"""Which kubeconfigs the standard-library transport serves (transport.load), and which
+it leaves to lightkube (None): a kubeconfig it misread would send the plugin's
+requests somewhere else or without credentials, so each rule is pinned here. The
+requests themselves run against a loopback stub (test_kube.py) and the real API
+server (tests/e2e/test_kube_client.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from netattach import transport
+
+
+def write(tmp_path: Path, cluster: dict, user: dict | None = None, *, yaml_text: bool = False,
+          namespace: str | None = None) -> str:
+    context = {"cluster": "c", "user": "u", **({"namespace": namespace} if namespace else {})}
+    doc = {"apiVersion": "v1", "kind": "Config", "current-context": "x",
+           "clusters": [{"name": "c", "cluster": cluster}],
+           "users": [{"name": "u", "user": user if user is not None else {"token": "t0k"}}],
+           "contexts": [{"name": "x", "context": context}]}
+    path = tmp_path / "kc"
+    if yaml_text:
+        import yaml
+        path.write_text(yaml.safe_dump(doc))
+    else:
+        path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_a_token_over_http_with_the_contexts_namespace(tmp_path):
+    t, ns = transport.load(write(tmp_path, {"server": "http://127.0.0.1:8080/prefix/"},
+                                 namespace="kube-system"))
+    assert (t.base_url, t._prefix, ns) == ("http://127.0.0.1:8080/prefix", "/prefix", "kube-system")
+    assert t._headers["Authorization"] == "Bearer t0k"
+
+
+def test_yaml_and_the_default_namespace(tmp_path):
+    t, ns = transport.load(write(tmp_path, {"server": "http://[::1]:6443"}, yaml_text=True))
+    assert (t._host, t._port, ns) == ("::1", 6443, "default")
+
+
+def test_a_token_file_relative_to_the_kubeconfig(tmp_path):
+    (tmp_path / "token").write_text("from-file\n")
+    t, _ = transport.load(write(tmp_path, {"server": "http://h:1"}, {"tokenFile": "token"}))
+    assert t._headers["Authorization"] == "Bearer from-file"
+
+
+def test_an_unreadable_file_it_names_is_a_kubeconfig_error(tmp_path):
+    with pytest.raises(transport.KubeconfigError, match="token file gone"):
+        transport.load(write(tmp_path, {"server": "http://h:1"}, {"tokenFile": "gone"}))
+    with pytest.raises(transport.KubeconfigError, match="certificate authority"):
+        transport.load(write(tmp_path, {"server": "https://h:1",
+                                        "certificate-authority": "no-ca.crt"}))
+
+
+@pytest.mark.parametrize("cluster,user", [
+    ({"server": "https://h:1"}, {"exec": {"command": "x"}}),
+    ({"server": "https://h:1"}, {"auth-provider": {"name": "oidc"}}),
+    ({"server": "https://h:1"}, {"client-certificate-data": "eA==", "client-key-data": "eA=="}),
+    ({"server": "https://h:1"}, {"token": "a", "tokenFile": "b"}),
+    ({"server": "https://h:1"}, {"client-certificate": "c.crt"}),
+    ({"server": "https://h:1"}, {"username": "u", "password": "p"}),
+    ({"server": "https://h:1", "proxy-url": "http://proxy:3128"}, None),
+    ({"server": "https://h:1", "tls-server-name": "kubernetes"}, None),
+    ({"server": "https://h:1", "insecure-skip-tls-verify": True,
+      "certificate-authority": "ca.crt"}, None),
+    ({"server": "ftp://h:1"}, None),
+    ({"server": 7}, None),
+], ids=["exec", "auth-provider", "embedded-client-cert", "token-and-file", "cert-without-key",
+        "basic-auth", "proxy", "tls-server-name", "insecure-with-ca", "not-http", "not-a-string"])
+def test_left_to_lightkube(tmp_path, cluster, user):
+    assert transport.load(write(tmp_path, cluster, user)) is None
+
+
+@pytest.mark.parametrize("text", ["", "[]", "just text", "{not json nor: [yaml", "\xff"],
+                         ids=["empty", "list", "string", "broken", "not-utf8"])
+def test_unreadable_documents_are_left_to_lightkube(tmp_path, text):
+    path = tmp_path / "kc"
+    path.write_bytes(text.encode("latin-1"))
+    assert transport.load(str(path)) is None
+
+
+def test_no_kubeconfig_or_no_file_is_left_to_lightkube(tmp_path):
+    assert transport.load(None) is None
+    assert transport.load(str(tmp_path / "absent")) is None
+
+
+def test_insecure_skip_tls_verify_turns_verification_off(tmp_path):
+    import ssl
+    t, _ = transport.load(write(tmp_path, {"server": "https://h:1",
+                                           "insecure-skip-tls-verify": True}))
+    assert t._context.verify_mode == ssl.CERT_NONE and not t._context.check_hostname
+    t, _ = transport.load(write(tmp_path, {"server": "https://h:1"}))
+    assert t._context.verify_mode == ssl.CERT_REQUIRED and t._context.check_hostname
