@@ -11,11 +11,14 @@ import logging
 import os
 import sys
 import time
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
 from .cni.errors import InternalError, as_cni_error
 from .cni.version import LATEST, SUPPORTED_VERSIONS
+
+if TYPE_CHECKING:
+    from .orchestrator import Orchestrator
 
 log = logging.getLogger("netattach")
 
@@ -41,12 +44,16 @@ def _emit(doc: dict[str, Any] | None, code: int) -> NoReturn:
         os._exit(code)
 
 
-def cni_main(environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | None, int]:
+def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator | None = None
+             ) -> tuple[dict[str, Any] | None, int]:
     """Run one CNI command. Returns (document for stdout or None, exit status).
 
     Never raises: every failure becomes one CNI error document (cni.errors.as_cni_error,
     the one mapping of exceptions to codes) and status 1. The error's cniVersion is
     the configuration's when netattach supports it, else the latest it supports.
+    orchestrator: None in thin mode (this process: logging set up from the
+    configuration, `thin()`, a timing line); the node daemon's (daemon/server.py),
+    which set up its own logging and records timing in its metrics.
     """
     from .cni.request import parse_request
 
@@ -60,8 +67,9 @@ def cni_main(environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | No
             return {"cniVersion": cni_version, "supportedVersions": list(SUPPORTED_VERSIONS)}, 0
         from .netconf import parse_netconf
         conf = parse_netconf(req.config or {})
-        from .logsetup import setup_logging
-        setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr, conf.log_options)
+        if orchestrator is None:
+            from .logsetup import setup_logging
+            setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr, conf.log_options)
         if conf.unhonoured:
             log.warning("configuration keys read but not honoured: %s", "; ".join(
                 f"{key} ({why})" for key, why in conf.unhonoured.items()))
@@ -71,6 +79,8 @@ def cni_main(environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | No
                   req.container_id, req.ifname, req.netns,
                   ",".join(k for k, _ in req.args) or "-",
                   ",".join(sorted(conf.runtime_config)) or "-")
+        if orchestrator is not None:
+            return orchestrator.run(req, conf), 0
         from .orchestrator import thin
         try:
             return thin().run(req, conf), 0
@@ -102,6 +112,8 @@ SUBCOMMANDS = {
                "node and keep them current",
     "validate": "lint NetworkAttachmentDefinition and pod YAML before applying it",
     "status": "show a pod's attachments from its network-status annotation",
+    "daemon": "thick mode's node daemon: watch this node's pods and the "
+              "NetworkAttachmentDefinitions, serve the shim's CNI calls on a unix socket",
 }
 
 
@@ -114,6 +126,9 @@ def _subcommand(name: str) -> Any:
     if name == "validate":
         from . import validate
         return validate
+    if name == "daemon":
+        from . import daemon
+        return daemon
     from . import podstatus
     return podstatus
 

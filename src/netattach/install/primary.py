@@ -41,7 +41,7 @@ from .files import MAX_CONFIG_BYTES
 
 CONF_NAME = "00-netattach.conflist"
 NETWORK_NAME = "netattach-cni-network"
-META_PLUGIN_TYPES = frozenset({"netattach", "multus", "multus-shim"})
+META_PLUGIN_TYPES = frozenset({"netattach", "netattach-shim", "multus", "multus-shim"})
 
 
 def _plugins(config: dict[str, Any]) -> list[Any]:
