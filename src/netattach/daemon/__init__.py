@@ -72,6 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """`netattach daemon`: runs until SIGTERM/SIGINT; 0 then, 1 when it cannot start."""
+    import faulthandler
+    faulthandler.enable()  # a crash in a C extension leaves every thread's stack on stderr
     setup_logging(args.log_file, args.log_level, True, None)
     if not args.node_name:
         log.error("no node name: set --node-name or $NODE_NAME (the DaemonSet passes "

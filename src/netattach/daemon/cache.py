@@ -32,6 +32,12 @@ LIST_LIMIT = 500
 BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Seconds before reconnecting after the n-th failure in a row (the last repeats)."""
 
+KUBECONFIG_LOCK = threading.Lock()
+"""Held while any thread of the daemon loads a kubeconfig with lightkube: its
+KubeConfig.from_file converts with msgspec, and two first conversions at once in two
+threads crashed the process (SIGSEGV in msgspec.convert, lightkube 1.0.1 / msgspec
+0.19; seen in 1 of 20 daemon starts, whose two watch threads connect together)."""
+
 PODS = "Pod"
 NADS = "NetworkAttachmentDefinition"
 
@@ -223,8 +229,9 @@ def connector(kubeconfig: str | None) -> Callable[[], Any]:
         import httpx2
         from lightkube.config.client_adapter import Client, ConnectionParams
         from lightkube.config.kubeconfig import KubeConfig
-        config = (KubeConfig.from_file(kubeconfig) if kubeconfig
-                  else KubeConfig.from_env()).get()
+        with KUBECONFIG_LOCK:
+            config = (KubeConfig.from_file(kubeconfig) if kubeconfig
+                      else KubeConfig.from_env()).get()
         if config is None:
             raise ValueError(f"kubeconfig {kubeconfig or '(default)'} has no current-context")
         return Client(config, ConnectionParams(timeout=httpx2.Timeout(10.0), trust_env=False))

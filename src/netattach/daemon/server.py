@@ -36,7 +36,7 @@ from ..kube import Kube
 from ..netconf import NetConf
 from ..orchestrator import Orchestrator
 from ..state import StateStore
-from .cache import WatchCache
+from .cache import KUBECONFIG_LOCK, WatchCache
 from .podapi import CachedPodApi, Publisher
 
 log = logging.getLogger("netattach.daemon")
@@ -46,6 +46,14 @@ MAX_REQUEST = 16 << 20
 """Bytes of one request at most (a CNI config with its prevResult is a few KiB)."""
 READ_TIMEOUT = 30.0
 """Seconds a client may take to send its request (the shim sends it at once)."""
+
+
+def loaded(kube: Kube) -> Kube:
+    """`kube` with its kubeconfig loaded under KUBECONFIG_LOCK (cache.py says why).
+    Raises KubeError when it cannot be loaded."""
+    with KUBECONFIG_LOCK:
+        kube.namespace()
+    return kube
 
 
 class DaemonError(Exception):
@@ -90,7 +98,7 @@ class Daemon:
         self.socket_path = os.path.join(socket_dir, SOCKET_NAME)
         self.max_parallel = max_parallel
         self.stats = Stats()
-        self.publisher = Publisher(lambda: Kube(kubeconfig, api_timeout, "--api-timeout"))
+        self.publisher = Publisher(lambda: loaded(Kube(kubeconfig, api_timeout, "--api-timeout")))
         self.pool = ThreadPoolExecutor(max_parallel, thread_name_prefix="cni")
         self.listening = False
         self.in_flight = 0
@@ -254,7 +262,7 @@ class Daemon:
         cid = environ.get("CNI_CONTAINERID", "")
         return CachedPodApi(
             self.pods, self.nads,
-            lambda: Kube(self.kubeconfig, conf.api_timeout, "apiTimeout"), uid,
+            lambda: loaded(Kube(self.kubeconfig, conf.api_timeout, "apiTimeout")), uid,
             lambda what, send: self.publisher.submit(cid, what, send),
             self.stats.misses, self.stats.lock)
 
