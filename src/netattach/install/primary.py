@@ -202,6 +202,10 @@ class PluginSettings:
     multus_namespace: str | None = None
     system_namespaces: str | None = None
     readiness_indicator_file: str | None = None
+    plugin_type: str = "netattach"
+    """The plugin the runtime execs: "netattach" (thin mode) or "netattach-shim" (thick)."""
+    daemon_socket_dir: str | None = None
+    """Thick mode: the node daemon's socket dir, written as daemonSocketDir (the shim's)."""
 
 
 def render_conflist(primary_host_path: str, primary: Primary, s: PluginSettings) -> bytes:
@@ -211,7 +215,7 @@ def render_conflist(primary_host_path: str, primary: Primary, s: PluginSettings)
     §7.5), `clusterNetwork` the primary's host path. Keys are netconf.py's; optional
     ones only when set. Same input, same bytes."""
     plugin: dict[str, Any] = {
-        "type": "netattach",
+        "type": s.plugin_type,
         "name": NETWORK_NAME,
         "kubeconfig": s.kubeconfig,
         "clusterNetwork": primary_host_path,
@@ -223,7 +227,8 @@ def render_conflist(primary_host_path: str, primary: Primary, s: PluginSettings)
     }
     optional = {"logFile": s.log_file, "globalNamespaces": s.global_namespaces,
                 "multusNamespace": s.multus_namespace,
-                "readinessindicatorfile": s.readiness_indicator_file}
+                "readinessindicatorfile": s.readiness_indicator_file,
+                "daemonSocketDir": s.daemon_socket_dir}
     plugin.update({k: v for k, v in optional.items() if v})
     if s.system_namespaces is not None:
         plugin["systemNamespaces"] = [n.strip() for n in s.system_namespaces.split(",")
