@@ -50,6 +50,19 @@ def late_nad(admin_api, s: sc.Scenario, name: str = "net-late") -> None:
         gateway=False)))
 
 
+def add_with_a_late_nad(admin_api, s: sc.Scenario) -> None:
+    """Create NAD net-late, wait until the daemon's watch delivered it, ADD: it is read
+    from the cache (no NetworkAttachmentDefinition cache miss)."""
+    late_nad(admin_api, s)
+    wait_cached(s, s.namespace, "net-late")
+    misses = s.daemon.metric("netattach_cache_misses_total", kind="NetworkAttachmentDefinition")
+    run = s.run("ADD")
+    assert run.code == 0, run.stdout + s.log_text()
+    assert sc.pod_links(s) == ["eth0", "lo", "net1", "net2"]
+    assert s.daemon.metric("netattach_cache_misses_total",
+                           kind="NetworkAttachmentDefinition") == misses
+
+
 def test_daemon_killed_mid_add_then_del_without_it(admin_api, make_scenario):
     """The second network's child does its real work, then SIGKILLs its parent, the
     daemon: the shim answers code 11 (never a second ADD), and the runtime's DEL, with
@@ -106,14 +119,7 @@ def test_daemon_restarted_with_a_pod_attached(admin_api, make_scenario):
 def test_nad_created_after_the_daemon_started(admin_api, make_scenario):
     """The watch delivers it; the next ADD reads it from the cache, not live."""
     s = make_scenario(networks="net-a,net-late")
-    late_nad(admin_api, s)
-    wait_cached(s, s.namespace, "net-late")
-    misses = s.daemon.metric("netattach_cache_misses_total", kind="NetworkAttachmentDefinition")
-    run = s.run("ADD")
-    assert run.code == 0, run.stdout + s.log_text()
-    assert sc.pod_links(s) == ["eth0", "lo", "net1", "net2"]
-    assert s.daemon.metric("netattach_cache_misses_total",
-                           kind="NetworkAttachmentDefinition") == misses
+    add_with_a_late_nad(admin_api, s)
     assert s.run("DEL").code == 0, s.log_text()
     sc.assert_clean(s)
 
@@ -133,14 +139,7 @@ def test_watch_broken_and_resumed(admin_api, cluster, make_scenario):
     faults.wait_for("both watches to resume", lambda: all(
         s.daemon.metric("netattach_cache_watching", kind=k) == 1
         for k in ("Pod", "NetworkAttachmentDefinition")), timeout=180)
-    late_nad(admin_api, s)
-    wait_cached(s, s.namespace, "net-late")
-    misses = s.daemon.metric("netattach_cache_misses_total", kind="NetworkAttachmentDefinition")
-    run = s.run("ADD")
-    assert run.code == 0, run.stdout + s.log_text()
-    assert sc.pod_links(s) == ["eth0", "lo", "net1", "net2"]
-    assert s.daemon.metric("netattach_cache_misses_total",
-                           kind="NetworkAttachmentDefinition") == misses
+    add_with_a_late_nad(admin_api, s)
     sc.network_status(admin_api, s.namespace, s.pod_name)
     assert s.run("DEL").code == 0, s.log_text()
     sc.assert_clean(s)
