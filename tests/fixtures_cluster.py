@@ -96,3 +96,12 @@ def _delete_namespace(api: k8s.ApiClient, name: str, timeout: float = 60.0) -> N
         if time.monotonic() > deadline:
             raise AssertionError(f"namespace {name} still exists {timeout:.0f}s after deletion")
         time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def daemon_kubeconfig(cluster, admin_api) -> Path:
+    """A kubeconfig of the thick-mode daemon's ServiceAccount, kube-system/netattach-daemon,
+    with deploy/thick/rbac.yaml applied (list and watch pods and NADs, which the thin
+    plugin's ServiceAccount may not)."""
+    cl.apply_manifests(admin_api, [cl.DEPLOY_DIR / "thick" / "rbac.yaml"])
+    return cl.plugin_kubeconfig(cluster, sa="netattach-daemon")

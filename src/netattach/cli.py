@@ -19,6 +19,8 @@ from .cni.version import LATEST, SUPPORTED_VERSIONS
 if TYPE_CHECKING:
     import logging
 
+    from .orchestrator import Orchestrator
+
 # `logging` (~10 ms) is imported by the commands that log, not by VERSION (_log).
 _quiet = False  # main(): no last-resort handler printing to stderr before setup
 
@@ -55,12 +57,16 @@ def _emit(doc: dict[str, Any] | None, code: int) -> NoReturn:
         os._exit(code)
 
 
-def cni_main(environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | None, int]:
+def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator | None = None
+             ) -> tuple[dict[str, Any] | None, int]:
     """Run one CNI command. Returns (document for stdout or None, exit status).
 
     Never raises: every failure becomes one CNI error document (cni.errors.as_cni_error,
     the one mapping of exceptions to codes) and status 1. The error's cniVersion is
     the configuration's when netattach supports it, else the latest it supports.
+    orchestrator: None in thin mode (this process: logging set up from the
+    configuration, `thin()`, a timing line); the node daemon's (daemon/server.py),
+    which set up its own logging and records timing in its metrics.
     """
     started = time.monotonic()
     cni_version = LATEST
@@ -77,8 +83,9 @@ def cni_main(environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | No
             cni_version = req.config["cniVersion"]
         from .netconf import parse_netconf
         conf = parse_netconf(req.config or {})
-        from .logsetup import setup_logging
-        setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr, conf.log_options)
+        if orchestrator is None:
+            from .logsetup import setup_logging
+            setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr, conf.log_options)
         log = _log()
         if conf.unhonoured:
             log.warning("configuration keys read but not honoured: %s", "; ".join(
@@ -89,6 +96,8 @@ def cni_main(environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | No
                   req.container_id, req.ifname, req.netns,
                   ",".join(k for k, _ in req.args) or "-",
                   ",".join(sorted(conf.runtime_config)) or "-")
+        if orchestrator is not None:
+            return orchestrator.run(req, conf), 0
         from .orchestrator import thin
         try:
             return thin().run(req, conf), 0
@@ -109,7 +118,7 @@ def _log_timing(command: str, started: float) -> None:
     from .cni.invoke import child_seconds
     from .kube import requests_made
     _log().info("timing: %s took %.4f s, children %.4f s, api_requests %d", command,
-             time.monotonic() - started, child_seconds(), requests_made())
+                time.monotonic() - started, child_seconds(), requests_made())
 
 
 # Operator subcommands: name -> one-line help. Each module exposes add_arguments(parser)
@@ -120,6 +129,8 @@ SUBCOMMANDS = {
                "node and keep them current",
     "validate": "lint NetworkAttachmentDefinition and pod YAML before applying it",
     "status": "show a pod's attachments from its network-status annotation",
+    "daemon": "thick mode's node daemon: watch this node's pods and the "
+              "NetworkAttachmentDefinitions, serve the shim's CNI calls on a unix socket",
 }
 
 
@@ -132,6 +143,9 @@ def _subcommand(name: str) -> Any:
     if name == "validate":
         from . import validate
         return validate
+    if name == "daemon":
+        from . import daemon
+        return daemon
     from . import podstatus
     return podstatus
 

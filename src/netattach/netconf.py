@@ -37,8 +37,7 @@ DEFAULT_GLOBAL_NAMESPACES = ("default",)
 NetworkAttachmentDefinitions in `default` unless `globalNamespaces` says otherwise."""
 MULTUS_ONLY_KEYS: dict[str, str] = {
     "delegates": "netattach takes the cluster default network from clusterNetwork only",
-    "daemonSocketDir": "thick mode (a node daemon) is not available yet",
-    "socketDir": "thick mode (a node daemon) is not available yet",
+    "socketDir": "Multus thick mode's daemon key; netattach's is `netattach daemon --socket-dir`",
     "cniConfigDir": "thick mode's daemon key; netattach install writes the conflist",
     "multusConfigFile": "thick mode's daemon key; netattach install writes the conflist",
     "multusAutoconfigDir": "thick mode's daemon key; netattach install writes the conflist",

@@ -3,6 +3,7 @@ import pytest
 
 from tests.testbed import scenario as sc
 from tests.testbed.artifact import required_artifact
+from tests.testbed.daemon import NodeDaemon
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -20,3 +21,34 @@ def built_artifact():
 def scenario(admin_api, plugin_kubeconfig, host_env, k8s_namespace):
     """Scenario 1 (net-a,other/net-b@data0) built on the real API server."""
     return sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace)
+
+
+@pytest.fixture(params=["thin", "thick"])
+def mode(request) -> str:
+    """The CNI mode a parametrized test runs in: "thin" (the runtime execs `netattach`)
+    or "thick" (it execs `netattach-shim`, which asks `netattach daemon`)."""
+    return request.param
+
+
+@pytest.fixture
+def make_scenario(admin_api, plugin_kubeconfig, daemon_kubeconfig, host_env, k8s_namespace,
+                  mode):
+    """make_scenario(**setup options) -> scenario 1 (scenario.setup) in the test's mode.
+    In thick mode the first call starts the test's daemon (after the NADs exist, so its
+    first LIST holds them); it is stopped at teardown."""
+    daemons: list[NodeDaemon] = []
+
+    def make(**kw) -> sc.Scenario:
+        s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, **kw)
+        if mode == "thin":
+            return s
+        if not daemons:
+            daemons.append(NodeDaemon.start(sc.netattach_command(), host_env,
+                                            daemon_kubeconfig))
+        return s.thick(daemons[0])
+
+    try:
+        yield make
+    finally:
+        for d in daemons:
+            d.stop()

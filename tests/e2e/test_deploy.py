@@ -89,3 +89,62 @@ def test_examples_accepted_by_the_api_server(admin_api, k8s_namespace):
     assert paths, "deploy/examples/ holds no example"
     docs = cl.apply_manifests(admin_api, paths, dry_run=True, namespace=k8s_namespace)
     assert {d["kind"] for d in docs} >= {"NetworkAttachmentDefinition", "Pod"}
+
+
+THICK_DIR = cl.DEPLOY_DIR / "thick"
+
+
+def _thick_daemonset() -> dict:
+    """deploy/thick's DaemonSet: the base with the overlay's strategic merge patch applied
+    as kustomize applies it here (containers and volumes merged by name, a container's
+    fields replaced by the patch's; other keys of the pod spec replaced)."""
+    import yaml
+    kust = yaml.safe_load((THICK_DIR / "kustomization.yaml").read_text())
+    assert kust["resources"] == ["../", "rbac.yaml"]
+    [patch_ref] = kust["patches"]
+    [patch] = cl.load_manifests([THICK_DIR / patch_ref["path"]])
+    doc = _daemonset_doc()
+    spec, pspec = doc["spec"]["template"]["spec"], patch["spec"]["template"]["spec"]
+    for key, value in pspec.items():
+        if key in ("containers", "volumes"):
+            merged = {item["name"]: item for item in spec.get(key, [])}
+            for item in value:
+                merged[item["name"]] = {**merged.get(item["name"], {}), **item}
+            spec[key] = list(merged.values())
+        else:
+            spec[key] = value
+    return doc
+
+
+def test_thick_overlay_agrees_with_itself_and_is_accepted(admin_api):
+    """deploy/thick: the installer writes the thick conflist and its probe checks that
+    one; the daemon's flags parse, its socket dir is the installer's daemonSocketDir, its
+    probes hit its metrics port; every mount has a volume; its ServiceAccount is the one
+    thick/rbac.yaml binds; the API server accepts the DaemonSet (dry run)."""
+    from netattach import daemon
+    ds = _thick_daemonset()
+    spec = ds["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in spec["containers"]}
+    install_args = _installer_args(containers["install"]["args"])
+    assert install_args.mode == "thick"
+    probe = containers["install"]["readinessProbe"]["exec"]["command"]
+    assert probe[1:3] == ["install", "--check"]
+    probe_args = _installer_args(probe[3:])
+    assert (probe_args.mode, probe_args.daemon_socket_dir) == (
+        "thick", install_args.daemon_socket_dir)
+    d = containers["daemon"]
+    assert d["command"][1:] == ["daemon"]
+    parser = argparse.ArgumentParser(prog="netattach daemon", exit_on_error=False)
+    daemon.add_arguments(parser)
+    daemon_args = parser.parse_args(d["args"])
+    assert daemon_args.socket_dir == install_args.daemon_socket_dir
+    assert {e["name"] for e in d["env"]} >= {"NODE_NAME"}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert d[probe]["httpGet"]["port"] == daemon_args.metrics_port
+    volumes = {v["name"] for v in spec["volumes"]}
+    for c in containers.values():
+        assert {m["name"] for m in c["volumeMounts"]} <= volumes
+    rbac = {doc["kind"]: doc for doc in cl.load_manifests([THICK_DIR / "rbac.yaml"])}
+    assert spec["serviceAccountName"] == rbac["ServiceAccount"]["metadata"]["name"]
+    k8s.AppsV1Api(admin_api).replace_namespaced_daemon_set(
+        "netattach", "kube-system", ds, dry_run="All")

@@ -1,6 +1,10 @@
 """The main job end to end (issue 2 acceptance 1-5): the installed `netattach` command,
 real CNI plugins in a real netns, a real kube-apiserver, the plugin on a ServiceAccount
-token bound only by deploy/rbac.yaml."""
+token bound only by deploy/rbac.yaml.
+
+Every test runs in both modes (the `mode` fixture, tests/e2e/conftest.py): thin (the
+runtime execs `netattach`) and thick (it execs `netattach-shim`, which forwards to a
+running `netattach daemon`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,8 +13,16 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.testbed import netns as tb
 from tests.testbed import scenario as sc
+
+
+@pytest.fixture
+def scenario(make_scenario):
+    """Scenario 1 in the test's mode."""
+    return make_scenario()
 
 
 def test_add_three_networks_status_and_del(scenario, admin_api):
@@ -34,7 +46,7 @@ def test_add_three_networks_status_and_del(scenario, admin_api):
     assert mtu == sc.NET_A_MTU  # the conflist's second plugin (tuning) ran on net1
     assert result["ips"][0]["address"] == addrs["eth0"][0]
 
-    status = json.loads(sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)[sc.STATUS])
+    status = sc.network_status(admin_api, s.namespace, s.pod_name)
     assert [(e["name"], e["interface"], e["default"]) for e in status] == [
         ("cluster-net", "eth0", True),
         (f"{s.namespace}/net-a", "net1", False),
@@ -97,9 +109,9 @@ def test_del_with_api_server_stopped(scenario, cluster):
         cluster.start_apiserver()
 
 
-def test_missing_nad_fails_cleanly(admin_api, plugin_kubeconfig, host_env, k8s_namespace):
+def test_missing_nad_fails_cleanly(admin_api, make_scenario, host_env, k8s_namespace):
     """Acceptance 4: a NAD that does not exist; error names it; nothing attached or allocated."""
-    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, networks="net-a,no-such-net")
+    s = make_scenario(networks="net-a,no-such-net")
     run = s.run("ADD")
     assert run.code == 1
     err = run.doc
@@ -111,10 +123,10 @@ def test_missing_nad_fails_cleanly(admin_api, plugin_kubeconfig, host_env, k8s_n
     sc.assert_clean(s)
 
 
-def test_failing_delegate_rolls_back(admin_api, plugin_kubeconfig, host_env, k8s_namespace):
+def test_failing_delegate_rolls_back(admin_api, make_scenario, host_env, k8s_namespace):
     """Acceptance 5: a macvlan whose master does not exist fails after two attachments;
     both are rolled back, the error carries the child's own message."""
-    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, networks="net-a,net-bad")
+    s = make_scenario(networks="net-a,net-bad")
     missing = tb.unique("x")
     sc.apply_nad(admin_api, sc.nad(k8s_namespace, "net-bad", {
         "cniVersion": "1.0.0", "type": "macvlan", "master": missing,
@@ -129,10 +141,10 @@ def test_failing_delegate_rolls_back(admin_api, plugin_kubeconfig, host_env, k8s
 
 
 def test_cluster_network_as_nad_default_networks_and_same_network_twice(
-        admin_api, plugin_kubeconfig, host_env, k8s_namespace):
+        admin_api, make_scenario, host_env, k8s_namespace):
     """clusterNetwork names a NAD in multusNamespace; defaultNetworks adds one more to
     every pod; the pod selects net-a twice (§4.2): eth0, net1 (default), net2, net3."""
-    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, networks="net-a,net-a")
+    s = make_scenario(networks="net-a,net-a")
     cluster_conf = json.loads(Path(s.netconf["clusterNetwork"]).read_text())
     del cluster_conf["name"]  # §3.4.2: injected from the NAD name
     sc.apply_nad(admin_api, sc.nad("kube-system", "cluster-nad", cluster_conf))
@@ -145,7 +157,7 @@ def test_cluster_network_as_nad_default_networks_and_same_network_twice(
         run = s.run("ADD", conf)
         assert run.code == 0, run.stdout + s.log_text()
         assert sc.pod_links(s) == ["eth0", "lo", "net1", "net2", "net3"]
-        status = json.loads(sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)[sc.STATUS])
+        status = sc.network_status(admin_api, s.namespace, s.pod_name)
         assert [(e["name"], e["interface"]) for e in status] == [
             ("kube-system/cluster-nad", "eth0"), ("kube-system/everyone", "net1"),
             (f"{s.namespace}/net-a", "net2"), (f"{s.namespace}/net-a", "net3")]
@@ -157,11 +169,11 @@ def test_cluster_network_as_nad_default_networks_and_same_network_twice(
             sc.delete_nad(admin_api, "kube-system", name)
 
 
-def test_cluster_network_as_directory_and_as_name(admin_api, plugin_kubeconfig, host_env,
+def test_cluster_network_as_directory_and_as_name(admin_api, make_scenario, host_env,
                                                    k8s_namespace):
     """clusterNetwork as the conf dir (first config, netattach's own skipped) and as the
     `name` of a config in confDir."""
-    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, networks="")
+    s = make_scenario(networks="")
     own = {**s.netconf}
     (host_env.conf_dir / "00-netattach.conf").write_text(json.dumps(own))  # sorts first
     for cluster_network in (str(host_env.conf_dir), "cluster-net"):
@@ -173,8 +185,8 @@ def test_cluster_network_as_directory_and_as_name(admin_api, plugin_kubeconfig, 
         sc.assert_clean(s)
 
 
-def test_pod_not_visible_is_code_11(admin_api, plugin_kubeconfig, host_env, k8s_namespace):
-    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace)
+def test_pod_not_visible_is_code_11(admin_api, make_scenario, host_env, k8s_namespace):
+    s = make_scenario()
     s = dataclasses.replace(s, pod_name="no-such-pod")
     run = s.run("ADD")
     assert run.code == 1 and run.doc["code"] == 11
@@ -182,9 +194,9 @@ def test_pod_not_visible_is_code_11(admin_api, plugin_kubeconfig, host_env, k8s_
     sc.assert_clean(s)
 
 
-def test_pod_uid_mismatch_refused_unless_mirror_pod(admin_api, plugin_kubeconfig, host_env,
+def test_pod_uid_mismatch_refused_unless_mirror_pod(admin_api, make_scenario, host_env,
                                                     k8s_namespace):
-    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace)
+    s = make_scenario()
     stale = dataclasses.replace(s, pod_uid="00000000-0000-0000-0000-000000000000")
     run = stale.run("ADD")
     assert run.code == 1 and run.doc["code"] == 3 and "UID" in run.doc["msg"]

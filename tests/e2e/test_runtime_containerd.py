@@ -20,6 +20,7 @@ import pytest
 
 from tests.testbed import runtime as rt
 from tests.testbed import scenario as sc
+from tests.testbed.daemon import NodeDaemon
 from tests.testbed.serviceaccount import wait_for
 
 pytestmark = pytest.mark.runtime
@@ -225,3 +226,51 @@ def test_status_through_the_cri(node, built_artifact, host_env):
     # the only problems logged are the failed STATUS calls, each naming the file
     lines = problems(netattach_log(host_env))
     assert lines and all(f"readiness indicator file {indicator}" in line for line in lines)
+
+
+@pytest.fixture
+def thick_node(cluster, host_env, cni_testbin, built_artifact, daemon_kubeconfig):
+    """A node set up by `netattach install --once --mode thick` (the conflist names
+    netattach-shim, linked from the artifact) with `netattach daemon` running, and
+    containerd; on teardown containerd and the daemon stop."""
+    n = rt.node_setup(cluster, host_env, str(built_artifact), [cni_testbin],
+                      host_env.bridge_name(), DEFAULT_SUBNET, "--mode", "thick",
+                      "--daemon-socket-dir", str(host_env.root / "run"))
+    daemon = NodeDaemon.start(str(built_artifact), host_env, daemon_kubeconfig)
+    rt.start_containerd(n, host_env.root / "containerd")
+    try:
+        yield n, daemon
+    finally:
+        n.containerd.stop()
+        daemon.stop()
+
+
+def test_thick_scenario_1_then_stop_and_remove_with_the_daemon_stopped(
+        thick_node, admin_api, host_env, k8s_namespace):
+    """Thick mode under containerd: the installed netattach-shim forwards the ADD to the
+    daemon; with the daemon stopped, StopPodSandbox and RemovePodSandbox still free
+    everything (the shim runs the DELs in thin mode from the saved state)."""
+    node, daemon = thick_node
+    plugin = json.loads(node.conflist.read_text())["plugins"][0]
+    assert plugin["type"] == "netattach-shim"
+    assert (node.bin_dir / "netattach-shim").is_symlink()
+    name, sid, status = run_pod(node, admin_api, host_env, k8s_namespace)
+    sc.network_status(admin_api, k8s_namespace, name)  # written right after the answer
+    assert_attached(admin_api, k8s_namespace, name, status)
+    assert f"dport {HOST_PORT}" in rt.iptables_nat()
+    assert daemon.metric("netattach_requests_total", command="ADD", code="0") == 1
+    daemon.stop()
+
+    node.cri.stop_sandbox(sid)
+    assert host_env.ipam_allocations() == []
+    node.cri.remove_sandbox(sid)
+    assert_freed(node, host_env, sid)
+    assert f"dport {HOST_PORT}" not in rt.iptables_nat()
+    assert ifb_links() == []
+
+    log = netattach_log(host_env)
+    assert problems(log) == []
+    calls = [c for c in invocations(log) if c["container"] == sid]
+    assert [(c["command"], bool(c["netns"])) for c in calls] == [
+        ("ADD", True), ("DEL", True), ("DEL", False)]
+    assert [c["runtimeConfig"] for c in calls] == [RUNTIME_CONFIG] * 3

@@ -844,3 +844,36 @@ def test_a_primary_the_plugin_cannot_load_is_not_used(tmp_path, config, why):
     (tmp_path / "10-primary.conf").write_text(json.dumps(config))
     found = find_primary(str(tmp_path))
     assert found.primary is None and why in found.why and "every ADD would fail" in found.why
+
+
+def test_thick_mode_links_the_shim_and_writes_its_conflist(node):
+    """--mode thick: the conflist names netattach-shim and the daemon's socket dir, the
+    shim is linked from the installed artifact (replaced with it), --check sees both."""
+    write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
+    thick = ("--mode", "thick", "--daemon-socket-dir", "/run/na")
+    for tag in ("a", "b"):
+        src = node.root / f"dir-{tag}"
+        artifact_dir(src, tag)
+        (src / "shim").mkdir()
+        shutil.copy(shutil.which("readlink"), src / "shim" / "netattach-shim")
+        code, err = node.run("--once", "--source", str(src), *thick)
+        assert code == 0, err
+        version = os.readlink(node.bin / "netattach").split("/")[0]
+        assert os.readlink(node.bin / "netattach-shim") == f"{version}/shim/netattach-shim"
+        assert (node.bin / "netattach-shim").read_bytes() == (src / "shim/netattach-shim").read_bytes()
+        plugin = node.plugin()
+        assert (plugin["type"], plugin["daemonSocketDir"]) == ("netattach-shim", "/run/na")
+        assert node.run("--check", "--source", str(src), *thick)[0] == 0
+    (node.bin / "netattach-shim").unlink()
+    code, err = node.run("--check", "--source", str(src), *thick)
+    assert code == 1 and "netattach-shim does not point to" in err
+    # thin mode on the same node: a thin conflist, no daemonSocketDir
+    assert node.run("--once", "--source", str(src))[0] == 0
+    assert node.plugin()["type"] == "netattach" and "daemonSocketDir" not in node.plugin()
+
+
+def test_thick_mode_refuses_an_artifact_without_the_shim(node):
+    write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
+    artifact_dir(node.root / "dir", "a")
+    code, err = node.run("--once", "--source", str(node.root / "dir"), "--mode", "thick")
+    assert code == 1 and "has no shim/netattach-shim" in err

@@ -333,14 +333,14 @@ def test_auxiliary_cni_chain_runs_the_plugins_of_its_subdirectory(bed):
 
 def test_multus_keys_not_honoured_are_named_in_one_warning(bed):
     conf = bed.conf(debian_bridge(bed, "1.0.0"), "1.0.0", "10-cluster.conf",
-                    delegates=[{"type": "flannel"}], daemonSocketDir="/run/multus")
+                    delegates=[{"type": "flannel"}], socketDir="/run/multus")
     cid, ns = new_container(bed)
     assert bed.run("ADD", conf, cid, ns).code == 0
     assert bed.run("DEL", conf, cid, ns).code == 0
     warnings = [l for l in (bed.env.log_dir / "netattach.log").read_text().splitlines()
                 if " WARNING " in l]
     assert len(warnings) == 2 and all(  # one per invocation, naming both keys
-        "not honoured" in w and "delegates (" in w and "daemonSocketDir (" in w
+        "not honoured" in w and "delegates (" in w and "socketDir (" in w
         for w in warnings), warnings
 
 

@@ -17,8 +17,9 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,19 @@ class Scenario:
     bridges: dict[str, str]
     master: str
     extra_args: list[tuple[str, str]] = field(default_factory=list)
+    daemon: Any = None
+    """Thick mode: the running testbed.daemon.NodeDaemon; the runtime execs the shim."""
+
+    @property
+    def plugin(self) -> str:
+        """The CNI plugin the runtime execs: `netattach` (thin), `netattach-shim` (thick)."""
+        return "netattach-shim" if self.daemon is not None else "netattach"
+
+    def thick(self, daemon: Any) -> Scenario:
+        """This scenario in thick mode: the conf names the shim and the daemon's socket
+        dir, as `netattach install --mode thick` writes it."""
+        return replace(self, daemon=daemon, netconf={
+            **self.netconf, "type": "netattach-shim", "daemonSocketDir": str(daemon.socket_dir)})
 
     @property
     def netns_path(self) -> str:
@@ -104,9 +118,9 @@ class Scenario:
 
     def run(self, command: str, netconf: dict | None = None,
             env_overrides: dict[str, str] | None = None, timeout: float = 120) -> PluginRun:
-        """Exec `<binDir>/netattach` with CNI env + stdin, as a runtime does."""
+        """Exec `<binDir>/<plugin>` with CNI env + stdin, as a runtime does."""
         env = {**self.cni_env(command), **(env_overrides or {})}
-        p = subprocess.run([str(self.bin_dir / "netattach")], input=json.dumps(netconf or self.netconf),
+        p = subprocess.run([str(self.bin_dir / self.plugin)], input=json.dumps(netconf or self.netconf),
                            capture_output=True, text=True, env=env, timeout=timeout)
         return PluginRun(p.returncode, p.stdout, p.stderr)
 
@@ -181,12 +195,17 @@ def pod(namespace: str, name: str, networks: str | None) -> dict[str, Any]:
 
 
 def install_bin_dir(env: HostEnv) -> Path:
-    """A CNI bin dir holding `netattach`, a symlink to `netattach_command()`."""
+    """A CNI bin dir holding `netattach`, a symlink to `netattach_command()`, and
+    `netattach-shim`, one to the shim beside it (testbed.daemon.shim_command)."""
+    from .daemon import shim_command
     bin_dir = env.root / "bin"
     bin_dir.mkdir(exist_ok=True)
     link = bin_dir / "netattach"
     if not link.exists():
         link.symlink_to(netattach_command())
+    shim = bin_dir / "netattach-shim"
+    if not shim.exists():
+        shim.symlink_to(shim_command(netattach_command()))
     return bin_dir
 
 
@@ -228,6 +247,19 @@ def create_pod(api, obj: dict[str, Any]) -> str:
 def read_pod_annotations(api, namespace: str, name: str) -> dict[str, str]:
     from kubernetes.client import CoreV1Api
     return CoreV1Api(api).read_namespaced_pod(name, namespace).metadata.annotations or {}
+
+
+def network_status(api, namespace: str, name: str, timeout: float = 60.0) -> list[dict]:
+    """The pod's network-status, once there: thin mode writes it before the ADD answers,
+    the thick daemon right after (daemon/podapi.py). `timeout` is a hang guard."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read_pod_annotations(api, namespace, name).get(STATUS)
+        if value is not None:
+            return json.loads(value)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pod {namespace}/{name}: no {STATUS} after {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 def apply_nads(api, env: HostEnv, namespace: str) -> tuple[str, str]:

@@ -65,10 +65,10 @@ def test_global_namespaces_as_multus_reads_them(value, expected):
 
 
 def test_multus_keys_not_honoured_are_named():
-    c = parse_netconf({**BASE, "delegates": [{"type": "flannel"}], "daemonSocketDir": "/run/m",
+    c = parse_netconf({**BASE, "delegates": [{"type": "flannel"}], "socketDir": "/run/m",
                        "retryDeleteOnError": False, "logOptions": {"maxSize": 10},
                        "auxiliaryCNIChainName": "chain"})
-    assert sorted(c.unhonoured) == ["daemonSocketDir", "delegates", "retryDeleteOnError"]
+    assert sorted(c.unhonoured) == ["delegates", "retryDeleteOnError", "socketDir"]
     assert c.log_options == {"maxSize": 10} and c.auxiliary_chain == "chain"
     assert parse_netconf({**BASE, "retryDeleteOnError": True}).unhonoured == {}
 

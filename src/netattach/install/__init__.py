@@ -127,6 +127,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--readiness-indicator-file", default=None,
                    help="readinessindicatorfile (host path) the plugin waits for on ADD. "
                         "Default: none")
+    g = parser.add_argument_group("mode")
+    g.add_argument("--mode", choices=("thin", "thick"), default="thin",
+                   help="thin: the runtime execs netattach, which does all the work; thick: "
+                        "the conflist names netattach-shim (linked into --bin-dir from the "
+                        "artifact), which forwards each call to `netattach daemon` on this "
+                        "node (default: %(default)s)")
+    g.add_argument("--daemon-socket-dir", default="/run/netattach",
+                   help="thick mode: the daemon's socket dir (host path; `netattach daemon "
+                        "--socket-dir`), written as daemonSocketDir (default: %(default)s)")
     g = parser.add_argument_group("behaviour")
     g.add_argument("--cleanup-on-exit", action=argparse.BooleanOptionalAction, default=True,
                    help="on SIGTERM/SIGINT remove " + CONF_NAME + " (never the binary or the "

@@ -19,6 +19,9 @@ from .files import InstallError, remove
 log = logging.getLogger(__name__)
 
 BINARY_NAME = "netattach"
+SHIM_NAME = "netattach-shim"
+"""Thick mode's plugin: `<bin>/netattach-shim`, a link to the shim bundle inside the
+installed artifact (`.netattach-<digest>/shim/netattach-shim`, netattach.spec)."""
 VERSION_DIR = re.compile(r"^\.netattach-[0-9a-f]{12}$")
 BIN_TEMP = re.compile(r"^\.netattach\.tmp-")
 """The bin dir's temp entries (_temp: atomicfile.temp_path of `netattach`, with a
@@ -264,3 +267,45 @@ def binary_problem(source: str | None, bin_dir: str) -> str | None:
     except OSError as e:
         return f"cannot compare {target} with the artifact {source}: {e.strerror}"
 
+
+
+def _shim_target(bin_dir: str) -> str:
+    """`.netattach-<digest>/shim/netattach-shim` of the installed onedir artifact.
+    Raises InstallError when the artifact is not a onedir build with a shim."""
+    version = _linked_version(bin_dir)
+    if version is None:
+        raise InstallError(f"thick mode needs the onedir artifact (with its shim/ dir) "
+                           f"installed as {os.path.join(bin_dir, BINARY_NAME)}")
+    want = f"{version}/shim/{SHIM_NAME}"
+    if not os.path.isfile(os.path.join(bin_dir, want)):
+        raise InstallError(f"the artifact {os.path.join(bin_dir, version)} has no "
+                           f"shim/{SHIM_NAME}: build it with `make build`")
+    return want
+
+
+def link_shim(bin_dir: str) -> bool:
+    """Point `<bin_dir>/netattach-shim` at the installed artifact's shim (temp link +
+    rename: a runtime never finds it missing); returns whether it changed. Call after
+    install_binary. Raises InstallError (no shim in the artifact), OSError."""
+    want = _shim_target(bin_dir)
+    link = os.path.join(bin_dir, SHIM_NAME)
+    if os.path.islink(link) and os.readlink(link) == want:
+        return False
+    tmp = _temp(bin_dir) + ".shim"
+    remove(tmp)
+    os.symlink(want, tmp)
+    _swap_in(tmp, link)
+    log.info("pointed %s at %s", link, want)
+    return True
+
+
+def shim_problem(bin_dir: str) -> str | None:
+    """None when `<bin_dir>/netattach-shim` points at the installed artifact's shim."""
+    try:
+        want = _shim_target(bin_dir)
+    except InstallError as e:
+        return str(e)
+    link = os.path.join(bin_dir, SHIM_NAME)
+    if not (os.path.islink(link) and os.readlink(link) == want):
+        return f"{link} does not point to {want}"
+    return None

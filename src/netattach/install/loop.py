@@ -21,7 +21,16 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import atomicfile
-from .binary import BIN_TEMP, BINARY_NAME, binary_problem, default_source, install_binary
+from .binary import (
+    BIN_TEMP,
+    BINARY_NAME,
+    SHIM_NAME,
+    binary_problem,
+    default_source,
+    install_binary,
+    link_shim,
+    shim_problem,
+)
 from .files import InstallError, ensure_dir, read_regular, remove_stale_temps, replace_if_changed
 from .kubeconfig import (
     CA_NAME,
@@ -98,7 +107,9 @@ class Installer:
             namespace_isolation=args.namespace_isolation,
             global_namespaces=args.global_namespaces, multus_namespace=args.multus_namespace,
             system_namespaces=args.system_namespaces,
-            readiness_indicator_file=args.readiness_indicator_file)
+            readiness_indicator_file=args.readiness_indicator_file,
+            plugin_type=SHIM_NAME if args.mode == "thick" else BINARY_NAME,
+            daemon_socket_dir=args.daemon_socket_dir if args.mode == "thick" else None)
         self._token_id: str | None = None
         self._conf_primary: str | None = None
         self._conf_written: bytes | None = None
@@ -163,6 +174,8 @@ class Installer:
             log.info("removed stale temp %s", path)
         try:
             install_binary(os.path.abspath(self.source), self.args.bin_dir)
+            if self.args.mode == "thick":
+                link_shim(self.args.bin_dir)
         except OSError as e:
             raise InstallError(f"cannot install {self.source} into {self.args.bin_dir}: "
                                f"{e.strerror or e}") from None
@@ -262,6 +275,10 @@ class Installer:
         problem = binary_problem(self.source, self.args.bin_dir)
         if problem:
             problems.append(problem)
+        elif self.args.mode == "thick":
+            problem = shim_problem(self.args.bin_dir)
+            if problem:
+                problems.append(problem)
         try:
             data, sa = self.desired_kubeconfig()
             if read_regular(self.kube_path) != data:

@@ -41,7 +41,7 @@ from .files import MAX_CONFIG_BYTES
 
 CONF_NAME = "00-netattach.conflist"
 NETWORK_NAME = "netattach-cni-network"
-META_PLUGIN_TYPES = frozenset({"netattach", "multus", "multus-shim"})
+META_PLUGIN_TYPES = frozenset({"netattach", "netattach-shim", "multus", "multus-shim"})
 
 
 def _plugins(config: dict[str, Any]) -> list[Any]:
@@ -202,6 +202,10 @@ class PluginSettings:
     multus_namespace: str | None = None
     system_namespaces: str | None = None
     readiness_indicator_file: str | None = None
+    plugin_type: str = "netattach"
+    """The plugin the runtime execs: "netattach" (thin mode) or "netattach-shim" (thick)."""
+    daemon_socket_dir: str | None = None
+    """Thick mode: the node daemon's socket dir, written as daemonSocketDir (the shim's)."""
 
 
 def render_conflist(primary_host_path: str, primary: Primary, s: PluginSettings) -> bytes:
@@ -212,7 +216,7 @@ def render_conflist(primary_host_path: str, primary: Primary, s: PluginSettings)
     annotations without a GET), `clusterNetwork` the primary's host path. Keys are
     netconf.py's; optional ones only when set. Same input, same bytes."""
     plugin: dict[str, Any] = {
-        "type": "netattach",
+        "type": s.plugin_type,
         "name": NETWORK_NAME,
         "kubeconfig": s.kubeconfig,
         "clusterNetwork": primary_host_path,
@@ -224,7 +228,8 @@ def render_conflist(primary_host_path: str, primary: Primary, s: PluginSettings)
     }
     optional = {"logFile": s.log_file, "globalNamespaces": s.global_namespaces,
                 "multusNamespace": s.multus_namespace,
-                "readinessindicatorfile": s.readiness_indicator_file}
+                "readinessindicatorfile": s.readiness_indicator_file,
+                "daemonSocketDir": s.daemon_socket_dir}
     plugin.update({k: v for k, v in optional.items() if v})
     if s.system_namespaces is not None:
         plugin["systemNamespaces"] = [n.strip() for n in s.system_namespaces.split(",")

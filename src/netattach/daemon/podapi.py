@@ -1,0 +1,219 @@
+"""The node daemon's side of the API seam (api.PodApi): reads from the watch caches, and
+writes (network-status PATCH, Events) through a queue sent after the runtime's answer.
+
+Reads (`CachedPodApi`, one per CNI operation):
+* get_pod: the pod from the cache of this node's pods. A pod not in it (created
+  moments ago, or the cache not listed yet), or cached with another UID than the
+  runtime's K8S_POD_UID (re-created under the same name; a mirror pod excepted,
+  networks._check_uid), is read live, within the operation's `apiTimeout` budget.
+* get_nad: the NetworkAttachmentDefinition from its cache. One missing there is
+  asked for live too: a NAD created just before the pod is then never reported
+  missing while its watch event is on the way; a NAD that does not exist costs one
+  GET on an ADD that fails anyway.
+Every live read is counted (`misses`, by kind) for the metrics.
+
+Writes (`Publisher`): the ADD's PATCH of network-status and its Events are queued per
+container and sent in order by a worker after the runtime has its answer. A failure
+is retried (RETRY_PAUSES) and logged, never lost silently; an answer that says the pod
+is gone or was re-created (404, 422) ends it. A DEL first drops what its container
+still has queued and waits for a send in progress (`Publisher.cancel`), so no PATCH
+reaches a pod after its sandbox's DEL began.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..api import MIRROR_POD_ANNOTATION
+from ..kube import Kube, KubeError
+from .cache import NADS, PODS, WatchCache
+
+log = logging.getLogger("netattach.daemon")
+
+RETRY_PAUSES = (1.0, 2.0, 4.0, 8.0, 16.0)
+"""Seconds before each retry of a queued write that failed (about half a minute in
+all, beyond each try's own apiTimeout and its 429/5xx retries: kube.py)."""
+FINAL_STATUSES = frozenset({401, 403, 404, 409, 422})
+"""Answers no retry can change: credentials or RBAC, the pod gone, re-created."""
+
+
+class CachedPodApi:
+    """api.PodApi for one CNI operation of the daemon.
+
+    pods, nads: the caches; live: the operation's Kube (its apiTimeout budget), made on
+    first use by `make_live`; expected_uid: the runtime's K8S_POD_UID (""): a cached
+    pod with another UID is read live; publish: queues a write for this operation's
+    container (Publisher.submit bound to it); misses: kind -> live reads (shared
+    counter of the daemon, updated under `lock`).
+    """
+
+    def __init__(self, pods: WatchCache, nads: WatchCache, make_live: Callable[[], Kube],
+                 expected_uid: str, publish: Callable[[str, Callable[[Kube], None]], None],
+                 misses: collections.Counter[str], lock: threading.Lock):
+        self.pods, self.nads = pods, nads
+        self._make_live = make_live
+        self._live: Kube | None = None
+        self.expected_uid = expected_uid
+        self._publish = publish
+        self._misses, self._lock = misses, lock
+
+    def _kube(self, kind: str) -> Kube:
+        with self._lock:
+            self._misses[kind] += 1
+        if self._live is None:
+            self._live = self._make_live()
+        return self._live
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod from the cache, else live (module doc). Raises KubeError."""
+        obj = self.pods.get(namespace, name) if self.pods.synced.is_set() else None
+        if obj is not None:
+            meta = obj["metadata"]
+            if (not self.expected_uid or meta.get("uid") == self.expected_uid
+                    or MIRROR_POD_ANNOTATION in (meta.get("annotations") or {})):
+                return obj
+        return self._kube(PODS).get_pod(namespace, name)
+
+    def get_nad(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The NetworkAttachmentDefinition from the cache, else live (module doc)."""
+        obj = self.nads.get(namespace, name) if self.nads.synced.is_set() else None
+        if obj is not None:
+            return obj
+        return self._kube(NADS).get_nad(namespace, name)
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str],
+                              uid: str | None = None) -> None:
+        """Queued (Publisher); never raises."""
+        self._publish(f"patch pod {namespace}/{name} status",
+                      lambda kube: kube.patch_pod_annotations(namespace, name, annotations, uid))
+
+    def create_event(self, pod: dict[str, str], type_: str, reason: str, message: str) -> None:
+        """Queued (Publisher); never raises."""
+        self._publish(f"event {reason} on pod {pod['namespace']}/{pod['name']}",
+                      lambda kube: kube.create_event(pod, type_, reason, message))
+
+    def pause(self, seconds: float) -> bool:
+        """Out of the live budget (kube.Kube.pause)."""
+        if self._live is None:
+            self._live = self._make_live()
+        return self._live.pause(seconds)
+
+
+class Publisher:
+    """The queue of writes sent after the runtime's answer (module doc).
+
+    make_kube: a Kube for one try (its own apiTimeout budget). workers: threads
+    sending; the writes of one container are sent in order by one worker at a time.
+    Counters (read by the metrics): sent, failed (tries that failed), dropped (given
+    up or cancelled by a DEL).
+    """
+
+    def __init__(self, make_kube: Callable[[], Kube], workers: int = 2):
+        self.make_kube = make_kube
+        self.sent = self.failed = self.dropped = 0
+        self._queues: dict[str, collections.deque[tuple[str, Callable[[Kube], None]]]] = {}
+        self._ready: collections.deque[str] = collections.deque()
+        self._busy: set[str] = set()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._threads = [threading.Thread(target=self._work, name=f"publish-{i}", daemon=True)
+                         for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def pending(self) -> int:
+        with self._cond:
+            return sum(len(q) for q in self._queues.values()) + len(self._busy)
+
+    def submit(self, container_id: str, what: str, send: Callable[[Kube], None]) -> None:
+        """Queue `send` (one write, described by `what`) for `container_id`."""
+        with self._cond:
+            queue = self._queues.setdefault(container_id, collections.deque())
+            queue.append((what, send))
+            if container_id not in self._busy and container_id not in self._ready:
+                self._ready.append(container_id)
+            self._cond.notify()
+
+    def cancel(self, container_id: str) -> None:
+        """Drop the container's queued writes and wait until none is being sent (a DEL
+        of it begins)."""
+        with self._cond:
+            dropped = self._queues.pop(container_id, None)
+            self._cond.notify_all()  # a worker pausing before a retry of it stops
+            if dropped:
+                self.dropped += len(dropped)
+                log.info("container %s: DEL: %d queued write(s) not sent: %s", container_id,
+                         len(dropped), "; ".join(w for w, _ in dropped))
+            while container_id in self._busy:
+                self._cond.wait()
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to `timeout` s until nothing is queued or being sent (shutdown)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._queues or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._ready:
+                    self._cond.wait()
+                cid = self._ready.popleft()
+                queue = self._queues.get(cid)
+                if not queue:
+                    self._queues.pop(cid, None)
+                    continue
+                what, send = queue.popleft()
+                self._busy.add(cid)
+            try:
+                self._send(cid, what, send)
+            finally:
+                with self._cond:
+                    self._busy.discard(cid)
+                    if self._queues.get(cid):
+                        self._ready.append(cid)
+                    else:
+                        self._queues.pop(cid, None)
+                    self._cond.notify_all()
+
+    def _send(self, cid: str, what: str, send: Callable[[Kube], None]) -> None:
+        """Try `send` until it succeeds, fails for good, or RETRY_PAUSES are spent; a
+        DEL of the container (cancel) stops the retries. Logs every failure."""
+        for attempt, pause in enumerate((*RETRY_PAUSES, None), 1):
+            try:
+                send(self.make_kube())
+                self.sent += 1
+                if attempt > 1:
+                    log.info("container %s: %s: sent on try %d", cid, what, attempt)
+                return
+            except KubeError as e:
+                self.failed += 1
+                final = e.status in FINAL_STATUSES
+                if final or pause is None:
+                    self.dropped += 1
+                    log.error("container %s: %s failed%s: %s", cid, what,
+                              "" if final else f" {attempt} times; giving up", e)
+                    return
+                log.warning("container %s: %s failed (try %d; again in %g s): %s", cid, what,
+                            attempt, pause, e)
+            except Exception:  # a bug: logged with its traceback, not retried
+                self.dropped += 1
+                log.exception("container %s: %s failed", cid, what)
+                return
+            with self._cond:
+                deadline = time.monotonic() + pause
+                while cid in self._queues and (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
+                if cid not in self._queues:  # a DEL cancelled the container's writes
+                    log.info("container %s: %s: not retried (DEL)", cid, what)
+                    self.dropped += 1
+                    return

@@ -1,0 +1,276 @@
+"""The node daemon: CNI calls from the shim on a unix socket, run by the same
+orchestrator as thin mode (orchestrator.Orchestrator) with the watch caches as its API
+seam (podapi.CachedPodApi), the process executor and the real clock.
+
+Socket: `<socketDir>/netattach.sock`; the dir is 0700 and ours, the socket 0600, and
+each connection's peer (SO_PEERCRED) must be root, the container runtime. One call per
+connection, the wire protocol of netattach_shim (its module doc).
+
+Calls run on a pool of `max_parallel` threads: the ADDs of many pods (a node reboot)
+run their children at the same time, never more than that many operations at once;
+the calls of one container are still serialized by its lock in the state dir (spec
+§7.3, state.StateStore.lock: an flock on a file opened per operation, which excludes
+threads of one process as it excludes processes).
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import logging
+import os
+import socket
+import stat
+import struct
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import cli
+from ..cni import invoke
+from ..cni.errors import CniError
+from ..cni.request import parse_cni_args
+from ..kube import Kube
+from ..netconf import NetConf
+from ..orchestrator import Orchestrator
+from ..state import StateStore
+from .cache import KUBECONFIG_LOCK, WatchCache
+from .podapi import CachedPodApi, Publisher
+
+log = logging.getLogger("netattach.daemon")
+
+SOCKET_NAME = "netattach.sock"
+MAX_REQUEST = 16 << 20
+"""Bytes of one request at most (a CNI config with its prevResult is a few KiB)."""
+READ_TIMEOUT = 30.0
+"""Seconds a client may take to send its request (the shim sends it at once)."""
+
+
+def loaded(kube: Kube) -> Kube:
+    """`kube` with its kubeconfig loaded under KUBECONFIG_LOCK (cache.py says why).
+    Raises KubeError when it cannot be loaded."""
+    with KUBECONFIG_LOCK:
+        kube.namespace()
+    return kube
+
+
+class DaemonError(Exception):
+    """The daemon cannot start (socket dir unusable, another daemon on the socket)."""
+
+
+@dataclass
+class Stats:
+    """What the metrics read (metrics.py), updated under `lock`.
+
+    requests: (command, result code: "0" or the CNI error code) -> count;
+    durations: command -> list of seconds not yet observed by the histogram;
+    attachments: attachments made by successful ADDs; misses: kind -> live reads.
+    """
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    requests: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
+    attachments: int = 0
+    misses: collections.Counter[str] = field(default_factory=collections.Counter)
+    observers: list[Any] = field(default_factory=list)
+
+    def record(self, command: str, code: str, seconds: float) -> None:
+        with self.lock:
+            self.requests[(command, code)] += 1
+        for observe in self.observers:
+            observe(command, code, seconds)
+
+
+class Daemon:
+    """One node's daemon.
+
+    pods, nads: the caches (cache.node_caches), started by `start`; kubeconfig: for
+    live reads and the publisher's writes (None: in-cluster); socket_dir: where the
+    socket is made; max_parallel: operations at once; api_timeout: seconds, the budget
+    of each queued write's try.
+    """
+
+    def __init__(self, pods: WatchCache, nads: WatchCache, kubeconfig: str | None,
+                 socket_dir: str, max_parallel: int, api_timeout: float):
+        self.pods, self.nads = pods, nads
+        self.kubeconfig = kubeconfig
+        self.socket_dir = socket_dir
+        self.socket_path = os.path.join(socket_dir, SOCKET_NAME)
+        self.max_parallel = max_parallel
+        self.stats = Stats()
+        self.publisher = Publisher(lambda: loaded(Kube(kubeconfig, api_timeout, "--api-timeout")))
+        self.pool = ThreadPoolExecutor(max_parallel, thread_name_prefix="cni")
+        self.listening = False
+        self.in_flight = 0
+        self._listener: socket.socket | None = None
+        self._accept_thread: threading.Thread | None = None
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        """Start the caches, bind the socket, accept calls. Raises DaemonError."""
+        self.pods.start()
+        self.nads.start()
+        self._listener = self._bind()
+        self.listening = True
+        self._accept_thread = threading.Thread(target=self._accept, name="accept", daemon=True)
+        self._accept_thread.start()
+        log.info("serving CNI calls on %s (%d at once)", self.socket_path, self.max_parallel)
+
+    def alive(self) -> bool:
+        """The accept loop runs (healthz)."""
+        return self._accept_thread is not None and self._accept_thread.is_alive()
+
+    def ready(self) -> bool:
+        """Listening, and both caches listed (readyz)."""
+        return self.listening and self.pods.synced.is_set() and self.nads.synced.is_set()
+
+    def stop(self, timeout: float) -> None:
+        """Stop accepting, finish the calls in progress and the queued writes (each for
+        up to `timeout` s), remove the socket."""
+        self.listening = False
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.socket_path)
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()
+        self.pool.shutdown(wait=True, cancel_futures=False)
+        if not self.publisher.drain(timeout):
+            log.warning("stopping with %d network-status/event write(s) not sent",
+                        self.publisher.pending())
+        self.pods.stop()
+        self.nads.stop()
+
+    def _bind(self) -> socket.socket:
+        """The listening socket in a 0700 dir of ours, 0600 from the start."""
+        umask = os.umask(0o077)
+        try:
+            os.makedirs(self.socket_dir, 0o700, exist_ok=True)
+            st = os.lstat(self.socket_dir)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                raise DaemonError(f"socket dir {self.socket_dir} is not a directory of uid "
+                                  f"{os.geteuid()}")
+            os.chmod(self.socket_dir, 0o700)
+            if os.path.lexists(self.socket_path):
+                probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    probe.connect(self.socket_path)
+                except OSError:
+                    os.unlink(self.socket_path)  # a socket left by a daemon that died
+                else:
+                    raise DaemonError(f"another netattach daemon answers on {self.socket_path}")
+                finally:
+                    probe.close()
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            s.bind(self.socket_path)
+            os.chmod(self.socket_path, 0o600)
+            s.listen(128)
+            return s
+        except OSError as e:
+            raise DaemonError(f"cannot listen on {self.socket_path}: {e.strerror or e}") from None
+        finally:
+            os.umask(umask)
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        while self.listening:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                if self.listening:
+                    log.exception("accept on %s failed", self.socket_path)
+                    time.sleep(0.1)
+                continue
+            try:
+                self.pool.submit(self._connection, conn)
+            except RuntimeError:  # the pool is shut down: stopping
+                conn.close()
+
+    # -- one call
+
+    def _connection(self, conn: socket.socket) -> None:
+        with conn:
+            pid, uid, _ = struct.unpack("3i", conn.getsockopt(
+                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+            if uid != 0:
+                log.warning("refused a connection on %s from pid %d, uid %d: only root (the "
+                            "container runtime) may call", self.socket_path, pid, uid)
+                return
+            try:
+                environ, stdin = self._read(conn)
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                log.warning("bad request on %s from pid %d: %s", self.socket_path, pid, e)
+                return
+            doc, code = self.serve(environ, stdin)
+            answer = {"code": code, "stdout": json.dumps(doc) if doc is not None else ""}
+            try:
+                conn.sendall(json.dumps(answer).encode())
+            except OSError as e:
+                log.warning("%s %s: the answer could not be sent (the shim is gone: %s)",
+                            environ.get("CNI_COMMAND"), environ.get("CNI_CONTAINERID"), e)
+
+    @staticmethod
+    def _read(conn: socket.socket) -> tuple[dict[str, str], bytes]:
+        conn.settimeout(READ_TIMEOUT)
+        chunks, size = [], 0
+        while chunk := conn.recv(1 << 16):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_REQUEST:
+                raise ValueError(f"request larger than {MAX_REQUEST} bytes")
+        request = json.loads(b"".join(chunks))
+        env = request["env"]
+        if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                              for k, v in env.items())):
+            raise TypeError("env is not an object of strings")
+        return env, request["stdin"].encode("latin-1")
+
+    def serve(self, environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | None, int]:
+        """Run one CNI call (cli.cni_main with this daemon's orchestrator): (document
+        for stdout or None, exit status). Never raises."""
+        started = time.monotonic()
+        command = environ.get("CNI_COMMAND", "")
+        cid = environ.get("CNI_CONTAINERID", "")
+        with self.stats.lock:
+            self.in_flight += 1
+        try:
+            if command == "DEL":
+                self.publisher.cancel(cid)
+            seen: list[NetConf] = []
+            doc, code = cli.cni_main(environ, stdin, Orchestrator(
+                api=lambda conf: self._api(environ, conf, seen), executor=invoke.PROCESS_EXECUTOR,
+                clock=time.time))
+            if command == "ADD" and code == 0 and seen:
+                self._count_attachments(seen[0], cid)
+        finally:
+            with self.stats.lock:
+                self.in_flight -= 1
+        result = "0" if code == 0 else str((doc or {}).get("code", "?"))
+        elapsed = time.monotonic() - started
+        self.stats.record(command or "?", result, elapsed)
+        log.info("timing: %s took %.4f s (daemon), result %s", command, elapsed, result)
+        return doc, code
+
+    def _api(self, environ: dict[str, str], conf: NetConf, seen: list[NetConf]) -> CachedPodApi:
+        """The API seam of one operation (Orchestrator.api)."""
+        seen.append(conf)
+        try:
+            uid = dict(parse_cni_args(environ.get("CNI_ARGS", ""))).get("K8S_POD_UID", "")
+        except CniError:  # cni_main refused bad CNI_ARGS before asking for the API
+            uid = ""
+        cid = environ.get("CNI_CONTAINERID", "")
+        return CachedPodApi(
+            self.pods, self.nads,
+            lambda: loaded(Kube(self.kubeconfig, conf.api_timeout, "apiTimeout")), uid,
+            lambda what, send: self.publisher.submit(cid, what, send),
+            self.stats.misses, self.stats.lock)
+
+    def _count_attachments(self, conf: NetConf, cid: str) -> None:
+        try:
+            state = StateStore(conf.cni_dir).load(cid)
+        except Exception:  # the metric only; the ADD succeeded
+            return
+        if state is not None:
+            with self.stats.lock:
+                self.stats.attachments += len(state.attempted())

@@ -1,0 +1,210 @@
+"""Thick mode's own guarantees (issue 11), on the real API server, real plugins and a
+real netns: the runtime execs `netattach-shim`, which asks the test's `netattach
+daemon` (the built artifact, tests/testbed/daemon.py).
+
+* the daemon killed mid-ADD, or down during DEL: the shim runs the DEL in thin mode
+  from the saved state, and everything is freed;
+* the daemon restarted with a pod attached: nothing lost, CHECK passes;
+* a NetworkAttachmentDefinition created after the daemon started, and one created after
+  its watch was broken (API server stopped) and resumed, are served from the cache;
+* ADD and STATUS with no daemon; only root may call; health and metrics.
+No assertion is about time: every wait polls for its condition under a hang guard.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.e2e.test_faults_children import del_twice, saved_state, with_fault_network
+from tests.testbed import faults
+from tests.testbed import scenario as sc
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def mode() -> str:
+    """Every test here is thick (conftest's make_scenario starts the daemon)."""
+    return "thick"
+
+
+def wait_cached(s: sc.Scenario, namespace: str, name: str) -> None:
+    """Until the daemon's NAD watch delivered `namespace/name` (its debug line)."""
+    line = f"cache NetworkAttachmentDefinition {namespace}/{name} ADDED"
+    faults.wait_for(f"the daemon's watch to deliver {namespace}/{name}",
+                    lambda: line in s.daemon.log_text(), timeout=120)
+
+
+def thin_calls(s: sc.Scenario, command: str) -> int:
+    """How many `command` calls thin mode (not the daemon) ran: its timing lines."""
+    return sum(1 for line in s.log_text().splitlines()
+               if f"timing: {command} took" in line and "(daemon)" not in line)
+
+
+def late_nad(admin_api, s: sc.Scenario, name: str = "net-late") -> None:
+    sc.apply_nad(admin_api, sc.nad(s.namespace, name, sc.bridge_conf(
+        s.env.bridge_name(), "198.18.6.0/24", s.env.ipam_dir, name=name, version="1.0.0",
+        gateway=False)))
+
+
+def add_with_a_late_nad(admin_api, s: sc.Scenario) -> None:
+    """Create NAD net-late, wait until the daemon's watch delivered it, ADD: it is read
+    from the cache (no NetworkAttachmentDefinition cache miss)."""
+    late_nad(admin_api, s)
+    wait_cached(s, s.namespace, "net-late")
+    misses = s.daemon.metric("netattach_cache_misses_total", kind="NetworkAttachmentDefinition")
+    run = s.run("ADD")
+    assert run.code == 0, run.stdout + s.log_text()
+    assert sc.pod_links(s) == ["eth0", "lo", "net1", "net2"]
+    assert s.daemon.metric("netattach_cache_misses_total",
+                           kind="NetworkAttachmentDefinition") == misses
+
+
+def test_daemon_killed_mid_add_then_del_without_it(admin_api, make_scenario):
+    """The second network's child does its real work, then SIGKILLs its parent, the
+    daemon: the shim answers code 11 (never a second ADD), and the runtime's DEL, with
+    no daemon to answer, runs in thin mode from the state the daemon saved."""
+    s = make_scenario(networks="net-fault,net-a")
+    plugin = with_fault_network(admin_api, s, "kill-parent",
+                                parent_exe=os.path.realpath(sc.netattach_command()))
+    run = s.run("ADD")
+    assert run.code == 1, run.stdout + s.log_text()
+    assert run.doc["code"] == 11 and "ADD interrupted" in run.doc["msg"], run.doc
+    assert f"pod {s.namespace}/{s.pod_name}" in run.doc["msg"]
+    assert plugin.recorded_pids() == [s.daemon.pid]
+    s.daemon.proc.wait(60)
+    faults.wait_for("the killing plugin to exit",
+                    lambda: not faults.alive(plugin.call_pids()[0]))
+    assert sc.pod_links(s) == ["eth0", "lo", "net1"]
+    assert [(a["ifname"], a["attempted"]) for a in saved_state(s)["attachments"]] == [
+        ("eth0", True), ("net1", True), ("net2", False)]
+    del_twice(s)
+    assert thin_calls(s, "DEL") == 2
+    assert plugin.invocations()[:2] == [("ADD", "net1"), ("DEL", "net1")]
+
+
+def test_del_with_the_daemon_stopped(admin_api, make_scenario):
+    s = make_scenario()
+    assert s.run("ADD").code == 0, s.log_text()
+    sc.network_status(admin_api, s.namespace, s.pod_name)
+    assert len(s.env.ipam_allocations()) == 3
+    s.daemon.stop()
+    assert not os.path.exists(s.daemon.socket_dir / "netattach.sock")
+    run = s.run("DEL")
+    assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
+    sc.assert_clean(s)
+    assert thin_calls(s, "DEL") == 1
+
+
+def test_daemon_restarted_with_a_pod_attached(admin_api, make_scenario):
+    """Nothing of an attached pod lives only in the daemon: after a restart CHECK passes
+    and DEL frees everything, through the new daemon."""
+    s = make_scenario()
+    assert s.run("ADD").code == 0, s.log_text()
+    status = sc.network_status(admin_api, s.namespace, s.pod_name)
+    s.daemon.restart()
+    run = s.run("CHECK")
+    assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
+    assert sc.network_status(admin_api, s.namespace, s.pod_name) == status
+    run = s.run("DEL")
+    assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
+    sc.assert_clean(s)
+    assert thin_calls(s, "DEL") == thin_calls(s, "CHECK") == 0
+    assert s.daemon.metric("netattach_requests_total", command="DEL", code="0") == 1
+
+
+def test_nad_created_after_the_daemon_started(admin_api, make_scenario):
+    """The watch delivers it; the next ADD reads it from the cache, not live."""
+    s = make_scenario(networks="net-a,net-late")
+    add_with_a_late_nad(admin_api, s)
+    assert s.run("DEL").code == 0, s.log_text()
+    sc.assert_clean(s)
+
+
+def test_watch_broken_and_resumed(admin_api, cluster, make_scenario):
+    """The API server stops: both watches break and the daemon keeps its caches; it
+    starts again: the watches resume, and a NAD created then is served from the cache."""
+    s = make_scenario(networks="net-a,net-late")
+    cluster.stop_apiserver()
+    try:
+        faults.wait_for("both watches to break", lambda: all(
+            s.daemon.metric("netattach_cache_watching", kind=k) == 0
+            for k in ("Pod", "NetworkAttachmentDefinition")), timeout=120)
+        assert s.daemon.endpoint("/healthz")[0] == 200
+    finally:
+        cluster.start_apiserver()
+    faults.wait_for("both watches to resume", lambda: all(
+        s.daemon.metric("netattach_cache_watching", kind=k) == 1
+        for k in ("Pod", "NetworkAttachmentDefinition")), timeout=180)
+    add_with_a_late_nad(admin_api, s)
+    sc.network_status(admin_api, s.namespace, s.pod_name)
+    assert s.run("DEL").code == 0, s.log_text()
+    sc.assert_clean(s)
+
+
+def test_add_and_status_without_the_daemon(make_scenario):
+    """ADD waits for the socket a bounded time, then fails with code 11 naming it;
+    nothing is attached. STATUS says the plugin is not available (50)."""
+    s = make_scenario()
+    s.daemon.stop()
+    socket = str(s.daemon.socket_dir / "netattach.sock")
+    run = s.run("ADD")
+    assert run.code == 1 and run.doc["code"] == 11, run.stdout
+    assert socket in run.doc["msg"] and f"pod {s.namespace}/{s.pod_name}" in run.doc["msg"]
+    sc.assert_clean(s)
+    run = s.run("STATUS")
+    assert run.code == 1 and run.doc["code"] == 50 and socket in run.doc["msg"], run.stdout
+    assert s.run("DEL").code == 0  # the runtime's DEL after the failed ADD
+    sc.assert_clean(s)
+
+
+def test_only_root_may_call(make_scenario):
+    """The socket is 0600 in a 0700 dir; opened up by hand, a non-root peer is still
+    refused (SO_PEERCRED) and gets no answer."""
+    s = make_scenario()
+    sock = s.daemon.socket_dir / "netattach.sock"
+    assert os.stat(s.daemon.socket_dir).st_mode & 0o777 == 0o700
+    assert os.stat(sock).st_mode & 0o777 == 0o600
+    for d in (s.env.root, s.daemon.socket_dir):  # the test's root is 0700 too
+        os.chmod(d, 0o755)
+    os.chmod(sock, 0o666)
+    request = json.dumps({"env": s.cni_env("ADD"), "stdin": json.dumps(s.netconf)})
+    probe = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\n"
+             "try:\n  s.sendall(sys.argv[2].encode()); s.shutdown(socket.SHUT_WR)\n"
+             "  print(repr(s.recv(65536)))\n"
+             "except ConnectionResetError:\n  print(repr(b''))")  # closed unread: a reset
+    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        "/usr/bin/python3", "-c", probe, str(sock), request],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "b''", p.stdout + p.stderr
+    assert "refused a connection" in s.daemon.log_text() and "uid 65534" in s.daemon.log_text()
+    sc.assert_clean(s)
+
+
+def test_health_and_metrics(admin_api, make_scenario):
+    s = make_scenario()
+    assert s.daemon.endpoint("/healthz") == (200, "ok\n")
+    assert s.daemon.endpoint("/readyz") == (200, "ok\n")
+    assert s.run("ADD").code == 0, s.log_text()
+    sc.network_status(admin_api, s.namespace, s.pod_name)
+    faults.wait_for("the queued writes to be sent",
+                    lambda: s.daemon.metric("netattach_publish_pending") == 0)
+    m = s.daemon.metric
+    assert m("netattach_requests_total", command="ADD", code="0") == 1
+    assert m("netattach_request_duration_seconds_count", command="ADD") == 1
+    assert m("netattach_attachments_total") == 3
+    assert m("netattach_child_seconds_total") > 0
+    assert m("netattach_cache_synced", kind="Pod") == 1
+    assert m("netattach_cache_objects", kind="Pod") >= 1
+    assert m("netattach_cache_objects", kind="NetworkAttachmentDefinition") >= 2
+    assert m("netattach_api_requests_total", source="watch") >= 4  # 2 LISTs + 2 WATCHes
+    assert m("netattach_publish_sent_total") == 4  # the PATCH and 3 AddedInterface events
+    assert m("process_resident_memory_bytes") > 0
+    bad = s.run("ADD")  # CNI forbids a second ADD: code 4, counted by its code
+    assert bad.code == 1 and bad.doc["code"] == 4
+    assert m("netattach_requests_total", command="ADD", code="4") == 1
+    assert s.run("DEL").code == 0
+    sc.assert_clean(s)

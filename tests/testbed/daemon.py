@@ -1,0 +1,137 @@
+"""Thick mode in the test bed: `netattach daemon` (the built artifact) as a process of the
+test, and the shim beside the thin plugin in a test's bin dir.
+
+    d = NodeDaemon.start(command, env, kubeconfig)   # returns once /readyz answers 200
+    ...; d.kill() / d.stop(); d.restart()
+
+The daemon's node is "test-node" (scenario.pod's spec.nodeName); its socket dir is
+`<env.root>/run`, its log the scenario's (`<env.log_dir>/netattach.log`), so the
+tests read one log whichever mode ran a call. Nothing here asserts a duration: every
+wait polls for its condition, with a generous hang guard.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cluster import free_port
+from .netns import HostEnv
+
+NODE_NAME = "test-node"
+START_TIMEOUT = 120.0  # hang guard: the daemon listed both caches and listens
+STOP_TIMEOUT = 60.0
+
+
+def shim_command(netattach: str) -> str:
+    """The shim of the artifact `netattach` (dist/netattach/shim/netattach-shim beside
+    a frozen build), else the virtualenv's `netattach-shim` console script beside it."""
+    here = Path(netattach).resolve().parent
+    for path in (here / "shim" / "netattach-shim", Path(netattach).parent / "netattach-shim"):
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    raise RuntimeError(f"no netattach-shim beside {netattach}: run `make build` (or `make venv`)")
+
+
+@dataclass
+class NodeDaemon:
+    """A running `netattach daemon` of one test."""
+    command: str
+    socket_dir: Path
+    log_file: Path
+    kubeconfig: Path
+    metrics_port: int
+    proc: subprocess.Popen | None = None
+
+    @classmethod
+    def start(cls, command: str, env: HostEnv, kubeconfig: Path) -> NodeDaemon:
+        d = cls(command, env.root / "run", env.log_dir / "netattach.log", kubeconfig,
+                free_port())
+        d.launch()
+        return d
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def argv(self) -> list[str]:
+        return [self.command, "daemon", "--node-name", NODE_NAME, "--kubeconfig",
+                str(self.kubeconfig), "--socket-dir", str(self.socket_dir), "--metrics-port",
+                str(self.metrics_port), "--log-file", str(self.log_file), "--log-level",
+                "debug", "--max-parallel", "4"]
+
+    def launch(self) -> None:
+        """Start the process and wait until /readyz says ready (hang guard START_TIMEOUT)."""
+        with open(self.stderr_file, "ab") as err:  # never a pipe nobody reads
+            self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + START_TIMEOUT
+        while self.endpoint("/readyz")[0] != 200:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"netattach daemon exited {self.proc.returncode}: "
+                                   f"{self.stderr_file.read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"netattach daemon not ready after {START_TIMEOUT:.0f} s")
+            time.sleep(0.05)
+
+    @property
+    def stderr_file(self) -> Path:
+        return self.log_file.parent / "daemon.stderr"
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def endpoint(self, path: str) -> tuple[int, str]:
+        """(HTTP status, body) of GET <path> on the daemon's local port; (0, why) when it
+        does not answer."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}{path}",
+                                        timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except (urllib.error.URLError, OSError) as e:
+            return 0, str(e)
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The value of one sample of /metrics (0 when absent)."""
+        status, text = self.endpoint("/metrics")
+        assert status == 200, text
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        pattern = re.escape(name) + (r"\{" + re.escape(want) + r"\}" if want else "") + r" (\S+)"
+        m = re.search("^" + pattern + "$", text, re.M)
+        return float(m.group(1)) if m else 0.0
+
+    def stop(self) -> None:
+        """SIGTERM, and wait for the exit (hang guard STOP_TIMEOUT, then SIGKILL)."""
+        if not self.running():
+            return
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"netattach daemon ignored SIGTERM for {STOP_TIMEOUT:.0f} s") from None
+
+    def kill(self) -> None:
+        """SIGKILL (a crash), and reap it."""
+        if self.running():
+            assert self.proc is not None
+            self.proc.kill()
+            self.proc.wait(STOP_TIMEOUT)
+
+    def restart(self) -> None:
+        self.stop()
+        self.launch()
+
+    def log_text(self) -> str:
+        return self.log_file.read_text() if self.log_file.exists() else ""

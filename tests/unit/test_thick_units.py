@@ -1,0 +1,150 @@
+"""Thick mode's pure pieces, with fakes: the shim's constants and messages, the watch
+cache's trimming and event handling, the publisher's ordering, retries and DEL
+cancellation. The real-component tests are tests/e2e/test_thick_mode.py."""
+from __future__ import annotations
+
+import ast
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import netattach_shim as shim
+from netattach.cni.version import SUPPORTED_VERSIONS
+from netattach.daemon import cache, podapi
+from netattach.kube import KubeError
+
+
+def test_shim_versions_are_the_plugins():
+    assert shim.SUPPORTED_VERSIONS == SUPPORTED_VERSIONS
+
+
+def test_shim_imports_only_the_standard_library():
+    tree = ast.parse(Path(shim.__file__).read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+             for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree)
+              if isinstance(n, ast.ImportFrom) and n.module and n.level == 0}
+    assert names - {"__future__"} <= set(sys.stdlib_module_names)
+
+
+@pytest.mark.parametrize("config, path", [
+    ({"daemonSocketDir": "/x"}, "/x/netattach.sock"),
+    ({}, "/run/netattach/netattach.sock"),
+    ({"daemonSocketDir": ""}, "/run/netattach/netattach.sock"),
+    ({"daemonSocketDir": 3}, "/run/netattach/netattach.sock"),
+    (None, "/run/netattach/netattach.sock"),
+])
+def test_shim_socket_path(config, path):
+    assert shim.socket_path(config) == path
+
+
+def test_shim_without_a_daemon(tmp_path, monkeypatch):
+    monkeypatch.setattr(shim, "ADD_WAIT_SECONDS", 0.0)
+    stdin = b'{"cniVersion": "0.4.0", "daemonSocketDir": "%s"}' % str(tmp_path).encode()
+    env = {"CNI_COMMAND": "ADD", "CNI_ARGS": "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"}
+    code, out = shim.shim(env, stdin)
+    assert code == 1 and '"code": 11' in out and "pod ns/p" in out and str(tmp_path) in out
+    assert '"cniVersion": "0.4.0"' in out
+    code, out = shim.shim({**env, "CNI_COMMAND": "STATUS"}, stdin)
+    assert code == 1 and '"code": 50' in out
+    code, out = shim.shim({"CNI_COMMAND": "VERSION"}, b"")
+    assert code == 0 and '"supportedVersions"' in out
+
+
+def test_unfrozen_environment():
+    env = {"LD_LIBRARY_PATH": "/bundle", "LD_LIBRARY_PATH_ORIG": "/orig", "_PYI_X": "1",
+           "PATH": "/bin"}
+    assert shim._unfrozen(env) == {"LD_LIBRARY_PATH": "/orig", "PATH": "/bin"}
+    assert shim._unfrozen({"LD_LIBRARY_PATH": "/bundle"}) == {}
+
+
+def test_cache_keeps_only_what_the_orchestrator_reads():
+    pod = {"metadata": {"name": "p", "namespace": "n", "uid": "u", "resourceVersion": "7",
+                        "annotations": {"a": "b"}, "managedFields": [{}] * 50},
+           "spec": {"containers": [{}]}, "status": {"phase": "Running"}}
+    assert cache.trim(pod) == {"metadata": {"name": "p", "namespace": "n", "uid": "u",
+                                            "resourceVersion": "7", "annotations": {"a": "b"}}}
+    nad = {"metadata": {"name": "x", "namespace": "n"}, "spec": {"config": "{}"}}
+    assert cache.trim(nad) == nad
+
+
+def test_cache_applies_watch_events():
+    c = cache.WatchCache(cache.NADS, "/x", None, lambda: None)
+    obj = {"metadata": {"name": "a", "namespace": "n", "resourceVersion": "5"},
+           "spec": {"config": "{}"}}
+    assert c._apply({"type": "ADDED", "object": obj}, "1") == "5"
+    assert c.get("n", "a") == obj
+    assert c._apply({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}},
+                    "5") == "9"
+    assert c._apply({"type": "DELETED", "object": {**obj, "metadata": {
+        **obj["metadata"], "resourceVersion": "10"}}}, "9") == "10"
+    assert c.get("n", "a") is None and len(c) == 0
+    with pytest.raises(cache.Gone):
+        c._apply({"type": "ERROR", "object": {"code": 410}}, "10")
+
+
+class FakeKube:
+    """Answers `script` in order: None succeeds, a status raises KubeError(status)."""
+
+    def __init__(self, script: list[int | None], calls: list[str]):
+        self.script, self.calls = script, calls
+
+
+def publisher(script: list[int | None], calls: list[str]) -> podapi.Publisher:
+    return podapi.Publisher(lambda: FakeKube(script, calls), workers=1)
+
+
+def send(what: str):
+    def run(kube: FakeKube) -> None:
+        kube.calls.append(what)
+        status = kube.script.pop(0) if kube.script else None
+        if status is not None:
+            raise KubeError(f"{what}: HTTP {status}", status)
+    return run
+
+
+def test_publisher_sends_in_order_and_retries(monkeypatch):
+    monkeypatch.setattr(podapi, "RETRY_PAUSES", (0.0, 0.0))
+    calls: list[str] = []
+    p = publisher([503, None, None, None], calls)
+    for what in ("patch", "event 1", "event 2"):
+        p.submit("c1", what, send(what))
+    assert p.drain(30)
+    assert calls == ["patch", "patch", "event 1", "event 2"]
+    assert (p.sent, p.failed, p.dropped) == (3, 1, 0)
+
+
+def test_publisher_gives_up_on_final_answers(monkeypatch):
+    monkeypatch.setattr(podapi, "RETRY_PAUSES", (0.0, 0.0))
+    calls: list[str] = []
+    p = publisher([422, 0, 0, 0], calls)
+    p.submit("c1", "patch", send("patch"))
+    p.submit("c1", "event", send("event"))
+    assert p.drain(30)
+    assert calls == ["patch", "event", "event", "event"]  # 422: final; 0: retried, given up
+    assert (p.sent, p.dropped) == (0, 2)
+
+
+def test_del_cancels_what_is_queued_and_waits_for_the_send_in_progress():
+    calls: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(kube: FakeKube) -> None:
+        entered.set()
+        release.wait(30)
+        kube.calls.append("patch")
+
+    p = publisher([], calls)
+    p.submit("c1", "patch", slow)
+    p.submit("c1", "event", send("event"))
+    assert entered.wait(30)
+    cancelled = threading.Event()
+    t = threading.Thread(target=lambda: (p.cancel("c1"), cancelled.set()))
+    t.start()
+    assert not cancelled.wait(0.2)  # still sending the PATCH: DEL waits
+    release.set()
+    t.join(30)
+    assert cancelled.is_set() and p.drain(30)
+    assert calls == ["patch"] and p.dropped == 1  # the event was dropped, not sent
