@@ -45,7 +45,7 @@ TESTBIN_CONTAINERD_DIR := $(TESTBIN_DIR)/containerd-$(CONTAINERD_VERSION)
 CONTAINERD_PKGS := $(call gomod_tools,$(TESTBIN_SRC)/containerd/go.mod)
 CONTAINERD_RELEASE_BINS := $(addprefix $(TESTBIN_CONTAINERD_DIR)/,$(notdir $(CONTAINERD_PKGS)))
 CONTAINERD_BINS := $(CONTAINERD_RELEASE_BINS) $(TESTBIN_CONTAINERD_DIR)/criclient $(TESTBIN_CONTAINERD_DIR)/pause
-# Keep in sync with hack/benchlib/multus.py (default_bin_dir).
+# Keep in sync with hack/benchlib/multus.py (bin_dir).
 TESTBIN_MULTUS_DIR := $(TESTBIN_DIR)/multus-$(MULTUS_VERSION)
 MULTUS_PKGS := $(call gomod_tools,$(TESTBIN_SRC)/multus/go.mod)
 MULTUS_BINS := $(addprefix $(TESTBIN_MULTUS_DIR)/,$(notdir $(MULTUS_PKGS)))
