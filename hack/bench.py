@@ -189,7 +189,11 @@ class Bench:
     def peak_rss(self) -> None:
         """Peak RSS of scenario 1's exec'd ADD (the largest process of its tree; in thick
         mode the shim's), PEAK_RSS_ROUNDS rounds: a separate pass, since the measuring
-        wrapper (GNU time) must not be in the wall times."""
+        wrapper (GNU time) must not be in the wall times. Without GNU time (`make bench`
+        installs it), a note instead."""
+        if not os.access(measure.PeakRss.TIME, os.X_OK):
+            print(f"note: peak RSS not measured: no {measure.PeakRss.TIME} (Debian's `time`)")
+            return
         out: dict[str, list[int]] = {s.key: [] for s in self.subjects}
         for _ in range(min(self.runs, PEAK_RSS_ROUNDS)):
             for s in self.subjects:
