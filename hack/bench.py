@@ -413,14 +413,16 @@ def main() -> int:
             try:
                 for s in running:
                     s.start(bed, api)
-                phases = [("daemons idle", bench.daemons_idle), ("VERSION", bench.version),
-                          ("scenario 1", bench.scenario_1),
-                          ("peak RSS of an ADD", bench.peak_rss), ("N networks", bench.sweep),
-                          (f"{PARALLEL_PODS} pods in parallel", bench.parallel),
-                          (f"{LOAD_PODS} pods and {LOAD_NADS} NADs", bench.loaded)]
-                for name, phase in phases:
-                    print(f"bench: {name} ({args.runs} rounds of "
-                          f"{', '.join(s.label for s in running)})", flush=True)
+                print(f"bench: {', '.join(s.label for s in running)}", flush=True)
+                phases = [("daemons idle", bench.daemons_idle, 0),
+                          ("VERSION", bench.version, args.runs),
+                          ("scenario 1", bench.scenario_1, args.runs),
+                          ("peak RSS of an ADD", bench.peak_rss, min(args.runs, PEAK_RSS_ROUNDS)),
+                          ("N networks", bench.sweep, args.runs),
+                          (f"{PARALLEL_PODS} pods in parallel", bench.parallel, args.runs),
+                          (f"{LOAD_PODS} pods and {LOAD_NADS} NADs", bench.loaded, 1)]
+                for name, phase, rounds in phases:
+                    print(f"bench: {name}" + (f", {rounds} rounds" if rounds else ""), flush=True)
                     phase()
                 bench.api_requests(cluster.audit_events())
             except Failure as e:

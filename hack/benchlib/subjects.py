@@ -22,6 +22,7 @@ from typing import Any
 from tests.testbed import cluster as cl
 from tests.testbed import runtime as rt
 from tests.testbed import scenario as sc
+from tests.testbed import statefiles
 from tests.testbed.netns import HostEnv
 
 from . import multus
@@ -92,9 +93,16 @@ class Subject:
 
 
 class _Plugin(Subject):
-    """A meta-plugin exec'd from the bed's CNI bin dir with its config on stdin."""
+    """A meta-plugin exec'd from the bed's CNI bin dir with its config on stdin; `state`
+    is its state dir (cniDir)."""
     exe: Path
     conf: dict[str, Any]
+    state: Path
+
+    def leftovers(self, pod: Pod) -> list[str]:
+        """Files in its state dir other than netattach's tombstones (statefiles)."""
+        return [f"state {p}" for p in _files(self.state)
+                if not p.name.endswith(statefiles.TOMBSTONE) and p.name != statefiles.PRUNE_STAMP]
 
     def executables(self) -> list[tuple[str, str]]:
         return [(self.exe.name, str(self.exe))]
@@ -102,6 +110,20 @@ class _Plugin(Subject):
     def run(self, pod: Pod, command: str, prefix: Sequence[str] = ()) -> Exec:
         return spawn([*prefix, str(self.exe)], pod.s.cni_env(command),
                      json.dumps(self.conf).encode())
+
+
+class _Daemonised(_Plugin):
+    """A plugin in thick mode: `daemon` (with .pid and .stop()) serves its shim."""
+    daemon: Any = None
+
+    def stop(self) -> None:
+        if self.daemon is not None:
+            self.daemon.stop()
+            self.daemon = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.daemon.pid if self.daemon is not None else None
 
 
 def _link(bin_dir: Path, name: str, target: Path) -> Path:
@@ -116,24 +138,20 @@ class NetattachThin(_Plugin):
     key, label = "netattach_thin", "netattach thin"
 
     def start(self, bed: Bed, api: Any) -> None:
-        self.bed = bed
+        self.state = bed.env.state_dir
         self.exe = bed.base.bin_dir / "netattach"  # scenario.install_bin_dir's link
         # the default log level, as a node runs it (the scenario's is debug, for tests)
         self.conf = dict(bed.base.netconf, logLevel="info")
         self.user = multus.username("netattach")
 
-    def leftovers(self, pod: Pod) -> list[str]:
-        return [f"state {p}" for p in self.bed.env.state_files()]
 
-
-class NetattachThick(_Plugin):
+class NetattachThick(_Daemonised):
     """netattach's thick mode: `netattach daemon` and its shim. Skipped, with the reason,
     while the build has no `netattach daemon` or the test bed no way to run it
     (tests/testbed/daemon.py)."""
     key, label = "netattach_thick", "netattach thick"
 
     def __init__(self) -> None:
-        self.daemon: Any = None
         probe = subprocess.run([sc.netattach_command(), "daemon", "--help"],
                                capture_output=True, text=True)
         if probe.returncode != 0:
@@ -149,7 +167,7 @@ class NetattachThick(_Plugin):
         self.node_daemon = node_daemon
 
     def start(self, bed: Bed, api: Any) -> None:
-        self.bed = bed
+        self.state = bed.env.state_dir
         command = sc.netattach_command()
         self.daemon = self.node_daemon.NodeDaemon.start(command, bed.env,
                                                          bed.base.netconf["kubeconfig"])
@@ -158,18 +176,6 @@ class NetattachThick(_Plugin):
         self.conf = dict(bed.base.netconf, logLevel="info",
                          daemonSocketDir=str(self.daemon.socket_dir))
         self.user = multus.username("netattach")
-
-    def stop(self) -> None:
-        if self.daemon is not None:
-            self.daemon.stop()
-            self.daemon = None
-
-    @property
-    def pid(self) -> int | None:
-        return self.daemon.pid if self.daemon is not None else None
-
-    def leftovers(self, pod: Pod) -> list[str]:
-        return [f"state {p}" for p in self.bed.env.state_files()]
 
 
 class MultusThin(_Plugin):
@@ -185,15 +191,9 @@ class MultusThin(_Plugin):
             bed.base.netconf["clusterNetwork"], bed.env.conf_dir, self.state, bed.base.bin_dir,
             bed.env.log_dir / "multus-thin.log")
 
-    def leftovers(self, pod: Pod) -> list[str]:
-        return [f"state {p}" for p in _files(self.state)]
 
-
-class MultusThick(_Plugin):
+class MultusThick(_Daemonised):
     key, label = "multus_thick", "Multus thick"
-
-    def __init__(self) -> None:
-        self.daemon: multus.Daemon | None = None
 
     def start(self, bed: Bed, api: Any) -> None:
         sa = multus.service_account(api, "thick")
@@ -205,18 +205,6 @@ class MultusThick(_Plugin):
             Path(sc.DEBIAN_CNI_DIR), bed.env.log_dir / "multus-daemon.log")
         self.exe = _link(bed.base.bin_dir, "multus-shim", multus.require_binaries() / "multus-shim")
         self.conf = self.daemon.shim_conf()
-
-    def stop(self) -> None:
-        if self.daemon is not None:
-            self.daemon.stop()
-            self.daemon = None
-
-    @property
-    def pid(self) -> int | None:
-        return self.daemon.pid if self.daemon is not None else None
-
-    def leftovers(self, pod: Pod) -> list[str]:
-        return [f"state {p}" for p in _files(self.state)]
 
 
 class Floor(Subject):
