@@ -422,7 +422,8 @@ def main() -> int:
                           (f"{PARALLEL_PODS} pods in parallel", bench.parallel, args.runs),
                           (f"{LOAD_PODS} pods and {LOAD_NADS} NADs", bench.loaded, 1)]
                 for name, phase, rounds in phases:
-                    print(f"bench: {name}" + (f", {rounds} rounds" if rounds else ""), flush=True)
+                    many = f", {rounds} round{'s' * (rounds > 1)}" if rounds else ""
+                    print(f"bench: {name}{many}", flush=True)
                     phase()
                 bench.api_requests(cluster.audit_events())
             except Failure as e:
@@ -435,8 +436,9 @@ def main() -> int:
         env.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
     left = tb.leaks()
+    cleanup = "cleanup: " + ("nothing left behind" if not left else f"LEFT BEHIND: {left}")
     if failure is not None:
-        print(f"\nbench FAILED: {failure}", file=sys.stderr)
+        print(f"\nbench FAILED: {failure}\n{cleanup}", file=sys.stderr)
         return 1
     results["import_cost_ms"] = {m: import_cost(m) * 1000 for m in (
         "netattach.cli", "netattach.add", "jsonschema", "lightkube.config.client_adapter")}
@@ -446,7 +448,7 @@ def main() -> int:
     (args.out / "bench-results.json").write_text(json.dumps(results, indent=1, default=list))
     (args.out / "bench-results.md").write_text(text + "\n")
     print(f"\nresults: {args.out / 'bench-results.json'}, {args.out / 'bench-results.md'}")
-    print("cleanup: " + ("nothing left behind" if not left else f"LEFT BEHIND: {left}"))
+    print(cleanup)
     return 1 if left else 0
 
 
