@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import itertools
 import json
 import os
 import platform
@@ -90,19 +91,18 @@ class Bench:
     def __init__(self, bed: Bed, api: k8s.ApiClient, subjects: list[Subject], runs: int):
         self.bed, self.api, self.subjects, self.runs = bed, api, subjects, runs
         self.core = k8s.CoreV1Api(api)
-        self.names = iter(range(1 << 30))
+        self.names = itertools.count()
         self.results: dict[str, Any] = {}
         # (subject key, command, Exec) of scenario 1, for the audit windows
         self.scenario_calls: list[tuple[str, str, measure.Exec]] = []
 
     # -- pods
 
-    def pod(self, attachments: list[Attachment], networks: str,
-            namespace: str = NAMESPACE) -> Pod:
+    def pod(self, attachments: list[Attachment], networks: str) -> Pod:
         """A new pod in the API server and its sandbox netns."""
         name = f"p{next(self.names)}"
-        uid = sc.create_pod(self.api, sc.pod(namespace, name, networks))
-        return Pod(dataclasses.replace(self.bed.base, namespace=namespace, pod_name=name,
+        uid = sc.create_pod(self.api, sc.pod(NAMESPACE, name, networks))
+        return Pod(dataclasses.replace(self.bed.base, pod_name=name,
                                        pod_uid=uid, container_id=uuid.uuid4().hex * 2,
                                        netns=self.bed.env.new_netns()), attachments)
 
