@@ -70,9 +70,17 @@ RUNTIME ?= none
 demo: sysdeps venv testbin build
 	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(PY) hack/demo.py --runtime $(RUNTIME)
 
-# Scenario 1 with the artifact and with the virtualenv's console script, side by side.
-bench: sysdeps venv testbin build
-	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(PY) hack/bench.py
+# netattach side by side with Multus (thin and thick) and the child plugins alone,
+# interleaved on the real test bed (hack/bench.py). RUNS=<n> rounds (default 15),
+# BENCH_OUT=<dir> for the results (default build/bench). GNU time measures peak RSS.
+RUNS ?=
+BENCH_OUT ?= build/bench
+bench: sysdeps venv testbin testbin-multus build
+	@if [ ! -x /usr/bin/time ]; then \
+	  echo "installing Debian package: time"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq time >/dev/null; \
+	fi
+	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(PY) hack/bench.py --out $(BENCH_OUT) $(RUNS)
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache

@@ -1,51 +1,356 @@
-"""`make bench`: scenario 1 (three networks) ADD + DEL, repeated, on the real test bed.
+"""`make bench`: netattach side by side with Multus and with the child plugins alone, on
+the real test bed (kube-apiserver + etcd with an audit log, real plugins, real netns).
 
-For each run a new pod and sandbox netns; `<binDir>/netattach` is exec'd as a
-runtime does. It is a symlink to the executable under test: the built artifact
-($NETATTACH_EXE, `make build`; `make bench` sets it) and the virtualenv's console
-script take turns run by run, so a slow moment of the machine hits both alike
-(the console script alone without NETATTACH_EXE). Reports, per executable, over the runs:
-  ADD / DEL wall time (measured outside the process: what the runtime waits),
-  time inside children (netattach's own timing log line),
-  netattach's overhead (wall - children),
-  API requests per ADD / DEL,
-and the import cost of the exec'd path (`python -X importtime`).
+Subjects (hack/benchlib/subjects.py): netattach thin (the built artifact,
+$NETATTACH_EXE), netattach thick (skipped, with a note, while the build has no
+`netattach daemon`), Multus thin, Multus thick (daemon + shim), and the children alone
+(each network's config exec'd by cnitool: the floor). Every measurement runs in rounds,
+A B C D A B C D ..., so a slow moment of the machine hits all alike:
+  * scenario 1 (README) ADD and DEL: wall time as the runtime waits, CPU of the process
+    tree (and of the daemon, in thick mode), peak RSS of the exec'd ADD;
+  * N = 1, 2, 4, 8 selected NADs: ADD wall per N, and a least-squares line through the
+    medians: fixed cost and cost per network;
+  * 20 pods ADD in parallel, then DEL in parallel: total wall, CPU per pod;
+  * VERSION exec of each executable, and of the Go `bridge` plugin;
+  * API requests per ADD and per DEL, counted in the API server's audit log by the
+    subject's user, between its calls;
+  * the daemons' RSS: idle, after 20 pods, with 110 pods and 500 NADs in the API server.
+Each ADD must give the pod its interfaces with addresses in the right subnets, each DEL
+must leave only lo, no IP allocation and no state: a subject that fails stops the bench
+with an error, never a number. Prints the table and the ratios netattach / Multus, and
+writes bench-results.json and bench-results.md to --out (default build/bench/). Ends
+with the import cost of the exec'd path (`python -X importtime`) and proof that nothing
+is left behind.
 
-Usage: hack/bench.py [RUNS]   (default 20)
+Usage: hack/bench.py [--out DIR] [--only KEY,...] [RUNS]   (RUNS: rounds, default $RUNS or 15)
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import datetime as dt
+import itertools
+import json
 import os
 import platform
-import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "hack"))
+
+from benchlib import measure, multus, report  # noqa: E402
+from benchlib.subjects import Attachment, Bed, Pod, Subject, all_subjects  # noqa: E402
+from kubernetes import client as k8s  # noqa: E402
 
 from tests.testbed import cluster as cl  # noqa: E402
 from tests.testbed import netns as tb  # noqa: E402
 from tests.testbed import scenario as sc  # noqa: E402
 
-TIMING = re.compile(r"timing: (\w+) took ([\d.]+) s, children ([\d.]+) s, api_requests (\d+)")
+NAMESPACE = "bench"
+LOAD_NAMESPACE = "bench-load"
+SCENARIO_1 = [Attachment("cluster-net", "eth0", sc.SUBNETS["default"]),
+              Attachment("net-a", "net1", sc.SUBNETS["net-a"]),
+              Attachment("net-b", "data0", sc.SUBNETS["net-b"])]
+SCENARIO_1_NETWORKS = "net-a,other/net-b@data0"
+SWEEP = (1, 2, 4, 8)
+PARALLEL_PODS = 20
+LOAD_PODS, LOAD_NADS = 110, 500
+PEAK_RSS_ROUNDS = 5
+SETTLE = 1.0  # s for a daemon to take in the watch events of pods just created
 
 
-def timings(log: str, command: str) -> list[tuple[float, float, int]]:
-    return [(float(m[2]), float(m[3]), int(m[4])) for m in TIMING.finditer(log) if m[1] == command]
+class Failure(Exception):
+    """A subject did not do what the runtime asked: the bench stops, no number is kept."""
 
 
-def stats(values: list[float]) -> str:
-    ms = sorted(v * 1000 for v in values)
-    p90 = ms[min(len(ms) - 1, int(round(0.9 * (len(ms) - 1))))]
-    return f"median {statistics.median(ms):7.1f} ms   p90 {p90:7.1f} ms   min {ms[0]:7.1f} ms"
+def sweep_attachments(n: int) -> list[Attachment]:
+    """The cluster default network, then NADs n1..n<n> (one macvlan each) as net1..net<n>."""
+    return SCENARIO_1[:1] + [Attachment(f"n{i}", f"net{i}", f"198.18.{10 + i}.0/24")
+                             for i in range(1, n + 1)]
+
+
+def netns_addrs(netns: str) -> dict[str, list[str]]:
+    """Interface -> its addresses (CIDR, link-local v6 left out) in `netns`."""
+    data = json.loads(tb.run("ip", "-j", "-n", netns, "addr", "show").stdout or "[]")
+    return {link["ifname"]: [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])
+                             if a.get("scope") != "link"] for link in data}
+
+
+class Bench:
+    def __init__(self, bed: Bed, api: k8s.ApiClient, subjects: list[Subject], runs: int):
+        self.bed, self.api, self.subjects, self.runs = bed, api, subjects, runs
+        self.core = k8s.CoreV1Api(api)
+        self.names = itertools.count()
+        self.results: dict[str, Any] = {}
+        # (subject key, command, Exec) of scenario 1, for the audit windows
+        self.scenario_calls: list[tuple[str, str, measure.Exec]] = []
+
+    # -- pods
+
+    def pod(self, attachments: list[Attachment], networks: str) -> Pod:
+        """A new pod in the API server and its sandbox netns."""
+        name = f"p{next(self.names)}"
+        uid = sc.create_pod(self.api, sc.pod(NAMESPACE, name, networks))
+        return Pod(dataclasses.replace(self.bed.base, pod_name=name,
+                                       pod_uid=uid, container_id=uuid.uuid4().hex * 2,
+                                       netns=self.bed.env.new_netns()), attachments)
+
+    def drop(self, pod: Pod) -> None:
+        """Remove the pod's netns and the pod (once its DEL is checked)."""
+        tb.run("ip", "netns", "del", pod.s.netns)
+        self.bed.env.netns.remove(pod.s.netns)
+        self.core.delete_namespaced_pod(pod.s.pod_name, pod.s.namespace, grace_period_seconds=0)
+
+    # -- one call, checked
+
+    def call(self, subject: Subject, pod: Pod, command: str,
+             prefix: list[str] | None = None) -> measure.Exec:
+        """ADD or DEL of `pod` by `subject`; its daemon's CPU during the call is added."""
+        before = measure.proc_cpu(subject.pid) if subject.pid else 0.0
+        e = subject.run(pod, command, prefix or [])
+        if subject.pid:
+            e.cpu += measure.proc_cpu(subject.pid) - before
+        if e.code != 0:
+            raise Failure(f"{subject.label}: {command} of {pod.s.pod_name} exited {e.code}:\n"
+                          f"{e.stdout[-3000:]}{e.stderr[-3000:]}")
+        return e
+
+    def check_added(self, subject: Subject, pod: Pod) -> None:
+        addrs = netns_addrs(pod.s.netns)
+        want = {"lo"} | {a.ifname for a in pod.attachments}
+        wrong = [a.ifname for a in pod.attachments
+                 if not any(sc.in_subnet(c, a.subnet) for c in addrs.get(a.ifname, []))]
+        if set(addrs) != want or wrong:
+            raise Failure(f"{subject.label}: after ADD of {pod.s.pod_name} the netns has "
+                          f"{addrs}; expected {sorted(want)} with addresses in "
+                          f"{[(a.ifname, a.subnet) for a in pod.attachments]}")
+
+    def check_deleted(self, subject: Subject, pods: list[Pod]) -> None:
+        left = [f"{p.s.pod_name}: {sorted(netns_addrs(p.s.netns))}" for p in pods
+                if set(netns_addrs(p.s.netns)) != {"lo"}]
+        left += [f"IP allocation {a}" for a in self.bed.env.ipam_allocations()]
+        left += [x for p in pods for x in subject.leftovers(p)]
+        if left:
+            raise Failure(f"{subject.label}: DEL left {left}")
+
+    def cycle(self, subject: Subject, attachments: list[Attachment], networks: str,
+              prefix: list[str] | None = None) -> tuple[measure.Exec, measure.Exec]:
+        """One pod, ADD (checked; `prefix` before its argv) then DEL (checked); the pod is
+        gone afterwards."""
+        pod = self.pod(attachments, networks)
+        try:
+            add = self.call(subject, pod, "ADD", prefix or [])
+            self.check_added(subject, pod)
+            delete = self.call(subject, pod, "DEL")
+            self.check_deleted(subject, [pod])
+        finally:
+            self.drop(pod)
+        return add, delete
+
+    # -- the measurements
+
+    def version(self) -> None:
+        exes = [(label, path) for s in self.subjects for label, path in s.executables()]
+        walls: dict[str, list[float]] = {label: [] for label, _ in exes}
+        for _ in range(self.runs):
+            for label, path in exes:
+                e = measure.spawn([path], {"CNI_COMMAND": "VERSION", "PATH": os.environ["PATH"]},
+                                  b'{"cniVersion": "1.0.0"}')
+                if e.code != 0 or "supportedVersions" not in e.stdout:
+                    raise Failure(f"VERSION of {path} exited {e.code}: {e.stdout}{e.stderr}")
+                walls[label].append(e.wall)
+        self.results["version"] = {"executables": {label: path for label, path in exes},
+                                   "wall": walls}
+
+    def scenario_1(self) -> None:
+        out: dict[str, Any] = {s.key: {c: {"wall": [], "cpu": []} for c in ("ADD", "DEL")}
+                               for s in self.subjects}
+        for _ in range(self.runs):
+            for s in self.subjects:
+                calls = self.cycle(s, SCENARIO_1, SCENARIO_1_NETWORKS)
+                for command, e in zip(("ADD", "DEL"), calls):
+                    for field in ("wall", "cpu"):
+                        out[s.key][command][field].append(getattr(e, field))
+                    self.scenario_calls.append((s.key, command, e))
+        self.results["scenario_1"] = out
+        self.scenario_end = time.time()
+
+    def peak_rss(self) -> None:
+        """Peak RSS of scenario 1's exec'd ADD (the largest process of its tree; in thick
+        mode the shim's), PEAK_RSS_ROUNDS rounds: a separate pass, since the measuring
+        wrapper (GNU time) must not be in the wall times. Without GNU time (`make bench`
+        installs it), a note instead."""
+        if not os.access(measure.PeakRss.TIME, os.X_OK):
+            print(f"note: peak RSS not measured: no {measure.PeakRss.TIME} (Debian's `time`)")
+            return
+        out: dict[str, list[int]] = {s.key: [] for s in self.subjects}
+        for _ in range(min(self.runs, PEAK_RSS_ROUNDS)):
+            for s in self.subjects:
+                with tempfile.NamedTemporaryFile("r") as f:
+                    peak = measure.PeakRss(f.name)
+                    self.cycle(s, SCENARIO_1, SCENARIO_1_NETWORKS, peak.prefix)
+                    out[s.key].append(peak.kib())
+        self.results["peak_rss_kib"] = out
+
+    def sweep(self) -> None:
+        for i in range(1, max(SWEEP) + 1):
+            sc.apply_nad(self.api, sc.nad(NAMESPACE, f"n{i}", {
+                "cniVersion": "1.0.0", "name": f"n{i}", "type": "macvlan",
+                "master": self.bed.base.master, "mode": "bridge",
+                "ipam": {"type": "host-local", "subnet": sweep_attachments(i)[-1].subnet,
+                         "dataDir": str(self.bed.env.ipam_dir)}}))
+        write_floor_confs(self.bed, self.api)
+        walls: dict[str, dict[int, list[float]]] = {s.key: {n: [] for n in SWEEP}
+                                                     for s in self.subjects}
+        for _ in range(self.runs):
+            for n in SWEEP:
+                networks = ",".join(f"n{i}" for i in range(1, n + 1))
+                for s in self.subjects:
+                    walls[s.key][n].append(self.cycle(s, sweep_attachments(n), networks)[0].wall)
+        self.results["sweep"] = walls
+
+    def parallel(self) -> None:
+        out: dict[str, Any] = {s.key: {c: {"wall": [], "cpu_per_pod": []} for c in ("ADD", "DEL")}
+                               for s in self.subjects}
+        self.results["daemon_rss_kib"] = rss = self.results.setdefault("daemon_rss_kib", {})
+        for r in range(self.runs):
+            for s in self.subjects:
+                pods = [self.pod(SCENARIO_1, SCENARIO_1_NETWORKS) for _ in range(PARALLEL_PODS)]
+                try:
+                    if s.pid:
+                        time.sleep(SETTLE)
+                    for command in ("ADD", "DEL"):
+                        wall, cpu = self.at_once(s, pods, command)
+                        out[s.key][command]["wall"].append(wall)
+                        out[s.key][command]["cpu_per_pod"].append(cpu / len(pods))
+                        if command == "ADD":
+                            for p in pods:
+                                self.check_added(s, p)
+                            if s.pid and r == self.runs - 1:
+                                rss[s.key]["after_20_pods"] = measure.proc_rss_kib(s.pid)
+                    self.check_deleted(s, pods)
+                finally:
+                    for p in pods:
+                        self.drop(p)
+        self.results["parallel"] = out
+
+    def at_once(self, subject: Subject, pods: list[Pod], command: str) -> tuple[float, float]:
+        """`command` of every pod at the same moment, one thread each: (total wall, CPU
+        of every process tree plus the daemon's)."""
+        gate = threading.Barrier(len(pods) + 1)
+
+        def one(pod: Pod) -> measure.Exec:
+            gate.wait()
+            return subject.run(pod, command)
+
+        before = measure.proc_cpu(subject.pid) if subject.pid else 0.0
+        with ThreadPoolExecutor(len(pods)) as pool:
+            futures = [pool.submit(one, p) for p in pods]
+            gate.wait()
+            t0 = time.monotonic()
+            runs = [f.result() for f in futures]
+            wall = time.monotonic() - t0
+        cpu = sum(e.cpu for e in runs)
+        if subject.pid:
+            cpu += measure.proc_cpu(subject.pid) - before
+        failed = [(p.s.pod_name, e) for p, e in zip(pods, runs) if e.code != 0]
+        if failed:
+            name, e = failed[0]
+            raise Failure(f"{subject.label}: {len(failed)} of {len(pods)} parallel {command}s "
+                          f"failed; {name}: {e.stdout[-2000:]}{e.stderr[-2000:]}")
+        return wall, cpu
+
+    def daemons_idle(self) -> None:
+        self.results["daemon_rss_kib"] = {s.key: {"idle": measure.settled_rss_kib(s.pid)}
+                                          for s in self.subjects if s.pid}
+
+    def loaded(self) -> None:
+        """110 pods on the node and 500 NADs in the API server; each daemon's RSS once it
+        took them in and attached one more pod."""
+        daemons = [s for s in self.subjects if s.pid]
+        if not daemons:
+            return
+        sc.ensure_namespace(self.api, LOAD_NAMESPACE)
+        objects = k8s.CustomObjectsApi(self.api)
+        config = sc.net_a_conflist(self.bed.base.master, self.bed.env.ipam_dir)
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda i: objects.create_namespaced_custom_object(
+                cl.NAD_GROUP, cl.NAD_VERSION, LOAD_NAMESPACE, cl.NAD_PLURAL,
+                sc.nad(LOAD_NAMESPACE, f"load-{i}", dict(config, name=f"load-{i}"))),
+                range(LOAD_NADS)))
+            list(pool.map(lambda i: sc.create_pod(self.api, sc.pod(
+                LOAD_NAMESPACE, f"load-{i}", "net-a")), range(LOAD_PODS)))
+        for s in daemons:
+            self.cycle(s, SCENARIO_1, SCENARIO_1_NETWORKS)
+            self.results["daemon_rss_kib"][s.key]["loaded"] = measure.settled_rss_kib(s.pid)
+
+    def api_requests(self, events: list[dict]) -> None:
+        """Requests per scenario-1 ADD and DEL, by the subject's user, from the audit log.
+
+        A call's window runs from its start to the start of the subject's next call (the
+        last one's to the end of scenario 1), so requests a daemon or the plugin sends
+        after answering the runtime (events) count where they belong. A daemon's list and
+        watch (its caches) are counted apart, over the whole run."""
+        by_user: dict[str, list[tuple[float, str, str]]] = {}
+        denied = []
+        for ev in events:
+            user = ev.get("user", {}).get("username", "")
+            ref = ev.get("objectRef", {})
+            what = "/".join(x for x in (ref.get("resource"), ref.get("subresource")) if x)
+            at = dt.datetime.fromisoformat(ev["requestReceivedTimestamp"]).timestamp()
+            by_user.setdefault(user, []).append((at, ev.get("verb", ""), what))
+            if ev.get("responseStatus", {}).get("code") == 403:
+                denied.append((user, ev.get("verb"), what))
+        out: dict[str, Any] = {}
+        for s in self.subjects:
+            if s.user is None or s.skipped:
+                continue
+            denied_here = [d for d in denied if d[0] == s.user]
+            if denied_here:
+                raise Failure(f"{s.label}: the API server denied {sorted(set(denied_here))}")
+            calls = [(c, e.started) for key, c, e in self.scenario_calls if key == s.key]
+            ends = [t for _, t in calls[1:]] + [self.scenario_end]
+            mine = by_user.get(s.user, [])
+            per: dict[str, Any] = {"ADD": [], "DEL": [], "ADD_kinds": Counter(),
+                                   "DEL_kinds": Counter()}
+            for (command, start), end in zip(calls, ends):
+                kinds = [f"{verb} {what}" for at, verb, what in mine
+                         if start <= at < end and verb not in ("list", "watch")]
+                per[command].append(len(kinds))
+                per[f"{command}_kinds"].update(kinds)
+            for command in ("ADD", "DEL"):
+                n, kinds = len(per[command]) or 1, per[f"{command}_kinds"]
+                per[f"{command}_kinds"] = {k: v / n for k, v in sorted(kinds.items())}
+            per["cache"] = dict(Counter(f"{verb} {what}" for _, verb, what in mine
+                                        if verb in ("list", "watch")))
+            out[s.key] = per
+        self.results["api_requests"] = out
+
+
+def write_floor_confs(bed: Bed, api: k8s.ApiClient) -> None:
+    """The floor's conf dir: the cluster default network's file, and every NAD's
+    spec.config as the API server holds it, named as a meta-plugin names it (§3.4.2)."""
+    bed.floor_dir.mkdir(exist_ok=True)
+    shutil.copy(bed.base.netconf["clusterNetwork"], bed.floor_dir / "cluster-net.conf")
+    objects = k8s.CustomObjectsApi(api)
+    for ns in (NAMESPACE, sc.OTHER_NS):
+        for item in objects.list_namespaced_custom_object(
+                cl.NAD_GROUP, cl.NAD_VERSION, ns, cl.NAD_PLURAL)["items"]:
+            name = item["metadata"]["name"]
+            config = dict(json.loads(item["spec"]["config"]), name=name)
+            ext = ".conflist" if "plugins" in config else ".conf"
+            (bed.floor_dir / f"{name}{ext}").write_text(json.dumps(config))
 
 
 def import_cost(module: str) -> float:
@@ -56,87 +361,95 @@ def import_cost(module: str) -> float:
     return int(last.split("|")[1]) / 1e6
 
 
-def subjects() -> list[tuple[str, str]]:
-    """(label, executable) of each netattach under test: the artifact first when
-    NETATTACH_EXE is set, then the virtualenv's console script."""
-    venv = ("venv console script", sc.venv_command())
-    if not os.environ.get("NETATTACH_EXE"):
-        return [venv]
-    return [(f"artifact {sc.netattach_command()}", sc.netattach_command()), venv]
+def machine() -> dict[str, str]:
+    models = [l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+              if l.startswith("model name")]
+    return {"nproc": subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip(),
+            "cpu": models[0] if models else platform.processor(),
+            "kernel": f"{platform.system()} {platform.release()}", "arch": platform.machine(),
+            "python": platform.python_version(),
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
 
 
-def point(link: Path, target: str) -> None:
-    """Make `link` a symlink to `target` (replaced atomically, as an installer does)."""
-    tmp = link.with_name(link.name + ".new")
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(target)
-    os.replace(tmp, link)
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="?", type=int, default=int(os.environ.get("RUNS") or 15),
+                   help="rounds of every measurement (default $RUNS or 15)")
+    p.add_argument("--out", type=Path, default=ROOT / "build" / "bench",
+                   help="where bench-results.json and bench-results.md go")
+    p.add_argument("--only", help="comma-separated subject keys to run "
+                   f"({', '.join(s.key for s in all_subjects())})")
+    return p.parse_args()
 
 
 def main() -> int:
-    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-    under_test = subjects()
+    args = parse_args()
+    subjects = all_subjects()
+    if args.only:
+        subjects = [s for s in subjects if s.key in args.only.split(",")]
+    for s in subjects:
+        if s.skipped:
+            print(f"note: {s.label} skipped: {s.skipped}", flush=True)
+    running = [s for s in subjects if not s.skipped]
+    results: dict[str, Any] = {"machine": machine(), "runs": args.runs,
+                               "multus_version": multus.version(),
+                               "subjects": {s.key: {"label": s.label, "skipped": s.skipped}
+                                            for s in subjects}}
     workdir = Path(tempfile.mkdtemp(prefix="netattach-bench-"))
     env = tb.new_host_env()
-    wall = {(label, command): [] for label, _ in under_test for command in ("ADD", "DEL")}
+    failure = None
     try:
-        with cl.Cluster.start(workdir) as cluster, cluster.admin_api() as api:
+        with cl.Cluster.start(workdir / "cluster", audit=True) as cluster, \
+                cluster.admin_api() as api:
             cl.apply_manifests(api, cl.DEPLOY_MANIFESTS)
-            kubeconfig = cl.plugin_kubeconfig(cluster)
-            sc.ensure_namespace(api, "bench")
-            base = sc.setup(api, kubeconfig, env, "bench", pod_name="bench-0-0")
-            for i in range(runs):
-                for j, (label, exe) in enumerate(under_test):
-                    point(base.bin_dir / "netattach", exe)
-                    name = f"bench-{i}-{j}"
-                    s = base if name == base.pod_name else dataclasses.replace(
-                        base, pod_name=name, container_id=uuid.uuid4().hex * 2,
-                        netns=env.new_netns(),
-                        pod_uid=sc.create_pod(api, sc.pod("bench", name, base_networks())))
-                    for command in ("ADD", "DEL"):
-                        start = time.monotonic()
-                        run = s.run(command)
-                        wall[label, command].append(time.monotonic() - start)
-                        if run.code != 0:
-                            print(f"{label}: {command} failed: {run.stdout}\n{s.log_text()}",
-                                  file=sys.stderr)
-                            return 1
-            log = base.log_text()
+            sc.ensure_namespace(api, NAMESPACE)
+            base = sc.setup(api, cl.plugin_kubeconfig(cluster), env, NAMESPACE,
+                            SCENARIO_1_NETWORKS)
+            tb.run("ip", "netns", "del", base.netns)  # every measured pod gets its own
+            env.netns.remove(base.netns)
+            bed = Bed(cluster, env, base, workdir, env.root / "floor.d")
+            write_floor_confs(bed, api)
+            bench = Bench(bed, api, running, args.runs)
+            try:
+                for s in running:
+                    s.start(bed, api)
+                print(f"bench: {', '.join(s.label for s in running)}", flush=True)
+                phases = [("daemons idle", bench.daemons_idle, 0),
+                          ("VERSION", bench.version, args.runs),
+                          ("scenario 1", bench.scenario_1, args.runs),
+                          ("peak RSS of an ADD", bench.peak_rss, min(args.runs, PEAK_RSS_ROUNDS)),
+                          ("N networks", bench.sweep, args.runs),
+                          (f"{PARALLEL_PODS} pods in parallel", bench.parallel, args.runs),
+                          (f"{LOAD_PODS} pods and {LOAD_NADS} NADs", bench.loaded, 1)]
+                for name, phase, rounds in phases:
+                    many = f", {rounds} round{'s' * (rounds > 1)}" if rounds else ""
+                    print(f"bench: {name}{many}", flush=True)
+                    phase()
+                bench.api_requests(cluster.audit_events())
+            except Failure as e:
+                failure = e
+            finally:
+                for s in running:
+                    s.stop()
+            results.update(bench.results)
     finally:
         env.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
-
-    print(f"\nnetattach bench: scenario 1 (bridge default network + macvlan/tuning conflist "
-          f"+ bridge), {runs} runs per executable, taking turns")
-    print(f"machine: {platform.node()} {platform.machine()}, {platform.system()} "
-          f"{platform.release()}, Python {platform.python_version()}, "
-          f"{subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} CPUs")
-    for j, (label, _) in enumerate(under_test):
-        print(f"\n{label}\n")
-        for command in ("ADD", "DEL"):
-            # the log holds the calls in the order made: executable j made every
-            # len(under_test)-th call of each command, starting at the j-th
-            inner = timings(log, command)[j::len(under_test)]
-            children = [c for _, c, _ in inner]
-            overhead = [w - c for w, c in zip(wall[label, command], children)]
-            print(f"{command} wall        {stats(wall[label, command])}")
-            print(f"{command} children    {stats(children)}")
-            print(f"{command} overhead    {stats(overhead)}   (wall - children)")
-            print(f"{command} API requests per call: "
-                  f"{statistics.median(a for _, _, a in inner):.0f}\n")
-    print("virtualenv console script:")
-    start = time.monotonic()
-    subprocess.run([sys.executable, "-c", "pass"], check=True)
-    print(f"interpreter start: {(time.monotonic() - start) * 1000:.0f} ms")
-    for module in ("netattach.cli", "netattach.add", "jsonschema",
-                   "lightkube.config.client_adapter"):
-        cost = import_cost(module) * 1000
-        print(f"import {module:<31} {cost:6.0f} ms (cumulative, -X importtime)")
-    return 0
-
-
-def base_networks() -> str:
-    return "net-a,other/net-b@data0"
+    left = tb.leaks()
+    cleanup = "cleanup: " + ("nothing left behind" if not left else f"LEFT BEHIND: {left}")
+    if failure is not None:
+        print(f"\nbench FAILED: {failure}\n{cleanup}", file=sys.stderr)
+        return 1
+    results["import_cost_ms"] = {m: import_cost(m) * 1000 for m in (
+        "netattach.cli", "netattach.add", "jsonschema", "lightkube.config.client_adapter")}
+    text = report.table(results)
+    print("\n" + text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench-results.json").write_text(json.dumps(results, indent=1, default=list))
+    (args.out / "bench-results.md").write_text(text + "\n")
+    print(f"\nresults: {args.out / 'bench-results.json'}, {args.out / 'bench-results.md'}")
+    print(cleanup)
+    return 1 if left else 0
 
 
 if __name__ == "__main__":

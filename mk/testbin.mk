@@ -1,17 +1,20 @@
 # Go-built test bed: kube-apiserver + etcd (the real control plane the e2e tests,
 # `make demo` and `make bench` run against), cnitool + the CNI reference plugins, and
 # containerd (the real container runtime, with its runc shim, ctr, the tests' CRI
-# client and the sandbox image's pause program; runc itself is Debian's).
+# client and the sandbox image's pause program; runc itself is Debian's), and Multus
+# CNI (thin plugin, thick-mode shim and daemon: what `make bench` measures netattach
+# against; only `make bench` builds it).
 #
 # The pinned versions live only in the tools modules under hack/testbin/*/go.mod;
 # they are read from there and key the cache directories, so bumping a go.mod
 # builds into a fresh directory and never reuses binaries of another version.
 #
 # Defines:
-#   testbin       build whatever is missing (a second run only checks files)
-#   TESTBIN_ENV   command prefix pointing the tests/demo/bench at the binaries
-#   TESTBIN_K8S_DIR, TESTBIN_CNI_DIR, TESTBIN_CONTAINERD_DIR, K8S_VERSION, ETCD_VERSION,
-#   CNI_PLUGINS_VERSION, CONTAINERD_VERSION
+#   testbin         build whatever is missing (a second run only checks files)
+#   testbin-multus  build Multus (for `make bench`; not part of `testbin`)
+#   TESTBIN_ENV     command prefix pointing the tests/demo/bench at the binaries
+#   TESTBIN_K8S_DIR, TESTBIN_CNI_DIR, TESTBIN_CONTAINERD_DIR, TESTBIN_MULTUS_DIR,
+#   K8S_VERSION, ETCD_VERSION, CNI_PLUGINS_VERSION, CONTAINERD_VERSION, MULTUS_VERSION
 
 TESTBIN_DIR := $(CACHE_DIR)/testbin
 TESTBIN_SRC := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))../hack/testbin)
@@ -25,7 +28,9 @@ K8S_VERSION := $(call gomod_version,$(TESTBIN_SRC)/k8s/go.mod,k8s.io/kubernetes)
 ETCD_VERSION := $(call gomod_version,$(TESTBIN_SRC)/k8s/go.mod,go.etcd.io/etcd/server/v3)
 CNI_PLUGINS_VERSION := $(call gomod_version,$(TESTBIN_SRC)/cni/go.mod,github.com/containernetworking/plugins)
 CONTAINERD_VERSION := $(call gomod_version,$(TESTBIN_SRC)/containerd/go.mod,github.com/containerd/containerd/v2)
-ifeq ($(and $(K8S_VERSION),$(ETCD_VERSION),$(CNI_PLUGINS_VERSION),$(CONTAINERD_VERSION)),)
+MULTUS_MODULE := gopkg.in/k8snetworkplumbingwg/multus-cni.v4
+MULTUS_VERSION := $(call gomod_version,$(TESTBIN_SRC)/multus/go.mod,$(MULTUS_MODULE))
+ifeq ($(and $(K8S_VERSION),$(ETCD_VERSION),$(CNI_PLUGINS_VERSION),$(CONTAINERD_VERSION),$(MULTUS_VERSION)),)
 $(error cannot read the test-bed versions from $(TESTBIN_SRC)/*/go.mod)
 endif
 
@@ -40,9 +45,13 @@ TESTBIN_CONTAINERD_DIR := $(TESTBIN_DIR)/containerd-$(CONTAINERD_VERSION)
 CONTAINERD_PKGS := $(call gomod_tools,$(TESTBIN_SRC)/containerd/go.mod)
 CONTAINERD_RELEASE_BINS := $(addprefix $(TESTBIN_CONTAINERD_DIR)/,$(notdir $(CONTAINERD_PKGS)))
 CONTAINERD_BINS := $(CONTAINERD_RELEASE_BINS) $(TESTBIN_CONTAINERD_DIR)/criclient $(TESTBIN_CONTAINERD_DIR)/pause
+# Keep in sync with hack/benchlib/multus.py (bin_dir).
+TESTBIN_MULTUS_DIR := $(TESTBIN_DIR)/multus-$(MULTUS_VERSION)
+MULTUS_PKGS := $(call gomod_tools,$(TESTBIN_SRC)/multus/go.mod)
+MULTUS_BINS := $(addprefix $(TESTBIN_MULTUS_DIR)/,$(notdir $(MULTUS_PKGS)))
 
 TESTBIN_ENV := NETATTACH_K8S_BIN=$(TESTBIN_K8S_DIR) NETATTACH_CNI_BIN=$(TESTBIN_CNI_DIR) \
-	NETATTACH_CONTAINERD_BIN=$(TESTBIN_CONTAINERD_DIR)
+	NETATTACH_CONTAINERD_BIN=$(TESTBIN_CONTAINERD_DIR) NETATTACH_MULTUS_BIN=$(TESTBIN_MULTUS_DIR)
 
 # Build environment: the committed go.sum pins every module; -mod=readonly makes
 # a build fail rather than edit go.mod/go.sum. The checksum DB is only a second
@@ -66,7 +75,7 @@ K8S_LDFLAGS := -s -w \
 	-X $(K8S_VERSION_PKG).gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION:v%=%))) \
 	-X $(K8S_VERSION_PKG).gitTreeState=clean
 
-.PHONY: testbin testbin-clean
+.PHONY: testbin testbin-multus testbin-clean
 testbin: $(TESTBIN_K8S_DIR)/kube-apiserver $(TESTBIN_K8S_DIR)/etcd $(CNI_BINS) $(CONTAINERD_BINS)
 
 # Each binary is linked to a temporary name and renamed into place, so an
@@ -115,8 +124,21 @@ $(TESTBIN_CONTAINERD_DIR)/%: $(TESTBIN_SRC)/containerd/%/main.go $(TESTBIN_SRC)/
 	$(CONTAINERD_GOBUILD) -o $@.tmp ./$*
 	@mv -f $@.tmp $@
 
+# Multus as its release is built (CGO_ENABLED=0, the version stamped, not stripped),
+# so the bench measures the binaries a node runs; one `go build` for the three.
+testbin-multus: $(MULTUS_BINS)
+$(MULTUS_BINS) &:
+	@mkdir -p $(TESTBIN_MULTUS_DIR).tmp
+	@echo "building Multus $(MULTUS_VERSION): multus, multus-shim, multus-daemon (takes ~3 min on 2 cores the first time, cached afterwards in $(TESTBIN_MULTUS_DIR))"
+	@$(call testbin_download,$(TESTBIN_SRC)/multus)
+	cd $(TESTBIN_SRC)/multus && CGO_ENABLED=0 $(TESTBIN_GOENV) $(GO) build -trimpath \
+	  -ldflags '-X $(MULTUS_MODULE)/pkg/multus.version=$(MULTUS_VERSION)' \
+	  -o $(TESTBIN_MULTUS_DIR).tmp/ $(MULTUS_PKGS)
+	@mkdir -p $(TESTBIN_MULTUS_DIR) && mv -f $(TESTBIN_MULTUS_DIR).tmp/* $(TESTBIN_MULTUS_DIR)/ && rmdir $(TESTBIN_MULTUS_DIR).tmp
+
 # Drops the binaries of the pinned versions only (Go's build cache stays, so a
 # rebuild is mostly linking).
 testbin-clean:
 	rm -rf $(TESTBIN_K8S_DIR) $(TESTBIN_CNI_DIR) $(TESTBIN_CNI_DIR).tmp \
-	  $(TESTBIN_CONTAINERD_DIR) $(TESTBIN_CONTAINERD_DIR).tmp
+	  $(TESTBIN_CONTAINERD_DIR) $(TESTBIN_CONTAINERD_DIR).tmp \
+	  $(TESTBIN_MULTUS_DIR) $(TESTBIN_MULTUS_DIR).tmp

@@ -55,6 +55,14 @@ NAD_GROUP, NAD_VERSION, NAD_PLURAL = "k8s.cni.cncf.io", "v1", "network-attachmen
 SERVICE_CIDR = "10.0.0.0/24"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 READY_TIMEOUT = 60.0  # seconds, per component start
+# The audit policy of Cluster(audit=True): one event per request (when the answer is
+# complete), who asked for what, no bodies. `make bench` counts a plugin's requests with it.
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+"""
 STOP_TIMEOUT = 10.0   # seconds between SIGTERM and SIGKILL
 FIELD_MANAGER = "netattach-testbed"
 
@@ -339,7 +347,8 @@ class Cluster:
     """etcd + kube-apiserver on loopback, owned by this object; a context manager.
 
     Build with Cluster.start(workdir). Everything lives in `workdir`: pki/ (certs and
-    keys), etcd/ (data), logs/{etcd,kube-apiserver}.log, admin.kubeconfig. `stop()`
+    keys), etcd/ (data), logs/{etcd,kube-apiserver}.log, admin.kubeconfig, and with
+    audit=True logs/audit.log (AUDIT_POLICY; read with audit_events()). `stop()`
     (or leaving the `with` block, also on an exception) ends both processes; the
     workdir itself is the caller's to remove.
 
@@ -347,8 +356,10 @@ class Cluster:
     admin_kubeconfig, etcd_url ("http://127.0.0.1:<port>"), apiserver_log, etcd_log.
     """
 
-    def __init__(self, workdir: Path, bin_dir: Path | None = None):
+    def __init__(self, workdir: Path, bin_dir: Path | None = None, audit: bool = False):
         self.workdir = Path(workdir).resolve()
+        self.audit = audit
+        self.audit_log = self.workdir / "logs" / "audit.log"
         self.bin_dir = bin_dir or k8s_bin_dir()
         self._apiserver_bin, self._etcd_bin = require_k8s_binaries(self.bin_dir)
         self.pki: dict[str, Path] = {}
@@ -364,11 +375,12 @@ class Cluster:
 
     @classmethod
     def start(cls, workdir: Path, bin_dir: Path | None = None,
-              timeout: float = READY_TIMEOUT) -> Cluster:
+              timeout: float = READY_TIMEOUT, audit: bool = False) -> Cluster:
         """Make the PKI, start etcd then kube-apiserver, wait for /readyz (each up to
         `timeout` s). Returns the running Cluster; on any failure stops what was
-        started and raises ClusterError (TestbinMissing if binaries are missing)."""
-        return started(cls(workdir, bin_dir), timeout)
+        started and raises ClusterError (TestbinMissing if binaries are missing).
+        audit: the API server writes an audit log (see audit_events)."""
+        return started(cls(workdir, bin_dir, audit), timeout)
 
     def _start(self, timeout: float) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -464,7 +476,25 @@ class Cluster:
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--v=1",
-        ]
+        ] + self._audit_argv()
+
+    def _audit_argv(self) -> list[str]:
+        if not self.audit:
+            return []
+        policy = _write(self.workdir / "audit-policy.yaml", AUDIT_POLICY)
+        # blocking: an event is in the file before its request is answered; maxsize 0:
+        # never rotated, so one file holds them all
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json", "--audit-log-mode=blocking",
+                "--audit-log-maxsize=0"]
+
+    def audit_events(self) -> list[dict]:
+        """The audit log's events so far (Cluster(audit=True)), oldest first: dicts with
+        `user.username`, `verb`, `objectRef`, `responseStatus.code`,
+        `requestReceivedTimestamp`... (audit.k8s.io/v1 Event)."""
+        if not self.audit_log.exists():
+            return []
+        return [json.loads(line) for line in self.audit_log.read_text().splitlines() if line]
 
     def start_apiserver(self, timeout: float = READY_TIMEOUT) -> None:
         """Start kube-apiserver on `server` (same port, same etcd data) and wait for
@@ -507,9 +537,10 @@ class Cluster:
         return api_client(self.admin_kubeconfig)
 
 
-def start(workdir: Path, bin_dir: Path | None = None, timeout: float = READY_TIMEOUT) -> Cluster:
+def start(workdir: Path, bin_dir: Path | None = None, timeout: float = READY_TIMEOUT,
+          audit: bool = False) -> Cluster:
     """Same as Cluster.start()."""
-    return Cluster.start(workdir, bin_dir, timeout)
+    return Cluster.start(workdir, bin_dir, timeout, audit)
 
 
 # ---------------------------------------------------------------- kubeconfigs

@@ -1,0 +1,263 @@
+"""What the bench runs side by side: netattach thin (the built artifact), netattach thick
+(its daemon + shim, when the build has `netattach daemon`), Multus thin, Multus thick
+(daemon + shim) and the children alone (the floor: each network's own plugin config
+exec'd with cnitool, as a meta-plugin would exec it, with nothing around it).
+
+Every subject attaches the same pod the same way: the same cluster default network
+config on disk, the same NADs, the same child plugins (CNI_PATH), exec'd with the CNI
+environment a runtime sets (`Subject.run`). The bench (`hack/bench.py`) checks what each
+left in the pod's netns and on the host; a subject that fails is an error.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.testbed import cluster as cl
+from tests.testbed import runtime as rt
+from tests.testbed import scenario as sc
+from tests.testbed import statefiles
+from tests.testbed.netns import HostEnv
+
+from . import multus
+from .measure import Exec, spawn
+
+CNI_VERSION_STDIN = json.dumps({"cniVersion": "1.0.0"}).encode()
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """One network of a pod: its config's name (the floor's cnitool names it), the
+    interface it gets, and the subnet its address must be in."""
+    network: str
+    ifname: str
+    subnet: str
+
+
+@dataclass
+class Pod:
+    """A pod of the bench: its sandbox (a scenario.Scenario: names, UID, container ID,
+    netns, CNI env) and the attachments it must get."""
+    s: sc.Scenario
+    attachments: list[Attachment]
+
+
+@dataclass
+class Bed:
+    """What every subject shares: the API server, the host env and scenario 1 set up on
+    both (`base`), the bench's workdir, and the floor's conf dir."""
+    cluster: cl.Cluster
+    env: HostEnv
+    base: sc.Scenario
+    workdir: Path
+    floor_dir: Path
+
+
+class Subject:
+    """One way of attaching a pod. `key` names it in the results, `label` in the table,
+    `user` is who it is in the API server's audit log (None: it makes no request), `pid`
+    its daemon's process (None: nothing runs between calls). `skipped` says why it
+    does not run (None: it runs)."""
+    key = ""
+    label = ""
+    user: str | None = None
+    skipped: str | None = None
+
+    def start(self, bed: Bed, api: Any) -> None:
+        """Set up what it needs (after scenario 1 is on the bed)."""
+
+    def stop(self) -> None:
+        """End what start() started; idempotent."""
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    def executables(self) -> list[tuple[str, str]]:
+        """(label, path) of what a runtime execs for it, for the VERSION exec."""
+        raise NotImplementedError
+
+    def run(self, pod: Pod, command: str, prefix: Sequence[str] = ()) -> Exec:
+        """ADD or DEL of `pod`, as the runtime would exec it (`prefix` before each argv)."""
+        raise NotImplementedError
+
+    def leftovers(self, pod: Pod) -> list[str]:
+        """What it still keeps on the host after `pod`'s DEL (nothing, when it works)."""
+        return []
+
+
+class _Plugin(Subject):
+    """A meta-plugin exec'd from the bed's CNI bin dir with its config on stdin; `state`
+    is its state dir (cniDir)."""
+    exe: Path
+    conf: dict[str, Any]
+    state: Path
+
+    def leftovers(self, pod: Pod) -> list[str]:
+        """Files in its state dir other than netattach's tombstones (statefiles)."""
+        return [f"state {p}" for p in _files(self.state)
+                if not p.name.endswith(statefiles.TOMBSTONE) and p.name != statefiles.PRUNE_STAMP]
+
+    def executables(self) -> list[tuple[str, str]]:
+        return [(self.exe.name, str(self.exe))]
+
+    def run(self, pod: Pod, command: str, prefix: Sequence[str] = ()) -> Exec:
+        return spawn([*prefix, str(self.exe)], pod.s.cni_env(command),
+                     json.dumps(self.conf).encode())
+
+
+class _Daemonised(_Plugin):
+    """A plugin in thick mode: `daemon` (with .pid and .stop()) serves its shim."""
+    daemon: Any = None
+
+    def stop(self) -> None:
+        if self.daemon is not None:
+            self.daemon.stop()
+            self.daemon = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.daemon.pid if self.daemon is not None else None
+
+
+def _link(bin_dir: Path, name: str, target: Path) -> Path:
+    """`<bin_dir>/<name>`, a symlink to `target` (what an installer puts in the CNI bin dir)."""
+    link = bin_dir / name
+    link.unlink(missing_ok=True)
+    link.symlink_to(target)
+    return link
+
+
+class NetattachThin(_Plugin):
+    key, label = "netattach_thin", "netattach thin"
+
+    def start(self, bed: Bed, api: Any) -> None:
+        self.state = bed.env.state_dir
+        self.exe = bed.base.bin_dir / "netattach"  # scenario.install_bin_dir's link
+        # the default log level, as a node runs it (the scenario's is debug, for tests)
+        self.conf = dict(bed.base.netconf, logLevel="info")
+        self.user = multus.username("netattach")
+
+
+class NetattachThick(_Daemonised):
+    """netattach's thick mode: `netattach daemon` and its shim. Skipped, with the reason,
+    while the build has no `netattach daemon` or the test bed no way to run it
+    (tests/testbed/daemon.py)."""
+    key, label = "netattach_thick", "netattach thick"
+
+    def __init__(self) -> None:
+        probe = subprocess.run([sc.netattach_command(), "daemon", "--help"],
+                               capture_output=True, text=True)
+        if probe.returncode != 0:
+            self.skipped = (f"`netattach daemon --help` exits {probe.returncode}: "
+                            "this build has no thick mode yet")
+            return
+        try:
+            from tests.testbed import daemon as node_daemon
+        except ImportError:
+            self.skipped = ("the build has `netattach daemon`, the test bed no "
+                            "tests/testbed/daemon.py to run it")
+            return
+        self.node_daemon = node_daemon
+
+    def start(self, bed: Bed, api: Any) -> None:
+        self.state = bed.env.state_dir
+        command = sc.netattach_command()
+        self.daemon = self.node_daemon.NodeDaemon.start(command, bed.env,
+                                                         bed.base.netconf["kubeconfig"])
+        self.exe = _link(bed.base.bin_dir, "netattach-shim",
+                         Path(self.node_daemon.shim_command(command)))
+        self.conf = dict(bed.base.netconf, logLevel="info",
+                         daemonSocketDir=str(self.daemon.socket_dir))
+        self.user = multus.username("netattach")
+
+
+class MultusThin(_Plugin):
+    key, label = "multus_thin", "Multus thin"
+
+    def start(self, bed: Bed, api: Any) -> None:
+        sa = multus.service_account(api, "thin")
+        self.user = multus.username(sa)
+        self.state = bed.workdir / "multus-thin-state"
+        self.exe = _link(bed.base.bin_dir, "multus", multus.require_binaries() / "multus")
+        self.conf = multus.thin_conf(
+            cl.plugin_kubeconfig(bed.cluster, multus.NAMESPACE, sa),
+            bed.base.netconf["clusterNetwork"], bed.env.conf_dir, self.state, bed.base.bin_dir,
+            bed.env.log_dir / "multus-thin.log")
+
+
+class MultusThick(_Daemonised):
+    key, label = "multus_thick", "Multus thick"
+
+    def start(self, bed: Bed, api: Any) -> None:
+        sa = multus.service_account(api, "thick")
+        self.user = multus.username(sa)
+        self.state = bed.workdir / "multus-thick" / "state"
+        # The daemon ignores the runtime's CNI_PATH: its binDir is the children's dir.
+        self.daemon = multus.Daemon.start(
+            bed.workdir / "multus-thick", bed.cluster, sa, bed.env.conf_dir, bed.env.conf_dir,
+            Path(sc.DEBIAN_CNI_DIR), bed.env.log_dir / "multus-daemon.log")
+        self.exe = _link(bed.base.bin_dir, "multus-shim", multus.require_binaries() / "multus-shim")
+        self.conf = self.daemon.shim_conf()
+
+
+class Floor(Subject):
+    """The children alone: each attachment's own config (the on-disk default network, the
+    NADs' spec.config, net-b with the name a meta-plugin injects) in `Bed.floor_dir`,
+    exec'd by cnitool one network after the other (DEL in reverse), with the pod's
+    CNI_ARGS and CNI_PATH."""
+    key, label = "floor", "children alone"
+
+    def start(self, bed: Bed, api: Any) -> None:
+        self.cnitool = cni_bin_dir() / "cnitool"
+        if not os.access(self.cnitool, os.X_OK):
+            raise cl.TestbinMissing(f"no cnitool at {self.cnitool} (NETATTACH_CNI_BIN): "
+                                    "run `make testbin`")
+        self.floor_dir = bed.floor_dir
+
+    def executables(self) -> list[tuple[str, str]]:
+        return [("bridge", f"{sc.DEBIAN_CNI_DIR}/bridge")]
+
+    def run(self, pod: Pod, command: str, prefix: Sequence[str] = ()) -> Exec:
+        base = pod.s.cni_env(command)
+        order = pod.attachments if command == "ADD" else pod.attachments[::-1]
+        return Exec.chain([spawn(
+            [*prefix, str(self.cnitool), command.lower(), a.network, pod.s.netns_path],
+            {"PATH": base["PATH"], "NETCONFPATH": str(self.floor_dir),
+             "CNI_PATH": base["CNI_PATH"], "CNI_ARGS": base["CNI_ARGS"], "CNI_IFNAME": a.ifname})
+            for a in order])
+
+    def leftovers(self, pod: Pod) -> list[str]:
+        return [f"libcni cache {p}" for p in rt.libcni_cache_entries(cnitool_id(pod.s.netns))]
+
+
+def cni_bin_dir() -> Path:
+    """$NETATTACH_CNI_BIN (as `make bench` sets it), else where `make testbin` puts
+    cnitool and the reference plugins (mk/testbin.mk: TESTBIN_CNI_DIR)."""
+    env = os.environ.get("NETATTACH_CNI_BIN")
+    if env:
+        return Path(env)
+    version = cl.gomod_version(rt.ROOT / "hack" / "testbin" / "cni" / "go.mod",
+                               "github.com/containernetworking/plugins")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "netattach" / "testbin" / f"cni-{version}"
+
+
+def cnitool_id(netns: str) -> str:
+    """The container ID cnitool gives a netns (a hash of its path, cnitool.go)."""
+    return "cnitool-" + hashlib.sha512(sc.netns_path(netns).encode()).hexdigest()[:20]
+
+
+def _files(d: Path) -> list[Path]:
+    return sorted(p for p in d.rglob("*") if p.is_file()) if d.exists() else []
+
+
+def all_subjects() -> list[Subject]:
+    """Every subject, in the order each round runs them."""
+    return [NetattachThin(), NetattachThick(), MultusThin(), MultusThick(), Floor()]
