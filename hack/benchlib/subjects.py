@@ -169,13 +169,16 @@ class NetattachThick(_Daemonised):
     def start(self, bed: Bed, api: Any) -> None:
         self.state = bed.env.state_dir
         command = sc.netattach_command()
-        self.daemon = self.node_daemon.NodeDaemon.start(command, bed.env,
-                                                         bed.base.netconf["kubeconfig"])
+        # the daemon's own ServiceAccount (deploy/thick/rbac.yaml): it lists and watches
+        # pods and NADs, which the thin plugin's account may not
+        cl.apply_manifests(api, [cl.DEPLOY_DIR / "thick" / "rbac.yaml"])
+        self.daemon = self.node_daemon.NodeDaemon.start(
+            command, bed.env, cl.plugin_kubeconfig(bed.cluster, sa="netattach-daemon"))
         self.exe = _link(bed.base.bin_dir, "netattach-shim",
                          Path(self.node_daemon.shim_command(command)))
         self.conf = dict(bed.base.netconf, logLevel="info",
                          daemonSocketDir=str(self.daemon.socket_dir))
-        self.user = multus.username("netattach")
+        self.user = multus.username("netattach-daemon")
 
 
 class MultusThin(_Plugin):
