@@ -520,8 +520,9 @@ def _seconds(x: float) -> str:
 def _short(e: Exception) -> str:
     """`e`'s text for a message, at most 200 characters, holding nothing of the
     kubeconfig: a YAML error by its line and column, without the line PyYAML quotes
-    (it can be the token's or the key's), and h11's "Illegal header value" without
-    the value (it is `Bearer <token>` when the token has a newline or control byte)."""
+    (it can be the token's or the key's), and h11's "Illegal header value" (http.client's
+    "Invalid header value") without the value (it is `Bearer <token>` when the token
+    has a newline or control byte)."""
     mark = getattr(e, "problem_mark", None)  # yaml.MarkedYAMLError
     if mark is not None:
         text = (f"{getattr(e, 'context', None) or 'invalid YAML'}: "
@@ -529,7 +530,7 @@ def _short(e: Exception) -> str:
                 f"column {mark.column + 1}")
     else:
         text = str(e)
-        if text.startswith("Illegal header value"):
+        if text.startswith(("Illegal header value", "Invalid header value")):  # h11, http.client
             text = ("Illegal header value (not shown: it may hold the bearer token; has the "
                     "kubeconfig's token a newline, a control character or trailing space?)")
     return text if len(text) < 200 else text[:200] + "..."

@@ -208,6 +208,11 @@ def load(kubeconfig: str | None) -> tuple[StdlibTransport, str] | None:
                 token = f.read().strip()
         except (OSError, UnicodeDecodeError) as e:
             raise KubeconfigError(f"token file {user['tokenFile']}: {e}") from None
+    if token is not None and (token != token.strip()
+                              or any(ord(c) < 0x20 or ord(c) == 0x7f for c in token)):
+        # never sent, and never quoted: it would be the value of an HTTP header
+        raise KubeconfigError("Illegal header value: the user's token (not shown) has a "
+                              "newline, a control character or leading or trailing space")
     context_ssl = None
     if urlsplit(server).scheme == "https":
         context_ssl = _ssl_context(cluster, user, insecure, resolve)

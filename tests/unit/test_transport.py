@@ -94,3 +94,12 @@ def test_insecure_skip_tls_verify_turns_verification_off(tmp_path):
     assert t._context.verify_mode == ssl.CERT_NONE and not t._context.check_hostname
     t, _ = transport.load(write(tmp_path, {"server": "https://h:1"}))
     assert t._context.verify_mode == ssl.CERT_REQUIRED and t._context.check_hostname
+
+
+@pytest.mark.parametrize("token", ["t0k\n", " t0k", "t0k\x7f", "a\rb"],
+                         ids=["newline", "leading-space", "del", "carriage-return"])
+def test_a_token_that_cannot_be_a_header_is_refused_unquoted(tmp_path, token):
+    """Sent, it would fail inside http.client with a message quoting `Bearer <token>`."""
+    with pytest.raises(transport.KubeconfigError) as e:
+        transport.load(write(tmp_path, {"server": "https://h:1"}, {"token": token}))
+    assert "Illegal header value" in str(e.value) and token.strip() not in str(e.value)
