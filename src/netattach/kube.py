@@ -93,6 +93,32 @@ def requests_made() -> int:
     return _requests_made
 
 
+_LIGHTKUBE_LOAD = threading.Lock()
+"""Held while lightkube loads a kubeconfig: its KubeConfig.from_file converts with
+msgspec, and two first conversions at once in two threads crashed the process
+(SIGSEGV in msgspec.convert, lightkube 1.0.1 / msgspec 0.19; seen in 1 of 20 starts
+of the node daemon, whose watch threads connect together)."""
+
+
+def lightkube_client(kubeconfig: str | None, timeout: float) -> tuple[Any, str]:
+    """(lightkube's httpx2 client for the current context of `kubeconfig`, that
+    context's namespace); None: lightkube's default lookup (in-cluster, $KUBECONFIG,
+    ~/.kube/config). `timeout`: the client's per-request timeout, s. trust_env=False:
+    no proxy, CA bundle or netrc from the environment; the kubeconfig alone says where
+    and how to connect. Raises whatever loading raises (ValueError without a
+    current-context)."""
+    import httpx2
+    from lightkube.config.client_adapter import Client, ConnectionParams
+    from lightkube.config.kubeconfig import KubeConfig
+    with _LIGHTKUBE_LOAD:
+        config = (KubeConfig.from_file(kubeconfig) if kubeconfig
+                  else KubeConfig.from_env()).get()
+    if config is None:
+        raise ValueError(f"kubeconfig {kubeconfig or '(default)'} has no current-context")
+    return (Client(config, ConnectionParams(timeout=httpx2.Timeout(timeout), trust_env=False)),
+            config.namespace)
+
+
 class KubeError(TryAgain):
     """The API server could not be asked, or refused (code 11: a later try may succeed).
 
@@ -167,19 +193,8 @@ class Kube:
                 self._errors = transport.ERRORS
                 return self._http
             import httpx2
-            from lightkube.config.client_adapter import Client, ConnectionParams
-            from lightkube.config.kubeconfig import KubeConfig
-
             try:
-                config = (KubeConfig.from_file(self.kubeconfig) if self.kubeconfig
-                          else KubeConfig.from_env()).get()
-                if config is None:
-                    raise ValueError("it has no current-context")
-                # trust_env=False: no proxy, CA bundle or netrc from the runtime's
-                # environment; the kubeconfig alone says where and how to connect.
-                self._http = Client(config, ConnectionParams(
-                    timeout=httpx2.Timeout(self.timeout), trust_env=False))
-                self._namespace = config.namespace
+                self._http, self._namespace = lightkube_client(self.kubeconfig, self.timeout)
             except Exception as e:  # yaml, msgspec, ssl, OS and lightkube errors alike
                 raise KubeError(f"cannot load kubeconfig {self.kubeconfig or '(default)'}: "
                                 f"{type(e).__name__}: {_short(e)}") from None

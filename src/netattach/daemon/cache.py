@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..kube import NAD_GROUP, NAD_PLURAL, NAD_VERSION
+from ..kube import NAD_GROUP, NAD_PLURAL, NAD_VERSION, lightkube_client
 
 log = logging.getLogger("netattach.daemon")
 
@@ -31,12 +31,6 @@ LIST_LIMIT = 500
 """Objects per LIST page (`limit`, followed by `continue`)."""
 BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Seconds before reconnecting after the n-th failure in a row (the last repeats)."""
-
-KUBECONFIG_LOCK = threading.Lock()
-"""Held while any thread of the daemon loads a kubeconfig with lightkube: its
-KubeConfig.from_file converts with msgspec, and two first conversions at once in two
-threads crashed the process (SIGSEGV in msgspec.convert, lightkube 1.0.1 / msgspec
-0.19; seen in 1 of 20 daemon starts, whose two watch threads connect together)."""
 
 PODS = "Pod"
 NADS = "NetworkAttachmentDefinition"
@@ -225,17 +219,7 @@ def _events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
 def connector(kubeconfig: str | None) -> Callable[[], Any]:
     """A function returning a new httpx2 client for `kubeconfig` (None: lightkube's
     default lookup, in-cluster first), loaded anew on each call (token rotation)."""
-    def connect() -> Any:
-        import httpx2
-        from lightkube.config.client_adapter import Client, ConnectionParams
-        from lightkube.config.kubeconfig import KubeConfig
-        with KUBECONFIG_LOCK:
-            config = (KubeConfig.from_file(kubeconfig) if kubeconfig
-                      else KubeConfig.from_env()).get()
-        if config is None:
-            raise ValueError(f"kubeconfig {kubeconfig or '(default)'} has no current-context")
-        return Client(config, ConnectionParams(timeout=httpx2.Timeout(10.0), trust_env=False))
-    return connect
+    return lambda: lightkube_client(kubeconfig, 10.0)[0]
 
 
 def node_caches(kubeconfig: str | None, node_name: str) -> tuple[WatchCache, WatchCache]:

@@ -36,7 +36,7 @@ from ..kube import Kube
 from ..netconf import NetConf
 from ..orchestrator import Orchestrator
 from ..state import StateStore
-from .cache import KUBECONFIG_LOCK, WatchCache
+from .cache import WatchCache
 from .podapi import CachedPodApi, Publisher
 
 log = logging.getLogger("netattach.daemon")
@@ -49,10 +49,9 @@ READ_TIMEOUT = 30.0
 
 
 def loaded(kube: Kube) -> Kube:
-    """`kube` with its kubeconfig loaded under KUBECONFIG_LOCK (cache.py says why).
-    Raises KubeError when it cannot be loaded."""
-    with KUBECONFIG_LOCK:
-        kube.namespace()
+    """`kube` with its kubeconfig loaded now (lightkube loads one at a time:
+    kube.lightkube_client). Raises KubeError when it cannot be loaded."""
+    kube.namespace()
     return kube
 
 
