@@ -7,10 +7,21 @@ its conf, Multus' name for it; default /run/netattach). What reaches stdout is e
 one JSON document, the daemon's answer (a CNI result or error) or the shim's own CNI
 error, and the exit status is 0 or 1 (CNI SPEC.md "Result" / "Error").
 
-The wire protocol (daemon/server.py is the other end): the shim sends one JSON object
-{"env": {CNI_* variables}, "stdin": <stdin as latin-1 text, lossless for any bytes>},
-then shuts down its sending side; the daemon answers one JSON object {"code": exit
-status, "stdout": the document's text or ""} and closes.
+The runtime execs the shim once per CNI call, so its start is most of what thick mode
+costs beyond the daemon's work: on the path of a call the daemon answers it imports no
+module the interpreter has not loaded at start but `_socket` (the C module under
+`socket`; `socket` itself pulls selectors, enum, collections and more) and `time`,
+and it neither decodes nor encodes JSON (`json` pulls `re` and compiles its patterns):
+the wire protocol below is plain bytes, and stdin is decoded only when it may hold
+`daemonSocketDir` (see `socket_path_of`). VERSION and the shim's own errors, which
+must read or write JSON, import `json` then. docs/architecture.md has the numbers.
+
+The wire protocol (daemon/server.py, `read_request` and `answer`, is the other end):
+* request: each CNI variable the shim has, as `NAME=value` followed by a NUL byte (an
+  environment entry holds no NUL), then one more NUL, then stdin's bytes as they came;
+  then the shim shuts down its sending side;
+* answer: the exit status in decimal, a newline, then exactly the bytes for stdout (a
+  CNI result or error document, or nothing); the daemon then closes.
 
 When the daemon does not answer (no socket, connection refused, the connection closed
 before a whole answer):
@@ -27,17 +38,15 @@ before a whole answer):
 * STATUS fails with code 50 (the plugin is not available), naming the socket.
 * VERSION is answered here, without the daemon.
 """
-from __future__ import annotations
-
-import json
 import os
-import socket
 import sys
 import time
 
+import _socket  # not `socket`: see the module doc
+
 SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 """netattach.cni.version.SUPPORTED_VERSIONS, repeated because the shim imports nothing
-of the package (tests/unit/test_shim.py keeps the two equal)."""
+of the package (tests/unit/test_thick_units.py keeps the two equal)."""
 DEFAULT_SOCKET_DIR = "/run/netattach"
 SOCKET_NAME = "netattach.sock"
 ADD_WAIT_SECONDS = 10.0
@@ -66,21 +75,38 @@ def socket_path(config: object) -> str:
     return os.path.join(d if isinstance(d, str) and d else DEFAULT_SOCKET_DIR, SOCKET_NAME)
 
 
+def socket_path_of(stdin: bytes) -> str:
+    """socket_path of stdin, decoding it only when it may hold the key: a JSON object
+    key spells `daemonSocketDir` either literally or with a `\\u` escape, so stdin
+    holding neither has no such key, whatever else it holds."""
+    if b"daemonSocketDir" not in stdin and b"\\u" not in stdin:
+        return os.path.join(DEFAULT_SOCKET_DIR, SOCKET_NAME)
+    return socket_path(_decode(stdin))
+
+
 def _decode(stdin: bytes) -> object:
+    import json
     try:
         return json.loads(stdin)
     except (ValueError, RecursionError):
         return None
 
 
-def ask(path: str, environ: dict[str, str], stdin: bytes, wait: float = 0.0) -> tuple[int, str]:
-    """Send one CNI call to the daemon at `path`; returns (exit status, stdout text).
+def request_bytes(environ: dict[str, str], stdin: bytes) -> bytes:
+    """The request of the wire protocol (module doc): the CNI variables of `environ`,
+    then stdin. Names and values are encoded as the OS gave them (os.fsencode)."""
+    env = b"".join(os.fsencode(f"{k}={environ[k]}") + b"\0" for k in CNI_ENV if k in environ)
+    return env + b"\0" + stdin
+
+
+def ask(path: str, environ: dict[str, str], stdin: bytes, wait: float = 0.0) -> tuple[int, bytes]:
+    """Send one CNI call to the daemon at `path`; returns (exit status, stdout bytes).
 
     wait: seconds to keep retrying a socket that is absent or refuses (0: try once).
     Raises NoAnswer (`sent` False when nothing was sent)."""
     deadline = time.monotonic() + wait
     while True:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
         try:
             s.connect(path)
             break
@@ -92,12 +118,10 @@ def ask(path: str, environ: dict[str, str], stdin: bytes, wait: float = 0.0) -> 
         except OSError as e:
             s.close()
             raise NoAnswer(f"netattach daemon socket {path}: {e.strerror or e}", False) from None
-    with s:
-        request = json.dumps({"env": {k: environ[k] for k in CNI_ENV if k in environ},
-                              "stdin": stdin.decode("latin-1")}).encode()
+    try:
         try:
-            s.sendall(request)
-            s.shutdown(socket.SHUT_WR)
+            s.sendall(request_bytes(environ, stdin))
+            s.shutdown(_socket.SHUT_WR)
             chunks = []
             size = 0
             while chunk := s.recv(1 << 16):
@@ -109,15 +133,14 @@ def ask(path: str, environ: dict[str, str], stdin: bytes, wait: float = 0.0) -> 
         except OSError as e:
             raise NoAnswer(f"netattach daemon at {path}: connection lost ({e.strerror or e})",
                            True) from None
-    try:
-        answer = json.loads(b"".join(chunks))
-        code, out = answer["code"], answer["stdout"]
-        if not (isinstance(code, int) and isinstance(out, str)):
-            raise TypeError(code, out)
-    except (ValueError, KeyError, TypeError):
+    finally:
+        s.close()
+    answer = b"".join(chunks)
+    status, newline, out = answer.partition(b"\n")
+    if not newline or status not in (b"0", b"1"):
         raise NoAnswer(f"netattach daemon at {path} closed the connection without a whole "
-                       "answer (it stopped or was killed)", True) from None
-    return code, out
+                       "answer (it stopped or was killed)", True)
+    return int(status), out
 
 
 def thin_plugin() -> str | None:
@@ -145,7 +168,6 @@ def run_thin(environ: dict[str, str], stdin: bytes, why: str) -> None:
     os.lseek(fd, 0, os.SEEK_SET)
     os.dup2(fd, 0)  # dup2 clears close-on-exec on fd 0
     env = {**environ, "NETATTACH_SHIM_FALLBACK": why[:500]}
-    sys.stdout.flush()
     os.execve(path, [path], _unfrozen(env))
 
 
@@ -161,41 +183,49 @@ def _unfrozen(environ: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith("_PYI_")}
 
 
-def error(cni_version: str, code: int, msg: str, details: str = "") -> str:
+def _cni_version(stdin: bytes) -> str:
+    """The cniVersion of stdin if netattach supports it, else the newest it supports:
+    the version of the documents the shim writes itself."""
+    config = _decode(stdin)
+    version = config.get("cniVersion") if isinstance(config, dict) else None
+    return version if version in SUPPORTED_VERSIONS else SUPPORTED_VERSIONS[-1]
+
+
+def error(cni_version: str, code: int, msg: str, details: str = "") -> bytes:
+    """A CNI error document (SPEC.md "Error"), encoded."""
+    import json
     doc: dict[str, object] = {"cniVersion": cni_version, "code": code, "msg": msg}
     if details:
         doc["details"] = details
-    return json.dumps(doc)
+    return json.dumps(doc).encode()
 
 
-def shim(environ: dict[str, str], stdin: bytes) -> tuple[int, str]:
-    """One CNI call: (exit status, stdout text). May exec the thin plugin (DEL, GC and
+def shim(environ: dict[str, str], stdin: bytes) -> tuple[int, bytes]:
+    """One CNI call: (exit status, stdout bytes). May exec the thin plugin (DEL, GC and
     CHECK without a daemon) and then never returns."""
     command = environ.get("CNI_COMMAND", "")
-    config = _decode(stdin)
-    version = config.get("cniVersion") if isinstance(config, dict) else None
-    cni_version = version if version in SUPPORTED_VERSIONS else SUPPORTED_VERSIONS[-1]
     if command == "VERSION":
-        return 0, json.dumps({"cniVersion": cni_version,
-                              "supportedVersions": list(SUPPORTED_VERSIONS)})
-    path = socket_path(config)
+        import json
+        return 0, json.dumps({"cniVersion": _cni_version(stdin),
+                              "supportedVersions": list(SUPPORTED_VERSIONS)}).encode()
+    path = socket_path_of(stdin)
     try:
         return ask(path, environ, stdin, ADD_WAIT_SECONDS if command == "ADD" else 0.0)
     except NoAnswer as e:
         why, sent = str(e), e.sent
     if command in FROM_STATE:
         run_thin(environ, stdin, why)
-        return 1, error(cni_version, INTERNAL, f"{why}; and no thin-mode netattach found "
-                        f"beside {sys.argv[0]} to run the {command} from saved state")
+        return 1, error(_cni_version(stdin), INTERNAL, f"{why}; and no thin-mode netattach "
+                        f"found beside {sys.argv[0]} to run the {command} from saved state")
     if command == "STATUS":
-        return 1, error(cni_version, NOT_AVAILABLE, f"netattach is not available: {why}")
+        return 1, error(_cni_version(stdin), NOT_AVAILABLE, f"netattach is not available: {why}")
     pod = _pod(environ)
     if sent:
-        return 1, error(cni_version, TRY_AGAIN, f"{pod}: ADD interrupted: {why}",
+        return 1, error(_cni_version(stdin), TRY_AGAIN, f"{pod}: ADD interrupted: {why}",
                         "the runtime's DEL releases whatever the ADD attached, from the "
                         "state the daemon saved")
     waited = f" (waited {ADD_WAIT_SECONDS:g} s)" if command == "ADD" else ""
-    return 1, error(cni_version, TRY_AGAIN, f"{pod}: {command} not run: {why}{waited}",
+    return 1, error(_cni_version(stdin), TRY_AGAIN, f"{pod}: {command} not run: {why}{waited}",
                     "is the netattach DaemonSet's daemon running on this node?")
 
 
@@ -216,6 +246,8 @@ def main() -> None:
     except Exception as e:  # a bug in the shim: still one CNI error on stdout
         code, out = 1, error(SUPPORTED_VERSIONS[-1], INTERNAL,
                              f"netattach-shim: {type(e).__name__}: {e}")
-    sys.stdout.write(out + ("\n" if out and not out.endswith("\n") else ""))
-    sys.stdout.flush()
+    if out and not out.endswith(b"\n"):
+        out += b"\n"
+    while out:
+        out = out[os.write(1, out):]
     os._exit(code)

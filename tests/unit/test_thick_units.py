@@ -9,10 +9,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import netattach_shim as shim
 from netattach.cni.version import SUPPORTED_VERSIONS
-from netattach.daemon import cache, podapi
+from netattach.daemon import cache, podapi, server
 from netattach.kube import KubeError
 
 
@@ -45,12 +47,45 @@ def test_shim_without_a_daemon(tmp_path, monkeypatch):
     stdin = b'{"cniVersion": "0.4.0", "daemonSocketDir": "%s"}' % str(tmp_path).encode()
     env = {"CNI_COMMAND": "ADD", "CNI_ARGS": "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"}
     code, out = shim.shim(env, stdin)
-    assert code == 1 and '"code": 11' in out and "pod ns/p" in out and str(tmp_path) in out
-    assert '"cniVersion": "0.4.0"' in out
+    assert code == 1 and b'"code": 11' in out and b"pod ns/p" in out
+    assert str(tmp_path).encode() in out and b'"cniVersion": "0.4.0"' in out
     code, out = shim.shim({**env, "CNI_COMMAND": "STATUS"}, stdin)
-    assert code == 1 and '"code": 50' in out
+    assert code == 1 and b'"code": 50' in out
     code, out = shim.shim({"CNI_COMMAND": "VERSION"}, b"")
-    assert code == 0 and '"supportedVersions"' in out
+    assert code == 0 and b'"supportedVersions"' in out
+
+
+@pytest.mark.parametrize("stdin, path", [
+    (b'{"cniVersion": "1.0.0"}', "/run/netattach/netattach.sock"),
+    (b'{"daemonSocketDir": "/x"}', "/x/netattach.sock"),
+    (b'{"daemon\\u0053ocketDir": "/y"}', "/y/netattach.sock"),
+    (b'{"a": {"daemonSocketDir": "/z"}}', "/run/netattach/netattach.sock"),
+    (b'not json daemonSocketDir', "/run/netattach/netattach.sock"),
+])
+def test_shim_finds_the_socket_dir_decoding_only_when_needed(stdin, path):
+    assert shim.socket_path_of(stdin) == path
+
+
+@given(st.dictionaries(st.sampled_from(shim.CNI_ENV),
+                       st.text(st.characters(blacklist_characters="\0",
+                                             blacklist_categories=("Cs",)))),
+       st.binary())
+def test_wire_request_round_trip(environ, stdin):
+    assert server.parse_request(shim.request_bytes(environ, stdin)) == (environ, stdin)
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"CNI_COMMAND=ADD", b"CNI_COMMAND=ADD\0", b"PATH=/bin\0\0{}",
+    b"CNI_COMMAND\0\0{}", b"CNI_COMMAND=ADD\0CNI_COMMAND=DEL\0\0{}",
+])
+def test_wire_request_refused(data):
+    with pytest.raises(ValueError):
+        server.parse_request(data)
+
+
+def test_wire_answer():
+    assert server.answer(0, {"cniVersion": "1.1.0"}) == b'0\n{"cniVersion": "1.1.0"}'
+    assert server.answer(1, None) == b"1\n"
 
 
 def test_unfrozen_environment():

@@ -55,6 +55,48 @@ def loaded(kube: Kube) -> Kube:
     return kube
 
 
+CNI_ENV = frozenset(("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS",
+                     "CNI_PATH"))
+"""The variables a request may carry (netattach_shim.CNI_ENV)."""
+
+
+def read_request(conn: socket.socket) -> tuple[dict[str, str], bytes]:
+    """One request of the shim's wire protocol (netattach_shim's module doc), read to
+    the end of its stream: (CNI variables, stdin bytes). Raises ValueError for a
+    malformed or oversized request (a name outside CNI_ENV, an entry without `=`, no
+    end of the variables), OSError when the connection fails or READ_TIMEOUT passes."""
+    conn.settimeout(READ_TIMEOUT)
+    chunks, size = [], 0
+    while chunk := conn.recv(1 << 16):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_REQUEST:
+            raise ValueError(f"request larger than {MAX_REQUEST} bytes")
+    return parse_request(b"".join(chunks))
+
+
+def parse_request(data: bytes) -> tuple[dict[str, str], bytes]:
+    """The bytes of one request -> (CNI variables, stdin). Raises ValueError."""
+    environ: dict[str, str] = {}
+    pos = 0
+    while True:
+        end = data.find(b"\0", pos)
+        if end < 0:
+            raise ValueError("the request ends inside its variables")
+        if end == pos:
+            return environ, data[end + 1:]
+        name, eq, value = os.fsdecode(data[pos:end]).partition("=")
+        if not eq or name not in CNI_ENV or name in environ:
+            raise ValueError(f"unexpected variable {name[:40]!r} in the request")
+        environ[name] = value
+        pos = end + 1
+
+
+def answer(code: int, doc: dict[str, Any] | None) -> bytes:
+    """The answer of the wire protocol: exit status, newline, the stdout document."""
+    return b"%d\n" % code + (json.dumps(doc).encode() if doc is not None else b"")
+
+
 class DaemonError(Exception):
     """The daemon cannot start (socket dir unusable, another daemon on the socket)."""
 
@@ -197,33 +239,16 @@ class Daemon:
                             "container runtime) may call", self.socket_path, pid, uid)
                 return
             try:
-                environ, stdin = self._read(conn)
-            except (OSError, ValueError, KeyError, TypeError) as e:
+                environ, stdin = read_request(conn)
+            except (OSError, ValueError) as e:
                 log.warning("bad request on %s from pid %d: %s", self.socket_path, pid, e)
                 return
             doc, code = self.serve(environ, stdin)
-            answer = {"code": code, "stdout": json.dumps(doc) if doc is not None else ""}
             try:
-                conn.sendall(json.dumps(answer).encode())
+                conn.sendall(answer(code, doc))
             except OSError as e:
                 log.warning("%s %s: the answer could not be sent (the shim is gone: %s)",
                             environ.get("CNI_COMMAND"), environ.get("CNI_CONTAINERID"), e)
-
-    @staticmethod
-    def _read(conn: socket.socket) -> tuple[dict[str, str], bytes]:
-        conn.settimeout(READ_TIMEOUT)
-        chunks, size = [], 0
-        while chunk := conn.recv(1 << 16):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_REQUEST:
-                raise ValueError(f"request larger than {MAX_REQUEST} bytes")
-        request = json.loads(b"".join(chunks))
-        env = request["env"]
-        if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str)
-                                              for k, v in env.items())):
-            raise TypeError("env is not an object of strings")
-        return env, request["stdin"].encode("latin-1")
 
     def serve(self, environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | None, int]:
         """Run one CNI call (cli.cni_main with this daemon's orchestrator): (document
