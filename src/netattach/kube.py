@@ -170,9 +170,13 @@ class Kube:
       together (see the module doc); loading the kubeconfig is not counted.
     setting: the configuration key that sets `timeout`, named in the message when
       a request runs out of it (e.g. "apiTimeout").
+    shared: the loaded client of another Kube of the same kubeconfig (`loaded_client`),
+      used instead of loading one: the daemon's calls share its connection. The budget
+      stays this Kube's own.
     """
 
-    def __init__(self, kubeconfig: str | None, timeout: float = 10.0, setting: str | None = None):
+    def __init__(self, kubeconfig: str | None, timeout: float = 10.0, setting: str | None = None,
+                 shared: tuple[Any, Any, str] | None = None):
         self.kubeconfig = kubeconfig
         self.timeout = timeout
         self.setting = setting
@@ -180,6 +184,14 @@ class Kube:
         self._http: Any = None
         self._errors: Any = None
         self._namespace = "default"
+        if shared is not None:
+            self._http, self._errors, self._namespace = shared
+
+    def loaded_client(self) -> tuple[Any, Any, str]:
+        """(HTTP client, its error classes, namespace) for `Kube(..., shared=)`, the
+        kubeconfig loaded now if no request did yet. Raises KubeError."""
+        self._client()
+        return self._http, self._errors, self._namespace
 
     def _client(self) -> Any:
         if self._http is None:

@@ -11,10 +11,11 @@ The runtime execs the shim once per CNI call, so its start is most of what thick
 costs beyond the daemon's work: on the path of a call the daemon answers it imports no
 module the interpreter has not loaded at start but `_socket` (the C module under
 `socket`; `socket` itself pulls selectors, enum, collections and more) and `time`,
-and it neither decodes nor encodes JSON (`json` pulls `re` and compiles its patterns):
-the wire protocol below is plain bytes, and stdin is decoded only when it may hold
-`daemonSocketDir` (see `socket_path_of`). VERSION and the shim's own errors, which
-must read or write JSON, import `json` then. docs/architecture.md has the numbers.
+and it does not import `json` (which pulls `re` and compiles its patterns): the wire
+protocol below is plain bytes, stdin is decoded only when it may hold
+`daemonSocketDir` (`socket_path_of`), and then by the C scanner json.loads itself
+uses (`_decode`). Only the shim's own errors import `json`, to write the document.
+docs/architecture.md has the numbers.
 
 The wire protocol (daemon/server.py, `read_request` and `answer`, is the other end):
 * request: each CNI variable the shim has, as `NAME=value` followed by a NUL byte (an
@@ -84,7 +85,36 @@ def socket_path_of(stdin: bytes) -> str:
     return socket_path(_decode(stdin))
 
 
+class _ScanContext:
+    """What `_json.make_scanner` reads off a json.JSONDecoder: json.loads' defaults,
+    but NaN and Infinity refused (the slow path then decides)."""
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    memo: dict[str, str] = {}
+
+    @staticmethod
+    def parse_constant(name: str) -> object:
+        raise ValueError(name)
+
+
 def _decode(stdin: bytes) -> object:
+    """stdin as json.loads decodes it (None when it is no JSON), without importing
+    `json` for the common case: `_json.make_scanner`, the C scanner under json.loads,
+    reads a UTF-8 document; anything it does not take (another encoding, NaN, an error)
+    goes to json.loads, which decides."""
+    try:
+        import _json
+        text = stdin.decode("utf-8").lstrip(" \t\n\r")
+        if not text:
+            return None
+        value, end = _json.make_scanner(_ScanContext)(text, 0)
+        if not text[end:].strip(" \t\n\r"):
+            return value
+    except Exception:  # ImportError, UnicodeError, ValueError, StopIteration, RecursionError
+        pass
     import json
     try:
         return json.loads(stdin)
@@ -204,10 +234,10 @@ def shim(environ: dict[str, str], stdin: bytes) -> tuple[int, bytes]:
     """One CNI call: (exit status, stdout bytes). May exec the thin plugin (DEL, GC and
     CHECK without a daemon) and then never returns."""
     command = environ.get("CNI_COMMAND", "")
-    if command == "VERSION":
-        import json
-        return 0, json.dumps({"cniVersion": _cni_version(stdin),
-                              "supportedVersions": list(SUPPORTED_VERSIONS)}).encode()
+    if command == "VERSION":  # json.dumps' output, built from our own version strings
+        versions = ", ".join(f'"{v}"' for v in SUPPORTED_VERSIONS)
+        return 0, (f'{{"cniVersion": "{_cni_version(stdin)}", '
+                   f'"supportedVersions": [{versions}]}}').encode()
     path = socket_path_of(stdin)
     try:
         return ask(path, environ, stdin, ADD_WAIT_SECONDS if command == "ADD" else 0.0)

@@ -183,3 +183,56 @@ def test_del_cancels_what_is_queued_and_waits_for_the_send_in_progress():
     t.join(30)
     assert cancelled.is_set() and p.drain(30)
     assert calls == ["patch"] and p.dropped == 1  # the event was dropped, not sent
+
+
+def test_the_daemons_calls_share_one_client_reloaded_each_minute(tmp_path):
+    """SharedClient: one loaded client (one connection) for every live read and queued
+    write, each Kube with its own budget; the token file read again after
+    CLIENT_REUSE_SECONDS, so a rotated token is used."""
+    from tests.unit.test_transport import write
+    (tmp_path / "token").write_text("first")
+    now = [100.0]
+    shared = server.SharedClient(write(tmp_path, {"server": "http://127.0.0.1:1"},
+                                       {"tokenFile": "token"}), clock=lambda: now[0])
+    a, b = shared.kube(2.0, "apiTimeout"), shared.kube(5.0, "--api-timeout")
+    assert a._http is b._http and (a.timeout, b.timeout) == (2.0, 5.0)
+    (tmp_path / "token").write_text("second")
+    now[0] += server.CLIENT_REUSE_SECONDS - 1
+    assert shared.kube(2.0, "apiTimeout")._http is a._http
+    now[0] += 1
+    c = shared.kube(2.0, "apiTimeout")
+    assert c._http is not a._http and c._http._headers["Authorization"] == "Bearer second"
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20)
+
+
+@given(_json_values, st.sampled_from(["", " ", "\n\t "]), st.booleans())
+def test_shim_decodes_as_json_loads(value, space, ascii_only):
+    """The shim's decoder (the C scanner, json.loads as the fallback) reads every
+    document as json.loads does, NaN and non-ASCII text included."""
+    import json
+    import math
+    data = (space + json.dumps(value, ensure_ascii=ascii_only) + space).encode()
+    got, want = shim._decode(data), json.loads(data)
+    if isinstance(want, float) and math.isnan(want):
+        assert isinstance(got, float) and math.isnan(got)
+    else:
+        assert json.dumps(got) == json.dumps(want)
+
+
+@pytest.mark.parametrize("data", [b"", b"{", b"1 2", b'{"a": 1} x', b"\xff\xfe", b"[" * 100000])
+def test_shim_decodes_no_json_as_none(data):
+    assert shim._decode(data) is None
+
+
+@pytest.mark.parametrize("stdin, version", [
+    (b'{"cniVersion": "0.4.0"}', "0.4.0"), (b'{"cniVersion": "9.9.9"}', "1.1.0"), (b"", "1.1.0")])
+def test_shim_version_is_json(stdin, version):
+    import json
+    code, out = shim.shim({"CNI_COMMAND": "VERSION"}, stdin)
+    assert code == 0 and out == json.dumps(
+        {"cniVersion": version, "supportedVersions": list(SUPPORTED_VERSIONS)}).encode()

@@ -48,11 +48,36 @@ READ_TIMEOUT = 30.0
 """Seconds a client may take to send its request (the shim sends it at once)."""
 
 
-def loaded(kube: Kube) -> Kube:
-    """`kube` with its kubeconfig loaded now (lightkube loads one at a time:
-    kube.lightkube_client). Raises KubeError when it cannot be loaded."""
-    kube.namespace()
-    return kube
+CLIENT_REUSE_SECONDS = 60.0
+"""How long the daemon's calls share one loaded API client (SharedClient) before the
+kubeconfig, its token and CA files are read again: a rotated ServiceAccount token is
+in use within a minute, while the token it replaces stays valid far longer."""
+
+
+class SharedClient:
+    """One API client (kubeconfig loaded, a keep-alive connection) shared by the
+    daemon's live reads and queued writes, loaded again every CLIENT_REUSE_SECONDS.
+    Each use still gets its own Kube, so its own budget: `kube(timeout, setting)`.
+    Loading one per write cost a kubeconfig read, an SSL context and a TLS handshake
+    each (three per ADD); the shared one costs them once a minute."""
+
+    def __init__(self, kubeconfig: str | None, clock: Any = time.monotonic):
+        self.kubeconfig = kubeconfig
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._client: tuple[Any, Any, str] | None = None
+        self._loaded_at = 0.0
+
+    def kube(self, timeout: float, setting: str) -> Kube:
+        """A Kube with its own budget of `timeout` s on the shared client. Raises
+        KubeError when the kubeconfig cannot be loaded."""
+        with self._lock:  # lightkube loads one kubeconfig at a time anyway
+            now = self._clock()
+            if self._client is None or now - self._loaded_at >= CLIENT_REUSE_SECONDS:
+                self._client = Kube(self.kubeconfig, timeout, setting).loaded_client()
+                self._loaded_at = now
+            shared = self._client
+        return Kube(self.kubeconfig, timeout, setting, shared=shared)
 
 
 CNI_ENV = frozenset(("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS",
@@ -139,7 +164,8 @@ class Daemon:
         self.socket_path = os.path.join(socket_dir, SOCKET_NAME)
         self.max_parallel = max_parallel
         self.stats = Stats()
-        self.publisher = Publisher(lambda: loaded(Kube(kubeconfig, api_timeout, "--api-timeout")))
+        self.client = SharedClient(kubeconfig)
+        self.publisher = Publisher(lambda: self.client.kube(api_timeout, "--api-timeout"))
         self.pool = ThreadPoolExecutor(max_parallel, thread_name_prefix="cni")
         self.listening = False
         self.in_flight = 0
@@ -286,7 +312,7 @@ class Daemon:
         cid = environ.get("CNI_CONTAINERID", "")
         return CachedPodApi(
             self.pods, self.nads,
-            lambda: loaded(Kube(self.kubeconfig, conf.api_timeout, "apiTimeout")), uid,
+            lambda: self.client.kube(conf.api_timeout, "apiTimeout"), uid,
             lambda what, send: self.publisher.submit(cid, what, send),
             self.stats.misses, self.stats.lock)
 
