@@ -109,6 +109,11 @@ def test_twenty_pods_add_then_del_in_parallel(admin_api, make_scenario, host_env
     log = pods[0][0].log_text()
     assert log.count("timing: ADD") == 20 and log.count("timing: DEL") == 20
     assert " ERROR " not in log and " WARNING " not in log
+    daemon = pods[0][0].daemon
+    if daemon is not None:  # every call served by the daemon, none by the shim's fallback
+        assert log.count("(daemon), result 0") == 40
+        assert daemon.metric("netattach_requests_total", command="ADD", code="0") == 20
+        assert daemon.metric("netattach_requests_total", command="DEL", code="0") == 20
 
 
 def test_add_and_del_racing_for_one_container_end_whole(admin_api, make_scenario,
