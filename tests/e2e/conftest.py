@@ -1,4 +1,6 @@
 """Fixtures shared by the end-to-end modules."""
+from pathlib import Path
+
 import pytest
 
 from tests.testbed import scenario as sc
@@ -35,16 +37,18 @@ def make_scenario(admin_api, plugin_kubeconfig, daemon_kubeconfig, host_env, k8s
                   mode):
     """make_scenario(**setup options) -> scenario 1 (scenario.setup) in the test's mode.
     In thick mode the first call starts the test's daemon (after the NADs exist, so its
-    first LIST holds them); it is stopped at teardown."""
+    first LIST holds them); it is stopped at teardown. Later calls (more pods) share it.
+    `daemon_kubeconfig_path=PATH` (thick, first call): the daemon's kubeconfig instead of its
+    ServiceAccount's direct one (e.g. through tests/testbed/apiproxy.py)."""
     daemons: list[NodeDaemon] = []
 
-    def make(**kw) -> sc.Scenario:
+    def make(daemon_kubeconfig_path: Path | None = None, **kw) -> sc.Scenario:
         s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, **kw)
         if mode == "thin":
             return s
         if not daemons:
             daemons.append(NodeDaemon.start(sc.netattach_command(), host_env,
-                                            daemon_kubeconfig))
+                                            daemon_kubeconfig_path or daemon_kubeconfig))
         return s.thick(daemons[0])
 
     try:

@@ -1,7 +1,10 @@
 """Fault 7: many pods on one node at once, and ADD and DEL racing for one container.
 
 The built executable is exec'd as a runtime would, from a pool of 20 threads, for 20
-pods (one netns each) against real plugins and the real kube-apiserver. Operations on
+pods (one netns each) against real plugins and the real kube-apiserver, in both modes
+(the `mode` fixture, tests/e2e/conftest.py): in thick mode the 20 shims at once are
+served by one `netattach daemon` and its pool of parallel calls (--max-parallel 4 in
+the test bed, so calls also wait in its queue). Operations on
 different containers run in parallel; operations on one container are serialized by
 its lock (spec §7.3; the timing of that is proven with a slow child in
 tests/integration/test_serialization.py). Here the outcome is checked: every pod gets
@@ -33,12 +36,12 @@ SELECTIONS = {
 }
 
 
-def make_pods(admin_api, plugin_kubeconfig, host_env, namespace,
+def make_pods(make_scenario, admin_api, host_env, namespace,
               selections: list[str]) -> list[tuple[sc.Scenario, str]]:
-    """One pod, netns and container ID per selection, all on scenario 1's networks.
+    """One pod, netns and container ID per selection, all on scenario 1's networks, in
+    the test's mode (thick: all share the test's one daemon).
     apiTimeout is generous: 20 processes share 2 cores with the API server."""
-    base = sc.setup(admin_api, plugin_kubeconfig, host_env, namespace,
-                    networks=selections[0], pod_name="pod-00")
+    base = make_scenario(networks=selections[0], pod_name="pod-00")
     base.netconf["apiTimeout"] = 60
     pods = [(base, selections[0])]
     for i, networks in enumerate(selections[1:], 1):
@@ -71,7 +74,7 @@ def assert_attached(s: sc.Scenario, networks: str, admin_api) -> list[str]:
     for ifname, subnet in expected.items():
         [addrs[ifname]] = tb.addresses(s.netns, ifname)
         assert sc.in_subnet(addrs[ifname], subnet), (s.pod_name, ifname, addrs[ifname])
-    status = json.loads(sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)[sc.STATUS])
+    status = sc.network_status(admin_api, s.namespace, s.pod_name)  # thick: sent after ADD
     assert {e["interface"]: e["ips"] for e in status} == {i: [a] for i, a in addrs.items()}
     return list(addrs.values())
 
@@ -82,10 +85,10 @@ def assert_state_dir(env: tb.HostEnv, container_ids: list[str]) -> None:
     assert env.state_files() == sorted(f"{c}.json" for c in container_ids)
 
 
-def test_twenty_pods_add_then_del_in_parallel(admin_api, plugin_kubeconfig, host_env,
+def test_twenty_pods_add_then_del_in_parallel(admin_api, make_scenario, host_env,
                                               k8s_namespace):
     selections = [list(SELECTIONS)[i % len(SELECTIONS)] for i in range(20)]
-    pods = make_pods(admin_api, plugin_kubeconfig, host_env, k8s_namespace, selections)
+    pods = make_pods(make_scenario, admin_api, host_env, k8s_namespace, selections)
 
     runs = run_all([(s, "ADD") for s, _ in pods])
     assert [r.code for r in runs] == [0] * 20, [r.stdout for r in runs if r.code]
@@ -106,15 +109,20 @@ def test_twenty_pods_add_then_del_in_parallel(admin_api, plugin_kubeconfig, host
     log = pods[0][0].log_text()
     assert log.count("timing: ADD") == 20 and log.count("timing: DEL") == 20
     assert " ERROR " not in log and " WARNING " not in log
+    daemon = pods[0][0].daemon
+    if daemon is not None:  # every call served by the daemon, none by the shim's fallback
+        assert log.count("(daemon), result 0") == 40
+        assert daemon.metric("netattach_requests_total", command="ADD", code="0") == 20
+        assert daemon.metric("netattach_requests_total", command="DEL", code="0") == 20
 
 
-def test_add_and_del_racing_for_one_container_end_whole(admin_api, plugin_kubeconfig,
+def test_add_and_del_racing_for_one_container_end_whole(admin_api, make_scenario,
                                                        host_env, k8s_namespace):
     """10 pods, each sent ADD and DEL at the same moment (20 execs at once). Whichever
     takes the container's lock first runs whole: ADD then DEL leaves nothing; DEL first
     (no state yet: rebuilt from the API, nothing to release) then ADD leaves the pod
     fully attached. Never a part of the interfaces, addresses or state."""
-    pods = make_pods(admin_api, plugin_kubeconfig, host_env, k8s_namespace, [FULL] * 10)
+    pods = make_pods(make_scenario, admin_api, host_env, k8s_namespace, [FULL] * 10)
     calls = []
     for i, (s, _) in enumerate(pods):  # half submit ADD first, half DEL first
         calls += [(s, "ADD"), (s, "DEL")] if i % 2 else [(s, "DEL"), (s, "ADD")]

@@ -9,6 +9,17 @@ no state file, and the error or the log says what happened. An ADD's API request
 retry pauses share one budget, `apiTimeout` (5 s by default; docs/architecture.md,
 Decisions); the wall-clock checks here are upper bounds (the budget plus a margin for
 process start-up), so they prove "bounded", not "fast".
+
+The API server silent during an ADD, the DEL from saved state, and the status PATCH
+hanging or refused because the pod is gone run in both modes (the `mode` fixture,
+tests/e2e/conftest.py), through the proxy in front of whoever talks to the API server:
+the plugin in thin mode, the daemon in thick mode (its watches, live reads and queued
+writes). Thick mode's guarantees differ where the daemon reads from its caches and
+writes after its answer; each such test's docstring says what thick mode asserts. The
+others stay thin-only, each with its reason: they exercise the API requests of the
+conf's kubeconfig, which in thick mode is not used (the daemon has its own ServiceAccount
+and reads the pod and NADs from its caches); the daemon's retries and final answers of
+its queued writes are tests/unit/test_thick_units.py's.
 """
 from __future__ import annotations
 
@@ -24,6 +35,7 @@ from kubernetes.client.rest import ApiException
 
 from netattach.kube import Kube, KubeError
 from tests.testbed import cluster as cl
+from tests.testbed import faults
 from tests.testbed import netns as tb
 from tests.testbed import scenario as sc
 from tests.testbed.apiproxy import ApiProxy
@@ -65,9 +77,35 @@ def _using(s: sc.Scenario, kubeconfig: Path | None = None, **netconf) -> sc.Scen
 
 @pytest.fixture
 def via_proxy(scenario, cluster, plugin_kubeconfig, proxy) -> sc.Scenario:
-    """Scenario 1 with the plugin's own token, through the proxy."""
+    """Scenario 1 (thin mode) with the plugin's own token, through the proxy."""
     return _using(scenario, _kubeconfig(scenario, cluster, proxy.url, _token(plugin_kubeconfig),
                                         "proxy"))
+
+
+@pytest.fixture
+def proxied(make_scenario, mode, cluster, plugin_kubeconfig, daemon_kubeconfig, host_env,
+            proxy) -> sc.Scenario:
+    """Scenario 1 in the test's mode with the API server reached through the proxy: the
+    plugin's kubeconfig in thin mode, the daemon's in thick mode (each with its own token)."""
+    if mode == "thin":
+        s = make_scenario()
+        return _using(s, _kubeconfig(s, cluster, proxy.url, _token(plugin_kubeconfig), "proxy"))
+    path = cl.write_kubeconfig(host_env.root / "daemon-proxy.kubeconfig", proxy.url,
+                               user={"token": _token(daemon_kubeconfig)},
+                               ca_data=cluster.ca_file.read_bytes())
+    return make_scenario(daemon_kubeconfig_path=path)
+
+
+def _direct(s: sc.Scenario, plugin_kubeconfig: Path) -> sc.Scenario:
+    """The same sandbox with the plugin's kubeconfig straight to the API server."""
+    return _using(s, plugin_kubeconfig)
+
+
+def _operation_requests(proxy: ApiProxy) -> list[str]:
+    """The requests through the proxy other than the daemon's LISTs and WATCHes."""
+    return [r for r in proxy.requests
+            if not (r.startswith("GET ") and ("watch=" in r or r.split("?")[0].endswith(
+                ("/pods", "/network-attachment-definitions"))))]
 
 
 def timed_add(s: sc.Scenario) -> tuple[sc.PluginRun, float]:
@@ -107,6 +145,8 @@ def assert_attached(s: sc.Scenario, run: sc.PluginRun) -> None:
 
 # ---------------------------------------------------------------- 1: down or slow during ADD
 
+# Thin-only: the conf's kubeconfig names the closed port, and the daemon does not use it;
+# thick mode with its API server unreachable: the next test's thick variant.
 def test_add_with_api_server_refusing_connections(scenario, cluster):
     """Fault 1, down: nothing listens on the kubeconfig's port. Code 11 at once, naming
     the server; no child ran."""
@@ -120,33 +160,52 @@ def test_add_with_api_server_refusing_connections(scenario, cluster):
     assert "cannot record event ErrorAddingNetwork" in s.log_text()
 
 
-def test_add_with_silent_api_server_ends_at_the_default_api_timeout(via_proxy, proxy, scenario):
+def test_add_with_silent_api_server_ends_at_the_default_api_timeout(
+        proxied, proxy, mode, admin_api, plugin_kubeconfig):
     """Fault 1, down: the server accepts connections and never answers (no TLS handshake).
     Before the budget, this took apiTimeout for the pod plus apiTimeout again for the
-    Warning event (20 s at the old default)."""
-    s = via_proxy
+    Warning event (20 s at the old default).
+
+    Thick mode: the daemon's caches hold the pod and its NADs (listed before the
+    fault), so the ADD is served from them, attaches and sends nothing; the
+    network-status PATCH, queued, is retried and lands once the server answers again."""
+    s = proxied
     assert "apiTimeout" not in s.netconf
     proxy.set("hang")
+    if mode == "thick":
+        seen = _operation_requests(proxy)
+        assert_attached(s, s.run("ADD"))
+        assert _operation_requests(proxy) == seen  # no live read: all from the caches
+        assert s.daemon.metric("netattach_cache_misses_total", kind="Pod") == 0
+        proxy.set("pass")
+        status = sc.network_status(admin_api, s.namespace, s.pod_name, timeout=180)
+        assert [e["interface"] for e in status] == ["eth0", "net1", "data0"]
+        assert "failed (try 1; again in" in s.log_text()  # the PATCH waited out, retried
+        assert s.run("DEL").code == 0, s.log_text()
+        sc.assert_clean(s)
+        return
     run, elapsed = timed_add(s)
     assert_api_failure(s, run, proxy.url, "too slow", "did not answer within 5 s",
-                       "apiTimeout", recovered=scenario)
+                       "apiTimeout", recovered=_direct(s, plugin_kubeconfig))
     assert DEFAULT_API_TIMEOUT <= elapsed < HANG_GUARD, elapsed
     assert "cannot record event ErrorAddingNetwork" in s.log_text()  # no time left for it
     assert proxy.connections == 1  # once the budget was spent, nothing more was tried
 
 
-@pytest.mark.parametrize("mode,seconds,budget", [("delay", 4, 7), ("trickle", 0.05, 2)])
-def test_add_with_slow_api_server_is_bounded(via_proxy, proxy, scenario, mode, seconds,
+# Thin-only: the budget bounds the live reads of an ADD; in thick mode they come from the
+# caches (a slow server: as the silent one's thick variant).
+@pytest.mark.parametrize("slowness,seconds,budget", [("delay", 4, 7), ("trickle", 0.05, 2)])
+def test_add_with_slow_api_server_is_bounded(via_proxy, proxy, scenario, slowness, seconds,
                                              budget):
     """Fault 1, slow: every answer 4 s late (the pod fits in apiTimeout 7 with 3 s to spare
     for a loaded machine, the first NAD does not), or every answer a byte per 50 ms,
     which no per-read timeout ends."""
     s = _using(via_proxy, apiTimeout=budget)
-    proxy.set(mode, seconds)
+    proxy.set(slowness, seconds)
     run, elapsed = timed_add(s)
     msg = assert_api_failure(s, run, proxy.url, "too slow",
                              f"limit: {budget} s for all API requests", recovered=scenario)
-    if mode == "delay":
+    if slowness == "delay":
         assert f"network {s.namespace}/net-a" in msg
         assert proxy.requests[:2] == [
             f"GET /api/v1/namespaces/{s.namespace}/pods/{s.pod_name}",
@@ -158,6 +217,8 @@ def test_add_with_slow_api_server_is_bounded(via_proxy, proxy, scenario, mode, s
 
 # ---------------------------------------------------------------- 429/5xx, and a 200 that is not JSON
 
+# Thin-only (this one and the next): the pod GET is thin mode's; the daemon's pod comes
+# from its cache (kube.py's retries of its live reads are the same code).
 @pytest.mark.parametrize("status,times", [(429, 1), (503, 2)])
 def test_add_whose_pod_get_is_throttled_retries_after_it_and_succeeds(via_proxy, proxy,
                                                                      status, times):
@@ -207,12 +268,14 @@ def test_add_answered_by_an_html_page_is_code_11_naming_the_server(via_proxy, pr
 # ---------------------------------------------------------------- 2: DEL from saved state
 
 @pytest.mark.parametrize("fault", ["api-server-silent", "pod-deleted", "nads-deleted"])
-def test_del_releases_everything_from_saved_state(via_proxy, proxy, admin_api, fault):
+def test_del_releases_everything_from_saved_state(proxied, proxy, admin_api, fault):
     """Fault 2: after a good ADD, the API server stops answering, or the pod, or both
     NADs are deleted; DEL still removes every interface and releases every IP, without
-    a single API request."""
-    s = via_proxy
+    a single API request. (Thick mode: the daemon's, served by it, once its queued
+    writes of the ADD are sent.)"""
+    s = proxied
     assert_attached(s, s.run("ADD"))
+    sc.writes_sent(s)
     if fault == "api-server-silent":
         proxy.set("hang")
     elif fault == "pod-deleted":
@@ -227,20 +290,38 @@ def test_del_releases_everything_from_saved_state(via_proxy, proxy, admin_api, f
     sc.assert_clean(s)
     assert (len(proxy.requests), proxy.connections) == seen
     [timing] = [l for l in s.log_text().splitlines() if "timing: DEL" in l]
-    assert timing.endswith("api_requests 0"), timing
+    if s.daemon is None:
+        assert timing.endswith("api_requests 0"), timing
+    else:
+        assert timing.endswith("(daemon), result 0"), timing
 
 
 # ---------------------------------------------------------------- 8: the status PATCH fails
 
-def test_status_patch_hanging_after_the_children_succeeded(via_proxy, proxy, admin_api):
+def test_status_patch_hanging_after_the_children_succeeded(proxied, proxy, admin_api):
     """Fault 8: only the network-status PATCH never gets an answer. The ADD succeeds
     within apiTimeout, the warning says why, the events have no time left. (apiTimeout
-    10: the GETs before the PATCH fit in it on a loaded machine.)"""
-    s = _using(via_proxy, apiTimeout=10)
+    10: the GETs before the PATCH fit in it on a loaded machine.)
+
+    Thick mode: the ADD's answer does not wait for the PATCH (queued); the daemon's
+    try times out (its --api-timeout), is logged and retried; the DEL drops the
+    retries and the events still queued, and never sends them."""
+    s = _using(proxied, apiTimeout=10)
     proxy.set("hang", methods={"PATCH"})
     run, elapsed = timed_add(s)
     assert_attached(s, run)
     assert elapsed < HANG_GUARD, elapsed
+    if s.daemon is not None:
+        what = f"patch pod {s.namespace}/{s.pod_name} status"
+        faults.wait_for("the daemon's first PATCH to time out", lambda: (
+            f"{what} failed (try 1; again in" in s.log_text()), timeout=120)
+        assert "too slow: it did not answer within" in s.log_text()
+        assert s.run("DEL").code == 0, s.log_text()
+        sc.assert_clean(s)
+        log = s.log_text()
+        assert "queued write(s) not sent" in log or f"{what}: not retried (DEL)" in log, log
+        assert sc.STATUS not in sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)
+        return
     log = s.log_text()
     assert STATUS_WARNING in log and "too slow: it did not answer within" in log, log
     assert "cannot record event AddedInterface" in log
@@ -250,11 +331,15 @@ def test_status_patch_hanging_after_the_children_succeeded(via_proxy, proxy, adm
 
 
 @pytest.mark.parametrize("fault", ["deleted", "replaced"])
-def test_status_patch_of_a_pod_gone_before_it(via_proxy, proxy, admin_api, fault):
+def test_status_patch_of_a_pod_gone_before_it(proxied, proxy, admin_api, fault):
     """Fault 8: the pod is deleted, or replaced by a new pod of the same name (another
     UID), between netattach's GET and its PATCH. The ADD succeeds with a warning, and
-    the new pod never gets the old sandbox's network-status."""
-    s = via_proxy
+    the new pod never gets the old sandbox's network-status.
+
+    Thick mode: the same, but the pod was read from the cache and the PATCH is the
+    daemon's queued write, sent after the answer: the failure is final (not retried)
+    and logged as an error of that write."""
+    s = proxied
     core = k8s.CoreV1Api(admin_api)
     replacement: list[str] = []
 
@@ -266,8 +351,15 @@ def test_status_patch_of_a_pod_gone_before_it(via_proxy, proxy, admin_api, fault
     proxy.before("PATCH", change_the_pod)
     run = s.run("ADD")
     assert_attached(s, run)
+    sc.writes_sent(s)
     log = s.log_text()
-    assert STATUS_WARNING in log, log
+    if s.daemon is None:
+        assert STATUS_WARNING in log, log
+    else:
+        assert f"patch pod {s.namespace}/{s.pod_name} status failed: " in log, log
+        assert "giving up" not in log, log  # final at once, not retried
+    assert [r for r in proxy.requests if r.startswith("PATCH")] == [
+        f"PATCH /api/v1/namespaces/{s.namespace}/pods/{s.pod_name}/status"]
     if fault == "deleted":
         assert "HTTP 404" in log
     else:
@@ -316,6 +408,7 @@ def _rules_of_deploy_rbac(without: str) -> list[dict]:
     return [r for r in role["rules"] if without not in r["resources"]]
 
 
+# Thin-only: the conf's ServiceAccount is the plugin's; the daemon writes with its own.
 def test_status_patch_forbidden_by_rbac(scenario, cluster, admin_api, k8s_namespace):
     """Fault 8: a ServiceAccount with deploy/rbac.yaml's rules except `patch pods/status`.
     The ADD succeeds; the warning says which permission is missing and where it is."""
@@ -336,6 +429,9 @@ def test_status_patch_forbidden_by_rbac(scenario, cluster, admin_api, k8s_namesp
 
 
 # ---------------------------------------------------------------- 9: 401 and 403
+
+# Thin-only (both tests): the credentials are the conf's kubeconfig's, which the daemon
+# does not use; it reads the pod and NADs from its caches with its own ServiceAccount.
 
 def test_revoked_token_is_401_with_what_to_fix(scenario, cluster, admin_api):
     """Fault 9, 401: tokens of kube-system/netattach bound to one pod, as kubelet's

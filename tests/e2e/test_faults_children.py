@@ -5,6 +5,12 @@ kube-apiserver, plus a fault plugin (tests/testbed/faults.py) that really runs t
 reference `bridge` and then misbehaves. Each proves that nothing is left: no
 interface in the netns but lo, no host-local allocation, no state or lock file
 once the runtime's DEL ran, and that the error or log says what happened.
+
+The child faults, the unwritable state dir and the kill before the status PATCH run in
+both modes (the `mode` fixture, tests/e2e/conftest.py): in thick mode the children are
+the daemon's, which must roll back, kill a hung child's descendants and answer through
+the shim exactly as thin mode does. The kills of netattach mid-ADD are thin mode's own
+process; thick mode's (the daemon killed mid-ADD) is tests/e2e/test_thick_mode.py.
 """
 from __future__ import annotations
 
@@ -37,8 +43,9 @@ def with_fault_network(admin_api, s: sc.Scenario, fault: str, **kw) -> faults.Fa
     return plugin
 
 
-def fault_scenario(admin_api, kubeconfig, env, namespace, networks: str, fault: str, **kw):
-    s = sc.setup(admin_api, kubeconfig, env, namespace, networks=networks)
+def fault_scenario(make_scenario, admin_api, networks: str, fault: str, **kw):
+    """Scenario 1 selecting `networks` in the test's mode, with NAD net-fault."""
+    s = make_scenario(networks=networks)
     return s, with_fault_network(admin_api, s, fault, **kw)
 
 
@@ -52,7 +59,7 @@ def del_twice(s: sc.Scenario) -> None:
 
 def start_add(s: sc.Scenario, netconf: dict | None = None) -> subprocess.Popen:
     """ADD as a runtime execs it, without waiting: the test holds the process."""
-    proc = subprocess.Popen([str(s.bin_dir / "netattach")], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([str(s.bin_dir / s.plugin)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=s.cni_env("ADD"))
     proc.stdin.write(json.dumps(netconf or s.netconf).encode())
@@ -88,13 +95,13 @@ HANG_TIMEOUT = 5
     ("hang", 11, f"timed out after {HANG_TIMEOUT} seconds (ADD)"),
 ])
 def test_child_fault_after_its_real_add_rolls_back_everything(
-        admin_api, plugin_kubeconfig, host_env, k8s_namespace, fault, code, text):
+        admin_api, make_scenario, k8s_namespace, fault, code, text):
     """The second selected network's child really attaches (bridge + host-local), then
     fails / crashes / hangs past delegateTimeout. netattach kills a hung child with all
     its descendants, DELs every attempted attachment, that one included, and never
     starts the third network."""
-    s, plugin = fault_scenario(admin_api, plugin_kubeconfig, host_env, k8s_namespace,
-                               "net-a,net-fault,other/net-b@data0", fault,
+    s, plugin = fault_scenario(make_scenario, admin_api, "net-a,net-fault,other/net-b@data0",
+                               fault,
                                message="injected: failed after the real bridge ADD")
     if fault == "hang":
         s.netconf["delegateTimeout"] = HANG_TIMEOUT
@@ -129,6 +136,8 @@ def test_child_fault_after_its_real_add_rolls_back_everything(
 
 # ---------------------------------------------------------------- 4: netattach SIGKILLed mid-ADD
 
+# Thin-only: the process killed is the one the runtime exec'd, and in thick mode the pod
+# comes from the daemon's cache, not a GET that hangs (the daemon killed: test_thick_mode).
 def test_netattach_killed_before_the_state_write(scenario, cluster):
     """(a) killed while GET pod hangs on a stopped API server: nothing attached; the
     marker saved before that request and the lock file of the dead holder are left; the
@@ -156,15 +165,18 @@ def test_netattach_killed_before_the_state_write(scenario, cluster):
     del_twice(s)
 
 
+# Thin-only: thick mode's twin, the daemon killed by the child, is test_thick_mode's
+# test_daemon_killed_mid_add_then_del_without_it.
 def test_netattach_killed_between_children(admin_api, plugin_kubeconfig, host_env,
                                            k8s_namespace):
     """(b) the first selected network's child does its real work, then SIGKILLs its
     parent, netattach itself (the plugin checks /proc/$PPID/exe): eth0 is up with its
     result saved, net1 is up but marked attempted without a result, net-a never ran.
     The runtime's DEL undoes both from the state file."""
-    s, plugin = fault_scenario(admin_api, plugin_kubeconfig, host_env, k8s_namespace,
-                               "net-fault,net-a", "kill-parent",
-                               parent_exe=os.path.realpath(sc.netattach_command()))
+    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace,
+                 networks="net-fault,net-a")
+    plugin = with_fault_network(admin_api, s, "kill-parent",
+                                parent_exe=os.path.realpath(sc.netattach_command()))
     proc = start_add(s)
     try:
         proc.wait(60)
@@ -188,7 +200,7 @@ def test_netattach_killed_between_children(admin_api, plugin_kubeconfig, host_en
     assert plugin.invocations()[:2] == [("ADD", "net1"), ("DEL", "net1")]
 
 
-def test_netattach_killed_before_the_status_patch(admin_api, plugin_kubeconfig, host_env,
+def test_netattach_killed_before_the_status_patch(admin_api, make_scenario, mode,
                                                   k8s_namespace, cluster):
     """(c) the last child stops the API server before it returns, so the status PATCH
     cannot complete; netattach is killed there. Every result is saved and the runtime's
@@ -198,22 +210,32 @@ def test_netattach_killed_before_the_status_patch(admin_api, plugin_kubeconfig, 
     reached the stopped API server before the kill is applied when it resumes (issue 9,
     defect 11: asserting "absent" failed on a loaded machine). The guarantee is that
     it is absent or whole, never a partial list. apiTimeout is raised so that netattach
-    is still waiting for the PATCH however slowly the test runs."""
-    s, plugin = fault_scenario(admin_api, plugin_kubeconfig, host_env, k8s_namespace,
-                               "net-a,net-fault", "stop-apiserver",
+    is still waiting for the PATCH however slowly the test runs.
+
+    Thick mode: the daemon queues the PATCH and answers the ADD without waiting for it,
+    so the ADD succeeds with the API server stopped; the daemon is then SIGKILLed with
+    the write unsent, and the runtime's DEL, with no daemon to answer, runs in thin
+    mode from the saved state. The same guarantees hold for network-status and DEL."""
+    s, plugin = fault_scenario(make_scenario, admin_api, "net-a,net-fault", "stop-apiserver",
                                apiserver_pid=faults.apiserver_pid(cluster))
     s.netconf = {**s.netconf, "apiTimeout": 3600}
     with faults.apiserver_frozen(cluster, stop=False) as api_pid:
-        proc = start_add(s)
-        try:
-            faults.wait_for("the last child to stop the API server",
-                            lambda: faults.process_state(api_pid) == "T")
-            faults.wait_for("netattach to save the last result", lambda: (
-                f"attached network {k8s_namespace}/net-fault as net2" in s.log_text()))
-            assert proc.poll() is None, s.log_text()  # it cannot finish: no PATCH answer
-        finally:
-            sigkill(proc)
-    assert proc.returncode == -signal.SIGKILL
+        if mode == "thick":
+            run = s.run("ADD")
+            assert run.code == 0, run.stdout + s.log_text()
+            assert faults.process_state(api_pid) == "T"  # answered with the API stopped
+            s.daemon.kill()
+        else:
+            proc = start_add(s)
+            try:
+                faults.wait_for("the last child to stop the API server",
+                                lambda: faults.process_state(api_pid) == "T")
+                faults.wait_for("netattach to save the last result", lambda: (
+                    f"attached network {k8s_namespace}/net-fault as net2" in s.log_text()))
+                assert proc.poll() is None, s.log_text()  # it cannot finish: no PATCH answer
+            finally:
+                sigkill(proc)
+            assert proc.returncode == -signal.SIGKILL
     status = sc.read_pod_annotations(admin_api, s.namespace, s.pod_name).get(sc.STATUS)
     if status is not None:  # the PATCH had reached the server: then it is whole
         assert [e["interface"] for e in json.loads(status)] == ["eth0", "net1", "net2"]
@@ -246,12 +268,11 @@ def fill(path: Path) -> None:
     ("read-only", "Read-only file system"),
 ])
 def test_unwritable_state_dir_fails_add_before_any_child(
-        admin_api, plugin_kubeconfig, host_env, k8s_namespace, fault, cause):
+        admin_api, make_scenario, k8s_namespace, fault, cause):
     """cniDir on a full (or read-only) file system: the ADD fails with code 5 naming
     the state dir and the cause, before any child ran (the recording plugin of net2
     was never called; nothing attached, nothing allocated)."""
-    s, plugin = fault_scenario(admin_api, plugin_kubeconfig, host_env, k8s_namespace,
-                               "net-a,net-fault", "none")
+    s, plugin = fault_scenario(make_scenario, admin_api, "net-a,net-fault", "none")
     state_dir = s.env.state_dir
     mount_tmpfs(state_dir, "size=16k,mode=0700")
     try:

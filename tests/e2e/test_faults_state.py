@@ -6,6 +6,12 @@ attachments still whole in a damaged file, else the cluster default network from
 the current config) and the log says what was not released. A damaged file is
 kept aside as `<id>.json.corrupt`. While the API server cannot be asked, DEL
 fails with code 11 so the runtime retries, until `delete.DEL_RETRY_WINDOW`.
+
+The tests that rebuild from the API run in both modes (the `mode` fixture,
+tests/e2e/conftest.py): in thick mode the daemon rebuilds from its watch caches, so
+with the API server down it still releases everything at once (what the thick variant
+asserts); with the pod deleted, once its watch delivered the deletion, it does what
+thin mode does.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from kubernetes import client as k8s
 
 from netattach.delete import DEL_RETRY_WINDOW
 from tests.testbed import cluster as cl
+from tests.testbed import faults
 from tests.testbed import scenario as sc
 
 
@@ -69,8 +76,8 @@ def assert_clean_with_damaged_kept(s: sc.Scenario, damaged: bytes) -> None:
 
 
 @pytest.mark.parametrize("damage", DAMAGE)
-def test_damaged_state_with_the_api_up_is_rebuilt_and_kept_aside(scenario, damage):
-    s = scenario
+def test_damaged_state_with_the_api_up_is_rebuilt_and_kept_aside(make_scenario, damage):
+    s = make_scenario()
     damaged = DAMAGE[damage](add(s))
     state_path(s).write_bytes(damaged)
     run = s.run("DEL")
@@ -84,6 +91,8 @@ def test_damaged_state_with_the_api_up_is_rebuilt_and_kept_aside(scenario, damag
     assert f"saved state damaged; DEL rebuilt from the API (3 attachments{read})" in log
 
 
+# Thin-only: the daemon does not use the conf's kubeconfig, and reading the cut file is the
+# orchestrator's code in both modes (the daemon's DEL of a damaged file: the test above).
 def test_state_cut_after_its_attachments_is_used_without_the_api(scenario):
     """Only the end of the file is lost: every attachment is whole in it, so DEL releases
     all of them as the ADD ran them, with the API server unreachable and not asked."""
@@ -101,16 +110,32 @@ def test_state_cut_after_its_attachments_is_used_without_the_api(scenario):
 
 @pytest.mark.parametrize("damage", ["missing", "zero-filled"])
 def test_lost_state_and_api_down_releases_the_primary_then_the_rest_when_the_api_answers(
-        scenario, damage):
+        make_scenario, cluster, mode, damage):
     """Nothing readable and no API: DEL releases the cluster default network from the
     current config (eth0), logs that the rest is not released, and fails with 11 so the
-    runtime retries; the retry once the API answers releases everything."""
-    s = scenario
+    runtime retries; the retry once the API answers releases everything.
+
+    Thick mode: the API server is stopped (SIGSTOP), but the daemon's caches still hold
+    the pod and its NADs: the DEL rebuilds from them and releases everything at once,
+    with no live read."""
+    s = make_scenario()
     raw = add(s)
     if damage == "missing":
         state_path(s).unlink()
     else:
         state_path(s).write_bytes(DAMAGE[damage](raw))
+    if mode == "thick":
+        sc.writes_sent(s)  # the ADD's PATCH and events: not in flight when the API stops
+        live = s.daemon.metric("netattach_api_requests_total", source="operation")
+        with faults.apiserver_frozen(cluster):
+            run = s.run("DEL")
+        assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
+        assert sc.pod_links(s) == ["lo"] and allocated(s) == []
+        left = [] if damage == "missing" else [f"{s.container_id}.json.corrupt"]
+        assert s.env.state_files() == left
+        assert "DEL rebuilt from the API (3 attachments" in s.log_text()
+        assert s.daemon.metric("netattach_api_requests_total", source="operation") == live
+        return
     run = s.run("DEL", kubeconfig_to_a_closed_port(s))
     assert run.code == 1 and run.doc["code"] == 11, run.stdout + s.log_text()
     pod = f"{s.namespace}/{s.pod_name}"
@@ -135,6 +160,8 @@ def test_lost_state_and_api_down_releases_the_primary_then_the_rest_when_the_api
     assert "DEL rebuilt from the API (3 attachments" in s.log_text()
 
 
+# Thin-only: in thick mode the daemon's cache answers while the API server is down (the
+# test above), so the retry window is not reached.
 def test_truncated_state_and_api_down_gives_up_after_the_retry_window(scenario):
     """eth0 and net1 are whole in the file: both are released at once, exactly as added;
     data0 is unknown. After DEL_RETRY_WINDOW without the API, DEL succeeds and the log
@@ -162,14 +189,18 @@ def test_truncated_state_and_api_down_gives_up_after_the_retry_window(scenario):
     assert allocated(s) == ["net-b"]  # the leak the log names
 
 
-def test_no_state_and_the_pod_gone_releases_the_primary_and_succeeds(scenario, admin_api):
+def test_no_state_and_the_pod_gone_releases_the_primary_and_succeeds(make_scenario, admin_api):
     """The API answers that the pod is gone: waiting cannot help, so DEL releases the
-    cluster default network and succeeds at once, with a warning naming what is left."""
-    s = scenario
+    cluster default network and succeeds at once, with a warning naming what is left.
+    (Thick mode: once the daemon's watch delivered the deletion, its cache has no pod
+    and the live read says 404.)"""
+    s = make_scenario()
     add(s)
     state_path(s).unlink()
     k8s.CoreV1Api(admin_api).delete_namespaced_pod(s.pod_name, s.namespace,
                                                    grace_period_seconds=0)
+    if s.daemon is not None:
+        s.daemon.wait_cache_event("Pod", s.namespace, s.pod_name, "DELETED")
     run = s.run("DEL")
     assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
     assert sc.pod_links(s) == ["data0", "lo", "net1"]

@@ -110,6 +110,28 @@ class NodeDaemon:
         m = re.search("^" + pattern + "$", text, re.M)
         return float(m.group(1)) if m else 0.0
 
+    def wait_writes_sent(self, timeout: float = 120.0) -> None:
+        """Until no queued network-status PATCH or Event is waiting or being sent
+        (`timeout` is a hang guard)."""
+        deadline = time.monotonic() + timeout
+        while self.metric("netattach_publish_pending") != 0:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"queued writes still pending after {timeout:.0f} s")
+            time.sleep(0.05)
+
+    def wait_cache_event(self, kind: str, namespace: str, name: str, event: str,
+                         timeout: float = 120.0) -> None:
+        """Until the daemon's watch of `kind` ("Pod", "NetworkAttachmentDefinition")
+        delivered `event` (ADDED, MODIFIED, DELETED) of namespace/name (its debug line;
+        `timeout` is a hang guard)."""
+        line = f"cache {kind} {namespace}/{name} {event} "
+        deadline = time.monotonic() + timeout
+        while line not in self.log_text():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the daemon's watch did not deliver {kind} "
+                                     f"{namespace}/{name} {event} within {timeout:.0f} s")
+            time.sleep(0.05)
+
     def stop(self) -> None:
         """SIGTERM, and wait for the exit (hang guard STOP_TIMEOUT, then SIGKILL)."""
         if not self.running():

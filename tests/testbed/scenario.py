@@ -262,6 +262,13 @@ def network_status(api, namespace: str, name: str, timeout: float = 60.0) -> lis
         time.sleep(0.05)
 
 
+def writes_sent(s: Scenario) -> None:
+    """Thick mode: until the daemon sent every queued network-status PATCH and Event
+    (they go after the runtime's answer); thin mode sent them before it: nothing to wait."""
+    if s.daemon is not None:
+        s.daemon.wait_writes_sent()
+
+
 def apply_nads(api, env: HostEnv, namespace: str) -> tuple[str, str]:
     """Scenario 1's NetworkAttachmentDefinitions: `net-a` in `namespace` (macvlan on a
     new master link), `net-b` in `other` (a new bridge), replaced if there. Returns
