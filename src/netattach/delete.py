@@ -95,6 +95,7 @@ def cmd_del(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
     """
     pod = pod_ref(req)
     store = orch.store(conf)
+    orch.drop_writes(req.container_id)  # before the lock: a write being sent may hold it
     try:
         with store.lock(req.container_id):
             state, as_saved = _load_or_rebuild(orch, req, conf, pod, store)

@@ -234,12 +234,10 @@ class Daemon:
         with self.stats.lock:
             self.in_flight += 1
         try:
-            if command == "DEL":
-                self.publisher.cancel(cid)
             seen: list[NetConf] = []
             doc, code = cli.cni_main(environ, stdin, Orchestrator(
                 api=lambda conf: self._api(environ, conf, seen), executor=invoke.PROCESS_EXECUTOR,
-                clock=time.time))
+                clock=time.time, drop_writes=self.publisher.cancel))
             if command == "ADD" and code == 0 and seen:
                 self._count_attachments(seen[0], cid)
         finally:
