@@ -115,19 +115,14 @@ def stale_reason(pending: PendingStatus, pod: dict[str, Any] | None) -> str | No
     return None
 
 
-def republish(store: StateStore, pods: WatchCache,
+def republish(store: StateStore, ids: list[str], pods: WatchCache,
               submit: Callable[[str, str, Callable[[Kube], None]], None]) -> int:
     """At the daemon's start, once `pods` is synced: queue (`submit(container_id, what,
-    send)`) the network-status PATCH of every saved state still pending (module doc),
-    and clear the pending status of those whose pod is gone, re-created or being
-    deleted. Returns how many were queued. A state that cannot be read is skipped (its
-    DEL deals with it)."""
+    send)`) the network-status PATCH of every state of `ids` (the containers saved
+    before this daemon served a call) still pending (module doc), and clear the pending
+    status of those whose pod is gone, re-created or being deleted. Returns how many
+    were queued. A state that cannot be read is skipped (its DEL deals with it)."""
     queued = 0
-    try:
-        ids = store.container_ids()
-    except StateError as e:
-        log.error("network-status not re-sent: %s", e)
-        return 0
     for cid in ids:
         try:
             with store.lock(cid):

@@ -35,7 +35,7 @@ from ..cni.request import parse_cni_args
 from ..kube import Kube
 from ..netconf import DEFAULT_CNI_DIR, NetConf
 from ..orchestrator import Orchestrator
-from ..state import StateStore
+from ..state import StateError, StateStore
 from .cache import WatchCache
 from .podapi import CachedPodApi, Publisher, republish
 
@@ -115,21 +115,29 @@ class Daemon:
         """Start the caches, bind the socket, accept calls. Raises DaemonError."""
         self.pods.start()
         self.nads.start()
+        try:  # before the socket: every state listed is an earlier daemon's
+            saved = StateStore(self.cni_dir).container_ids()
+        except StateError as e:
+            log.error("network-status writes an earlier daemon left unsent are not re-sent: %s",
+                      e)
+            saved = []
         self._listener = self._bind()
         self.listening = True
         self._accept_thread = threading.Thread(target=self._accept, name="accept", daemon=True)
         self._accept_thread.start()
-        threading.Thread(target=self._republish, name="republish", daemon=True).start()
+        threading.Thread(target=self._republish, args=(saved,), name="republish",
+                         daemon=True).start()
         log.info("serving CNI calls on %s (%d at once)", self.socket_path, self.max_parallel)
 
-    def _republish(self) -> None:
+    def _republish(self, saved: list[str]) -> None:
         """Once the pod cache is listed: queue the network-status writes an earlier
-        daemon left pending in `cni_dir` (podapi.republish)."""
+        daemon left pending in `cni_dir` for the containers `saved` (podapi.republish)."""
         self.pods.synced.wait()
         if not self.listening:
             return
         try:
-            queued = republish(StateStore(self.cni_dir), self.pods, self.publisher.submit)
+            queued = republish(StateStore(self.cni_dir), saved, self.pods,
+                               self.publisher.submit)
         except Exception:  # a bug: logged; the calls are served all the same
             log.exception("re-sending pending network-status writes failed")
             return
