@@ -6,7 +6,9 @@ The order of what is saved is the contract DEL relies on:
    succeeds at once, without the API server;
 2. the whole plan (every delegate's raw config, ifnames, runtimeConfig, devices)
    before any child runs;
-3. each attachment marked attempted before its child runs, its result after.
+3. each attachment marked attempted before its child runs, its result after;
+4. when the API seam sends its writes after the answer (the node daemon), the
+   network-status to publish, before the answer (`_record_status`).
 Any failure from the first child on rolls back every attempted attachment in reverse
 (spec §7.2). A rollback (or an ADD that attached nothing) that leaves nothing behind
 removes the state and writes the container's tombstone, so the runtime's cleanup DEL
@@ -20,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from . import devices, netnsinfo, routes, status
-from .api import PodApi, pod_ref
+from .api import PodApi, pod_ref, writes_after_answer
 from .cni import chain
 from .cni.errors import CniError, InvalidEnv, TryAgain
 from .cni.request import CniRequest
@@ -29,7 +31,7 @@ from .delete import delete_attachments
 from .kube import KubeError
 from .netconf import NetConf
 from .networks import InvalidSelection, Plan, build_plan, empty_result, where
-from .state import CorruptState, PodRef, SavedState, StateError, StateStore
+from .state import CorruptState, PendingStatus, PodRef, SavedState, StateError, StateStore
 
 if TYPE_CHECKING:
     from .orchestrator import Orchestrator
@@ -144,7 +146,10 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
             raise e.within(where(pod)) from None
         raise
     if pod and api:
-        _publish_status(api, pod, entries, plan.pod_uid)
+        annotations = {status.NETWORK_STATUS_ANNOTATION: status.encode_status(entries)}
+        if not writes_after_answer(api) or _record_status(store, state, pod, annotations,
+                                                           plan.pod_uid):
+            _publish_status(api, pod, annotations, plan.pod_uid)
         for att, entry in zip([a for a in plan.attachments if not a.auxiliary], entries):
             _event(api, pod, "Normal", "AddedInterface",
                    f"Add {att.ifname} {entry.get('ips', [])} from {att.network}")
@@ -245,15 +250,32 @@ def _apply_default_route(req: CniRequest, plan: Plan, results: list[dict[str, An
     return [r if r is not None else {} for r in new]
 
 
-def _publish_status(api: PodApi, pod: PodRef, entries: list[dict[str, Any]], uid: str) -> None:
+def _record_status(store: StateStore, state: SavedState, pod: PodRef,
+                   annotations: dict[str, str], uid: str) -> bool:
+    """Save the network-status in the state as not yet published (state.PendingStatus),
+    before the answer, when the API seam sends it after the answer (the node daemon): a
+    daemon killed before it sent the PATCH sends it when it starts again. Thin mode
+    sends the PATCH before answering and records nothing (no extra write on its path).
+    False when it cannot be saved: the PATCH is then not queued either (the daemon sends
+    only what the state holds), and the error says so; the ADD still succeeds."""
+    state.status_pending = PendingStatus(uid, annotations)
+    try:
+        store.save(state)
+    except StateError as e:
+        state.status_pending = None
+        log.error("pod %s: attachments are up but the %s annotation is not written: it cannot "
+                  "be recorded as pending: %s", pod, status.NETWORK_STATUS_ANNOTATION, e)
+        return False
+    return True
+
+
+def _publish_status(api: PodApi, pod: PodRef, annotations: dict[str, str], uid: str) -> None:
     """PATCH network-status (spec §5) onto the pod of UID `uid` only. A failure is logged,
     not fatal: every interface is up and the runtime's sandbox works; failing the ADD
     here would tear down a working pod network over a report. docs/architecture.md
     records this decision."""
     try:
-        api.patch_pod_annotations(pod.namespace, pod.name,
-                                  {status.NETWORK_STATUS_ANNOTATION: status.encode_status(entries)},
-                                  uid)
+        api.patch_pod_annotations(pod.namespace, pod.name, annotations, uid)
     except KubeError as e:
         log.warning("pod %s: attachments are up but the %s annotation could not be written: %s",
                     pod, status.NETWORK_STATUS_ANNOTATION, e)

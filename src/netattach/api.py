@@ -5,6 +5,11 @@ request names.
 within one `apiTimeout` budget); the node daemon will hand it its watch caches; unit
 tests hand it a fake. Implementations raise `kube.KubeError` (code 11) when the
 server cannot be asked or refuses, and return None for an object that does not exist.
+
+An implementation that sends its writes (the network-status PATCH, Events) only after
+the runtime's answer says so with a true class attribute `WRITES_AFTER_ANSWER`
+(`writes_after_answer`); ADD then records the network-status in the container's saved
+state first (state.PendingStatus), so that it survives the process that was to send it.
 """
 from __future__ import annotations
 
@@ -43,6 +48,12 @@ class PodApi(Protocol):
         """Wait `seconds` before asking again (a retry's backoff), out of the operation's
         API budget; False, without waiting, when the budget has less than that left."""
         ...
+
+
+def writes_after_answer(api: PodApi) -> bool:
+    """True when `api` sends its writes after the runtime's answer (module doc): the node
+    daemon's. Thin mode's `kube.Kube` sends them before, so nothing need be recorded."""
+    return getattr(api, "WRITES_AFTER_ANSWER", False) is True
 
 
 def pod_ref(req: CniRequest) -> PodRef | None:

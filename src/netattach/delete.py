@@ -12,7 +12,9 @@ What DEL works from, in order (`_load_or_rebuild`):
    network as configured now, and, while the API server cannot be asked, code 11 for
    DEL_RETRY_WINDOW so that the runtime retries (`_settle_pending`).
 A DEL that completes removes the state and writes the tombstone; one that fails
-keeps (or saves) what it worked from, so the runtime's retry finds it.
+keeps (or saves) what it worked from, so the runtime's retry finds it. Every DEL first
+drops the writes still queued for its container (Orchestrator.drop_writes) and a
+network-status its state holds as not yet published (state.PendingStatus).
 """
 from __future__ import annotations
 
@@ -95,11 +97,14 @@ def cmd_del(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
     """
     pod = pod_ref(req)
     store = orch.store(conf)
+    orch.drop_writes(req.container_id)  # before the lock: a write being sent may hold it
     try:
         with store.lock(req.container_id):
             state, as_saved = _load_or_rebuild(orch, req, conf, pod, store)
             if state is None:
                 return
+            if state.status_pending is not None:
+                _drop_pending_status(req, pod, state, store)
             errors = delete_attachments(orch, req, conf, state)
             if errors:
                 if not as_saved:
@@ -112,6 +117,18 @@ def cmd_del(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
             log.info("%s: detached %d attachment(s)", where(pod), len(state.attempted()))
     except StateError as e:
         raise e.within(where(pod)) from None
+
+
+def _drop_pending_status(req: CniRequest, pod: PodRef | None, state: SavedState,
+                         store: StateStore) -> None:
+    """The ADD's network-status was not published yet (thick mode, state.PendingStatus):
+    the DEL drops it, saved before any child runs, so that it is never sent (nor sent
+    again by a daemon that starts) for a sandbox whose DEL began, even when this DEL
+    fails or is killed."""
+    log.info("%s: the network-status of container %s was not published yet; the DEL drops "
+             "it", where(pod), req.container_id)
+    state.status_pending = None
+    store.save(state)
 
 
 def _names(attachments: list[SavedAttachment]) -> str:

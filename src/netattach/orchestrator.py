@@ -5,7 +5,11 @@ invoke.Exec:
 * `api`: NetConf -> PodApi, a client for one operation (thin mode: `kube.Kube`, live
   requests within one apiTimeout budget; the node daemon: its watch caches);
 * `executor`: finds and runs child plugins (the process executor, or a fake);
-* `clock`: epoch seconds (DEL's retry window, tombstones).
+* `clock`: epoch seconds (DEL's retry window, tombstones);
+* `drop_writes`: container ID -> None, called as every DEL of a container begins (the
+  runtime's, and GC's of a stale container), before its lock is taken: the API seam's
+  writes still queued for it are dropped (the node daemon: `Publisher.cancel`, which
+  also waits for one being sent). Thin mode queues none (a no-op).
 Thin mode (`thin()`) hands it the live client and the process executor; unit tests
 hand it fakes and table-test ADD rollback and DEL recovery without root.
 
@@ -31,12 +35,17 @@ def _thin_api(conf: NetConf) -> PodApi:
     return Kube(conf.kubeconfig, conf.api_timeout, "apiTimeout")
 
 
+def _nothing_queued(container_id: str) -> None:
+    """Thin mode's drop_writes: it sends every write before answering."""
+
+
 @dataclass(frozen=True)
 class Orchestrator:
     """The seams of one netattach (see the module doc)."""
     api: Callable[[NetConf], PodApi] = _thin_api
     executor: invoke.Executor = field(default=invoke.PROCESS_EXECUTOR)
     clock: Callable[[], float] = time.time
+    drop_writes: Callable[[str], None] = _nothing_queued
 
     def store(self, conf: NetConf) -> StateStore:
         """The state files of `conf.cni_dir`."""

@@ -45,7 +45,13 @@ from .cni.request import CniRequest
 from .names import container_id_problem
 
 STATE_FORMAT = 1
-"""The format this release writes. Format 1: the keys of `SavedState.to_dict`."""
+"""The format this release writes. Format 1: the keys of `SavedState.to_dict`.
+
+A key that a reader of an earlier release may ignore without harm is added within a
+format, optional (`statusPending`: an earlier release's DEL, CHECK and GC do not need
+it); a new format number is for a change an earlier reader must not ignore, and makes
+every earlier release take the file for damaged (a rollback of the DaemonSet would then
+set aside every state of the node)."""
 
 TOMBSTONE_SECONDS = 7 * 24 * 3600.0
 """How long a tombstone is kept after the DEL that wrote it (see `Tombstones`)."""
@@ -158,6 +164,35 @@ class DelPending:
 
 
 @dataclass
+class PendingStatus:
+    """The network-status an ADD answered for but whose PATCH is not sent yet (thick
+    mode: the daemon sends it after the runtime's answer, daemon/podapi.py).
+
+    uid: the pod's metadata.uid the PATCH carries (the pod as the ADD read it; a mirror
+    pod's own); annotations: the merge patch of metadata.annotations, exactly as sent.
+    Saved before the answer and cleared once the PATCH is sent (or the pod is gone or
+    re-created), so a daemon killed in between sends it when it starts again; a DEL
+    clears it before anything else, so it is never sent for a sandbox being deleted.
+    """
+    uid: str
+    annotations: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"uid": self.uid, "annotations": self.annotations}
+
+    @classmethod
+    def from_dict(cls, data: object) -> PendingStatus | None:
+        """None unless `data` is {"uid": str, "annotations": {str: str}}."""
+        if not isinstance(data, dict):
+            return None
+        uid, annotations = data.get("uid"), data.get("annotations")
+        if not (isinstance(uid, str) and isinstance(annotations, dict) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in annotations.items())):
+            return None
+        return cls(uid, dict(annotations))
+
+
+@dataclass
 class SavedState:
     """Everything DEL, CHECK and GC need of one container, saved by ADD.
 
@@ -165,7 +200,8 @@ class SavedState:
     runtime's CNI_IFNAME), cni_args (its CNI_ARGS pairs, in order), pod; cni_version:
     netattach's own config version. attachments: in ADD order, the cluster default
     network first; [] for the marker an ADD saves before its first API request (it
-    has attached nothing yet). del_pending: see DelPending.
+    has attached nothing yet). del_pending: see DelPending. status_pending: see
+    PendingStatus (only the node daemon saves one).
     """
     container_id: str
     netns: str
@@ -175,6 +211,7 @@ class SavedState:
     cni_version: str = ""
     attachments: list[SavedAttachment] = field(default_factory=list)
     del_pending: DelPending | None = None
+    status_pending: PendingStatus | None = None
 
     @classmethod
     def for_request(cls, req: CniRequest, pod: PodRef | None, cni_version: str) -> SavedState:
@@ -203,6 +240,8 @@ class SavedState:
         if self.del_pending:
             out["delPending"] = {"since": self.del_pending.since,
                                  "reason": self.del_pending.reason}
+        if self.status_pending:
+            out["statusPending"] = self.status_pending.to_dict()
         out["attachments"] = [a.to_dict() for a in self.attachments]
         out["format"] = STATE_FORMAT
         return out
@@ -210,7 +249,8 @@ class SavedState:
 
 def _read_v1(data: dict[str, Any], container_id: str) -> SavedState | None:
     """Format 1 (every release up to this one): None when it is not a whole state of
-    `container_id`."""
+    `container_id`. `statusPending` (added within format 1, see STATE_FORMAT) is
+    optional; a malformed one is read as none."""
     atts = data.get("attachments")
     if (data.get("containerID") != container_id or not isinstance(data.get("ifname"), str)
             or not isinstance(atts, list)):
@@ -240,7 +280,8 @@ def _read_v1(data: dict[str, Any], container_id: str) -> SavedState | None:
                       ifname=data["ifname"], cni_args=cni_args, pod=pod_ref,
                       cni_version=version if isinstance(version, str) else "",
                       attachments=[a for a in attachments if a is not None],
-                      del_pending=del_pending)
+                      del_pending=del_pending,
+                      status_pending=PendingStatus.from_dict(data.get("statusPending")))
 
 
 _READERS: dict[int, Callable[[dict[str, Any], str], SavedState | None]] = {1: _read_v1}

@@ -214,6 +214,7 @@ def test_pod_uid_mismatch_refused_unless_mirror_pod(admin_api, make_scenario, ho
 def test_del_without_state_rebuilds_from_the_api(scenario):
     s = scenario
     assert s.run("ADD").code == 0, s.log_text()
+    s.settle()  # thick: the daemon rewrites the state once the network-status is sent
     (s.env.state_dir / f"{s.container_id}.json").unlink()
     run = s.run("DEL")
     assert run.code == 0, run.stdout + s.log_text()

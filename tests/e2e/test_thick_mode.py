@@ -7,6 +7,10 @@ daemon` (the built artifact, tests/testbed/daemon.py).
 * the daemon restarted with a pod attached: nothing lost, CHECK passes;
 * a NetworkAttachmentDefinition created after the daemon started, and one created after
   its watch was broken (API server stopped) and resumed, are served from the cache;
+* the daemon SIGKILLed with the network-status PATCH of an ADD it answered still queued
+  (the API server frozen): the state holds it as pending, and the restarted daemon
+  sends it, unless the pod was re-created in between;
+* a GC that releases a container drops the writes still queued for it;
 * ADD and STATUS with no daemon; only root may call; health and metrics.
 No assertion is about time: every wait polls for its condition under a hang guard.
 """
@@ -143,6 +147,88 @@ def test_watch_broken_and_resumed(admin_api, cluster, make_scenario):
     sc.network_status(admin_api, s.namespace, s.pod_name)
     assert s.run("DEL").code == 0, s.log_text()
     sc.assert_clean(s)
+
+
+def add_with_the_writes_held(cluster, s: sc.Scenario) -> dict:
+    """ADD with kube-apiserver SIGSTOPped: the daemon answers from its caches, and the
+    PATCH it queued cannot be sent (its TLS handshake gets no answer). Returns the
+    state's statusPending, saved before the answer. The server is still frozen after."""
+    run = s.run("ADD")
+    assert run.code == 0, run.stdout + s.log_text()
+    assert sc.pod_links(s) == ["data0", "eth0", "lo", "net1"]
+    pending = saved_state(s)["statusPending"]
+    assert pending["uid"] == s.pod_uid and list(pending["annotations"]) == [sc.STATUS]
+    return pending
+
+
+def status_annotation(admin_api, s: sc.Scenario) -> str | None:
+    return sc.read_pod_annotations(admin_api, s.namespace, s.pod_name).get(sc.STATUS)
+
+
+def test_daemon_killed_with_the_status_patch_queued(admin_api, cluster, make_scenario):
+    """The network-status survives the daemon: SIGKILLed after answering an ADD whose
+    PATCH could not be sent yet, it sends it once restarted, exactly as recorded, and
+    the state no longer holds it as pending."""
+    s = make_scenario()
+    with faults.apiserver_frozen(cluster):
+        pending = add_with_the_writes_held(cluster, s)
+        s.daemon.kill()
+    assert status_annotation(admin_api, s) is None  # the killed daemon sent nothing
+    s.daemon.launch()
+    faults.wait_for("the restarted daemon to send the network-status", lambda: status_annotation(
+        admin_api, s) == pending["annotations"][sc.STATUS], timeout=120)
+    faults.wait_for("the state to record it sent", lambda: "statusPending" not in saved_state(s))
+    status = json.loads(pending["annotations"][sc.STATUS])
+    assert [e.get("interface") for e in status] == ["eth0", "net1", "data0"]
+    assert [e["ips"] for e in status] == [
+        [ip["address"] for ip in a["result"]["ips"]]
+        for a in saved_state(s)["attachments"]]
+    assert "re-sending the network-status" in s.daemon.log_text()
+    assert s.run("DEL").code == 0, s.log_text()
+    sc.assert_clean(s)
+
+
+def test_a_status_left_pending_is_not_sent_to_a_recreated_pod(admin_api, cluster,
+                                                              make_scenario):
+    """The pod deleted and created again under its name while the daemon was down: the
+    restarted daemon drops the old sandbox's network-status instead of writing it onto
+    the new pod."""
+    from kubernetes.client import CoreV1Api
+    s = make_scenario()
+    with faults.apiserver_frozen(cluster):
+        add_with_the_writes_held(cluster, s)
+        s.daemon.kill()
+    CoreV1Api(admin_api).delete_namespaced_pod(s.pod_name, s.namespace, grace_period_seconds=0)
+    new_uid = sc.create_pod(admin_api, sc.pod(s.namespace, s.pod_name, "net-a"))
+    assert new_uid != s.pod_uid
+    s.daemon.launch()
+    faults.wait_for("the daemon to drop the stale network-status",
+                    lambda: "statusPending" not in saved_state(s), timeout=120)
+    assert f"is dropped: the pod was re-created (UID {new_uid}" in s.daemon.log_text()
+    assert status_annotation(admin_api, s) is None
+    assert s.run("DEL").code == 0, s.log_text()
+    sc.assert_clean(s)
+
+
+def test_gc_drops_the_queued_writes_of_a_container_it_releases(admin_api, cluster,
+                                                              make_scenario):
+    """GC (the runtime no longer lists the sandbox) DELs the container while its PATCH
+    and Events cannot be sent: they are dropped, as a runtime DEL drops them, and none
+    is sent once the API server answers again."""
+    s = make_scenario()
+    gc = {**s.netconf, "cniVersion": "1.1.0", "cni.dev/valid-attachments": []}
+    with faults.apiserver_frozen(cluster):
+        add_with_the_writes_held(cluster, s)
+        run = s.run("GC", netconf=gc)
+        assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
+        sc.assert_clean(s)
+    line = f"container {s.container_id}: DEL: 3 queued write(s) not sent"
+    assert line in s.daemon.log_text()
+    faults.wait_for("nothing queued", lambda: s.daemon.metric("netattach_publish_pending") == 0)
+    assert s.daemon.metric("netattach_publish_dropped_total") == 4
+    assert s.daemon.metric("netattach_publish_sent_total") == 0
+    assert status_annotation(admin_api, s) is None
+    assert thin_calls(s, "GC") == 0
 
 
 def test_add_and_status_without_the_daemon(make_scenario):

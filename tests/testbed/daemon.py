@@ -5,7 +5,7 @@ test, and the shim beside the thin plugin in a test's bin dir.
     ...; d.kill() / d.stop(); d.restart()
 
 The daemon's node is "test-node" (scenario.pod's spec.nodeName); its socket dir is
-`<env.root>/run`, its log the scenario's (`<env.log_dir>/netattach.log`), so the
+`<env.root>/run`, its state dir (--cni-dir) the scenario's cniDir, its log the scenario's (`<env.log_dir>/netattach.log`), so the
 tests read one log whichever mode ran a call. Nothing here asserts a duration: every
 wait polls for its condition, with a generous hang guard.
 """
@@ -47,12 +47,13 @@ class NodeDaemon:
     log_file: Path
     kubeconfig: Path
     metrics_port: int
+    cni_dir: Path
     proc: subprocess.Popen | None = None
 
     @classmethod
     def start(cls, command: str, env: HostEnv, kubeconfig: Path) -> NodeDaemon:
         d = cls(command, env.root / "run", env.log_dir / "netattach.log", kubeconfig,
-                free_port())
+                free_port(), env.state_dir)
         d.launch()
         return d
 
@@ -63,7 +64,8 @@ class NodeDaemon:
 
     def argv(self) -> list[str]:
         return [self.command, "daemon", "--node-name", NODE_NAME, "--kubeconfig",
-                str(self.kubeconfig), "--socket-dir", str(self.socket_dir), "--metrics-port",
+                str(self.kubeconfig), "--socket-dir", str(self.socket_dir), "--cni-dir",
+                str(self.cni_dir), "--metrics-port",
                 str(self.metrics_port), "--log-file", str(self.log_file), "--log-level",
                 "debug", "--max-parallel", "4"]
 

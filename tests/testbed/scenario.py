@@ -124,6 +124,21 @@ class Scenario:
                            capture_output=True, text=True, env=env, timeout=timeout)
         return PluginRun(p.returncode, p.stdout, p.stderr)
 
+    def settle(self, timeout: float = 60.0) -> None:
+        """Thick mode: until the daemon sent what the ADD queued (network-status, events)
+        and recorded the status sent in the state file, which it rewrites then
+        (daemon/podapi.py); thin mode sends before answering. For a test that changes the
+        state file by hand after an ADD. `timeout` is a hang guard."""
+        if self.daemon is None:
+            return
+        path = self.env.state_dir / f"{self.container_id}.json"
+        deadline = time.monotonic() + timeout
+        while self.daemon.metric("netattach_publish_pending") != 0 or (
+                path.exists() and "statusPending" in json.loads(path.read_text())):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the daemon's writes not sent after {timeout:.0f} s")
+            time.sleep(0.05)
+
     def log_text(self) -> str:
         path = Path(self.netconf["logFile"])
         return path.read_text() if path.exists() else ""

@@ -20,7 +20,7 @@ from netattach.delete import DEL_RETRY_WINDOW
 from netattach.kube import KubeError
 from netattach.netconf import parse_netconf
 from netattach.orchestrator import Orchestrator
-from netattach.state import StateStore
+from netattach.state import PendingStatus, StateError, StateStore
 
 NS, POD, UID, CID = "ns1", "web-0", "uid-1", "c0ffee"
 NETNS = "/nonexistent/netns/pod"  # never entered: MTUs are informational, DEL gets ""
@@ -74,6 +74,12 @@ class FakeApi:
         return True
 
 
+@dataclass
+class AfterAnswerApi(FakeApi):
+    """A seam that sends its writes after the answer, as the node daemon's does."""
+    WRITES_AFTER_ANSWER = True
+
+
 def _result(version: str, ifname: str, address: str) -> dict[str, Any]:
     if version in ("0.1.0", "0.2.0"):
         return {"cniVersion": version, "ip4": {"ip": address}}
@@ -121,6 +127,7 @@ class Bed:
     exe: FakeExecutor = field(default_factory=FakeExecutor)
     now: list[float] = field(default_factory=lambda: [1_700_000_000.0])
     version: str = "1.0.0"
+    dropped: list[str] = field(default_factory=list)  # Orchestrator.drop_writes calls
 
     def conf(self) -> dict[str, Any]:
         conf_dir = self.tmp / "net.d"
@@ -149,7 +156,8 @@ class Bed:
             del env["CNI_NETNS"]
         stdin = {**self.conf(), **conf}
         req = parse_request(env, json.dumps(stdin).encode())
-        orch = Orchestrator(api=lambda c: self.api, executor=self.exe, clock=lambda: self.now[0])
+        orch = Orchestrator(api=lambda c: self.api, executor=self.exe, clock=lambda: self.now[0],
+                            drop_writes=self.dropped.append)
         return orch.run(req, parse_netconf(stdin))
 
     def added(self) -> None:
@@ -321,6 +329,58 @@ def test_auxiliary_chain_runs_last_from_an_empty_prev_result_without_a_status_en
     bed.exe.calls.clear()
     bed.run("DEL", auxiliaryCNIChainName="aux-chain")
     assert bed.dels()[0] == ("fake-sysctl", "net3")
+
+
+# ---------------------------------------------------------------- writes after the answer
+
+def test_add_records_the_status_as_pending_only_when_writes_come_after_the_answer(bed):
+    """Thin mode (the PATCH is sent before the answer) saves nothing more; a seam that
+    sends it after the answer gets it saved first, exactly as it is to be sent."""
+    bed.run("ADD")
+    assert "statusPending" not in json.loads((bed.tmp / "state" / f"{CID}.json").read_text())
+    assert bed.store.load(CID).status_pending is None and len(bed.api.patched) == 1
+    bed.run("DEL")
+    bed.api = AfterAnswerApi()
+    bed.run("ADD")
+    assert bed.store.load(CID).status_pending == PendingStatus(UID, bed.api.patched[0])
+
+
+def test_a_status_that_cannot_be_recorded_is_not_queued_and_the_add_succeeds(bed, monkeypatch,
+                                                                            caplog):
+    bed.api = AfterAnswerApi()
+    real_save = StateStore.save
+
+    def save(store: StateStore, state: Any) -> None:
+        if state.status_pending is not None:
+            raise StateError("cannot write state file x: No space left on device")
+        real_save(store, state)
+
+    monkeypatch.setattr(StateStore, "save", save)
+    assert bed.run("ADD") is not None
+    assert bed.api.patched == [] and [r for r, _ in bed.api.events] == ["AddedInterface"] * 3
+    assert "annotation is not written" in caplog.text and "No space left" in caplog.text
+    assert bed.store.load(CID).status_pending is None
+
+
+def test_del_drops_the_queued_writes_and_a_pending_status_first_even_when_it_fails(bed):
+    bed.api = AfterAnswerApi()
+    bed.added()
+    bed.exe.fail = {("DEL", "fake-macvlan")}
+    with pytest.raises(CniError):
+        bed.run("DEL")
+    assert bed.dropped == [CID]
+    kept = bed.store.load(CID)
+    assert kept.status_pending is None and kept.attempted()  # for the retry, never published
+    bed.exe.fail = set()
+    assert bed.run("DEL") is None and bed.dropped == [CID, CID]
+
+
+def test_gc_of_a_stale_container_drops_its_queued_writes(bed):
+    bed.api = AfterAnswerApi()
+    bed.added()
+    bed.run("GC", cniVersion="1.1.0", **{"cni.dev/valid-attachments": []})
+    assert bed.dropped == [CID] and bed.files() == [f"{CID}.deleted"]
+    assert bed.dels() == ALL_DELS
 
 
 # ---------------------------------------------------------------- DEL: the recovery matrix

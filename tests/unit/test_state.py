@@ -13,6 +13,7 @@ import pytest
 from netattach.state import (
     TOMBSTONE_SECONDS,
     DelPending,
+    PendingStatus,
     PodRef,
     SavedAttachment,
     SavedState,
@@ -51,6 +52,25 @@ def test_a_pending_del_round_trips(tmp_path):
     pending.del_pending = DelPending(1700000000.5, "API server unreachable")
     store.save(pending)
     assert store.load("abc") == pending
+
+
+def test_a_pending_status_round_trips_and_a_malformed_one_reads_as_none(tmp_path):
+    """statusPending (thick mode's network-status not yet sent) is an optional key of
+    format 1, in the header before the attachments; one that is not {uid, annotations of
+    strings} reads as none rather than making the whole state damaged."""
+    store = StateStore(str(tmp_path))
+    pending = state("abc", ATT)
+    pending.status_pending = PendingStatus("u", {"k8s.v1.cni.cncf.io/network-status": "[]"})
+    store.save(pending)
+    assert store.load("abc") == pending
+    raw = json.loads((tmp_path / "abc.json").read_text())
+    assert raw["format"] == 1 and list(raw).index("statusPending") < list(raw).index(
+        "attachments")
+    for bad in ({"uid": 1, "annotations": {}}, {"uid": "u", "annotations": {"a": 1}}, "x"):
+        (tmp_path / "abc.json").write_text(json.dumps({**raw, "statusPending": bad}))
+        loaded = store.load("abc")
+        assert loaded is not None and loaded.status_pending is None
+        assert loaded.attachments == pending.attachments
 
 
 def test_remove_takes_the_temp_files_a_killed_save_left(tmp_path):
@@ -263,6 +283,7 @@ def test_files_the_release_before_issue_9_wrote_are_read_whole(tmp_path, name, a
     assert [a.result is not None for a in loaded.attachments] == with_result
     assert [a.device for a in loaded.attachments] == device
     assert loaded.attachments[0].default and loaded.attachments[0].config["type"] == "bridge"
+    assert loaded.status_pending is None
     # written again by this release, it reads back the same
     StateStore(str(tmp_path)).save(loaded)
     assert StateStore(str(tmp_path)).load("c1") == loaded

@@ -1,6 +1,9 @@
 """Thick mode's pure pieces, with fakes: the shim's constants and messages, the watch
 cache's trimming and event handling, the publisher's ordering, retries and DEL
-cancellation. The real-component tests are tests/e2e/test_thick_mode.py."""
+cancellation, the network-status write that survives the daemon (sent under the
+container's lock while its state holds it; re-sent at start when its pod is unchanged),
+the shim's wire protocol and decoder. The real-component tests are
+tests/e2e/test_thick_mode.py."""
 from __future__ import annotations
 
 import ast
@@ -16,6 +19,7 @@ import netattach_shim as shim
 from netattach.cni.version import SUPPORTED_VERSIONS
 from netattach.daemon import cache, podapi, server
 from netattach.kube import KubeError
+from netattach.state import PendingStatus, PodRef, SavedState, StateStore
 
 
 def test_shim_versions_are_the_plugins():
@@ -236,3 +240,133 @@ def test_shim_version_is_json(stdin, version):
     code, out = shim.shim({"CNI_COMMAND": "VERSION"}, stdin)
     assert code == 0 and out == json.dumps(
         {"cniVersion": version, "supportedVersions": list(SUPPORTED_VERSIONS)}).encode()
+
+
+# -- the network-status write that survives the daemon (podapi.status_sender, republish)
+
+STATUS = {"k8s.v1.cni.cncf.io/network-status": '[{"name": "cluster-net"}]'}
+
+
+class Patcher:
+    """A Kube for status_sender: answers `script` in order (None: 200, else that status)
+    and records (namespace, name, annotations, uid) of every PATCH."""
+
+    def __init__(self, *script: int | None):
+        self.script = list(script)
+        self.patches: list[tuple[str, str, dict[str, str], str | None]] = []
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str],
+                              uid: str | None = None) -> None:
+        self.patches.append((namespace, name, annotations, uid))
+        status = self.script.pop(0) if self.script else None
+        if status is not None:
+            raise KubeError(f"HTTP {status}", status)
+
+
+def pending_state(store: StateStore, cid: str = "c1", uid: str = "u1",
+                  name: str = "p") -> PendingStatus:
+    pending = PendingStatus(uid, dict(STATUS))
+    store.save(SavedState(container_id=cid, netns="/x", ifname="eth0",
+                          pod=PodRef("ns", name, uid), status_pending=pending))
+    return pending
+
+
+def test_the_status_is_sent_while_pending_then_cleared(tmp_path):
+    store = StateStore(str(tmp_path))
+    pending = pending_state(store)
+    kube = Patcher()
+    podapi.status_sender(store, "c1", "ns", "p", pending)(kube)
+    assert kube.patches == [("ns", "p", STATUS, "u1")]
+    assert store.load("c1").status_pending is None
+    with pytest.raises(podapi.NotSent, match="no longer holds it"):  # sent: never again
+        podapi.status_sender(store, "c1", "ns", "p", pending)(kube)
+    store.release("c1")
+    with pytest.raises(podapi.NotSent, match="gone"):  # DEL'd
+        podapi.status_sender(store, "c1", "ns", "p", pending)(kube)
+    assert len(kube.patches) == 1
+
+
+@pytest.mark.parametrize("status, cleared", [(404, True), (422, True), (503, False),
+                                             (0, False), (403, False)])
+def test_a_failed_status_patch_stays_pending_unless_the_pod_is_gone(tmp_path, status, cleared):
+    store = StateStore(str(tmp_path))
+    pending = pending_state(store)
+    with pytest.raises(KubeError):
+        podapi.status_sender(store, "c1", "ns", "p", pending)(Patcher(status))
+    assert (store.load("c1").status_pending is None) is cleared
+
+
+def test_a_status_not_sent_any_more_is_dropped_by_the_publisher(tmp_path):
+    store = StateStore(str(tmp_path))
+    pending = pending_state(store)
+    kube = Patcher()
+    p = podapi.Publisher(lambda: kube, workers=1)
+    send = podapi.status_sender(store, "c1", "ns", "p", pending)
+    p.submit("c1", "patch", send)
+    p.submit("c1", "patch again", send)
+    assert p.drain(30)
+    assert len(kube.patches) == 1 and (p.sent, p.dropped) == (1, 1)
+
+
+def test_a_status_write_waits_for_the_containers_lock(tmp_path):
+    """An operation on the container (a DEL) holds its lock: the PATCH is not sent
+    before it ends, and then not at all when it removed the state."""
+    store = StateStore(str(tmp_path))
+    pending = pending_state(store)
+    kube = Patcher()
+    p = podapi.Publisher(lambda: kube, workers=1)
+    with store.lock("c1"):
+        p.submit("c1", "patch", podapi.status_sender(store, "c1", "ns", "p", pending))
+        assert not p.drain(0.2) and kube.patches == []
+        store.release("c1")
+    assert p.drain(30) and kube.patches == [] and p.dropped == 1
+
+
+def pods_cache(*pods: dict) -> cache.WatchCache:
+    c = cache.WatchCache(cache.PODS, "/api/v1/pods", None, lambda: None)
+    for pod in pods:
+        c._apply({"type": "ADDED", "object": pod}, "1")
+    c.synced.set()
+    return c
+
+
+def pod(uid: str, name: str = "p", **meta: str) -> dict:
+    return {"metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": "3",
+                         **meta}}
+
+
+def test_cache_keeps_the_deletion_timestamp():
+    deleting = pod("u1", deletionTimestamp="2026-01-01T00:00:00Z")
+    assert cache.trim(deleting)["metadata"]["deletionTimestamp"] == "2026-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize("cached, reason", [
+    (pod("u1"), None),
+    (None, "the pod is gone"),
+    (pod("u2"), "the pod was re-created (UID u2, the status is for u1)"),
+    (pod("u1", deletionTimestamp="2026-01-01T00:00:00Z"), "the pod is being deleted"),
+])
+def test_stale_reason(cached, reason):
+    got = podapi.stale_reason(PendingStatus("u1", STATUS), cached)
+    assert got == reason if reason is None else got.startswith(reason)
+
+
+def test_republish_sends_what_an_earlier_daemon_left_and_drops_the_stale(tmp_path):
+    store = StateStore(str(tmp_path))
+    sent = pending_state(store, "c1", "u1")
+    pending_state(store, "c2", "u-old")  # its pod was re-created since
+    pending_state(store, "c3", "u3", name="q")  # its pod was deleted since
+    store.save(SavedState(container_id="c4", netns="/x", ifname="eth0",
+                          pod=PodRef("ns", "p", "u1")))  # nothing pending
+    queued: list[tuple[str, str]] = []
+    kube = Patcher()
+
+    def submit(cid: str, what: str, send) -> None:
+        queued.append((cid, what))
+        send(kube)
+
+    pods = pods_cache(pod("u1"))
+    assert podapi.republish(store, ["c1", "c2", "c3", "c4", "c5"], pods, submit) == 1
+    assert queued == [("c1", "patch pod ns/p status (re-sent)")]
+    assert kube.patches == [("ns", "p", sent.annotations, "u1")]
+    assert [store.load(c).status_pending for c in ("c1", "c2", "c3")] == [None] * 3

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..logsetup import LOG_LEVELS, setup_logging
+from ..netconf import DEFAULT_CNI_DIR
 
 log = logging.getLogger("netattach.daemon")
 
@@ -52,6 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--socket-dir", default=DEFAULT_SOCKET_DIR,
                         help="dir of the socket netattach.sock (made 0700; the conflist's "
                              "daemonSocketDir) (default: %(default)s)")
+    parser.add_argument("--cni-dir", default=DEFAULT_CNI_DIR,
+                        help="netattach's state dir, the conflist's cniDir: network-status "
+                             "writes an earlier daemon left unsent there are sent at start "
+                             "(default: %(default)s)")
     parser.add_argument("--max-parallel", type=_positive(int), default=8,
                         help="CNI calls served at once, each running its children "
                              "(default: %(default)s)")
@@ -85,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
     pods, nads = node_caches(args.kubeconfig, args.node_name)
     daemon = Daemon(pods, nads, args.kubeconfig, args.socket_dir, args.max_parallel,
-                    args.api_timeout)
+                    args.api_timeout, args.cni_dir)
     stop = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda signum, _frame: stop.set())

@@ -39,11 +39,13 @@ NADS = "NetworkAttachmentDefinition"
 def trim(obj: dict[str, Any]) -> dict[str, Any]:
     """The part of a Pod or NetworkAttachmentDefinition the orchestrator reads
     (networks.build_plan: metadata.uid, .annotations; delegates: spec.config;
-    devices.nad_resource_name: metadata.annotations): {"metadata": {name, namespace,
-    uid, resourceVersion, annotations}, "spec": {"config"} for a NAD}."""
+    devices.nad_resource_name: metadata.annotations; podapi.republish:
+    metadata.deletionTimestamp): {"metadata": {name, namespace, uid, resourceVersion,
+    annotations, deletionTimestamp}, "spec": {"config"} for a NAD}."""
     meta = obj.get("metadata") or {}
     out: dict[str, Any] = {"metadata": {k: meta[k] for k in (
-        "name", "namespace", "uid", "resourceVersion", "annotations") if k in meta}}
+        "name", "namespace", "uid", "resourceVersion", "annotations", "deletionTimestamp")
+        if k in meta}}
     spec = obj.get("spec")
     if isinstance(spec, dict) and "config" in spec:
         out["spec"] = {"config": spec["config"]}

@@ -15,9 +15,21 @@ Every live read is counted (`misses`, by kind) for the metrics.
 Writes (`Publisher`): the ADD's PATCH of network-status and its Events are queued per
 container and sent in order by a worker after the runtime has its answer. A failure
 is retried (RETRY_PAUSES) and logged, never lost silently; an answer that says the pod
-is gone or was re-created (404, 422) ends it. A DEL first drops what its container
-still has queued and waits for a send in progress (`Publisher.cancel`), so no PATCH
-reaches a pod after its sandbox's DEL began.
+is gone or was re-created (404, 422) ends it. Every DEL of a container (the runtime's,
+and GC's of a stale one: Orchestrator.drop_writes) first drops what it still has
+queued and waits for a send in progress (`Publisher.cancel`).
+
+The network-status survives the daemon (`status_sender`, `republish`): ADD saves it in
+the container's state as pending before answering (add._record_status,
+state.PendingStatus); the PATCH is sent under the container's lock and only while the
+state still holds that same pending status, which it then clears (also when the pod
+is gone or re-created: 404, 422; a PATCH given up after its retries, or refused with
+401/403, stays pending). A DEL clears it under the same lock before it releases
+anything, so no PATCH reaches a pod after its sandbox's DEL began, whatever the order
+of the queue, a restart and the DEL. When the daemon starts, once its pod cache is
+listed, `republish` queues the PATCH of every state still pending whose pod is in the
+cache (this node's) with the same UID and not being deleted, and clears the others.
+Events are not saved: those queued when the daemon dies are lost.
 """
 from __future__ import annotations
 
@@ -30,6 +42,7 @@ from typing import Any
 
 from ..api import MIRROR_POD_ANNOTATION
 from ..kube import Kube, KubeError
+from ..state import PendingStatus, SavedState, StateError, StateStore
 from .cache import NADS, PODS, WatchCache
 
 log = logging.getLogger("netattach.daemon")
@@ -39,6 +52,99 @@ RETRY_PAUSES = (1.0, 2.0, 4.0, 8.0, 16.0)
 all, beyond each try's own apiTimeout and its 429/5xx retries: kube.py)."""
 FINAL_STATUSES = frozenset({401, 403, 404, 409, 422})
 """Answers no retry can change: credentials or RBAC, the pod gone, re-created."""
+POD_GONE = frozenset({404, 422})
+"""Answers to the status PATCH that end its pending record: the pod is gone, or was
+re-created under its name (kube.Kube.patch_pod_annotations). After 401, 403 or the
+last retry it stays pending, and the next start of the daemon sends it again."""
+
+
+class NotSent(Exception):
+    """A queued write that must not be sent any more (its container's state no longer
+    holds it): dropped, without a retry."""
+
+
+def status_sender(store: StateStore, container_id: str, namespace: str, name: str,
+                  pending: PendingStatus) -> Callable[[Kube], None]:
+    """The queued write of a container's network-status (module doc): under the
+    container's lock, PATCH `pending` onto pod namespace/name only while the saved state
+    still holds it, then clear it. Raises NotSent when the state no longer holds it (a
+    DEL began, or it was sent), KubeError from the PATCH (retried by the Publisher)."""
+    def send(kube: Kube) -> None:
+        with store.lock(container_id):
+            try:
+                state = store.load(container_id)
+            except StateError as e:
+                raise NotSent(f"the container's state cannot be read: {e}") from None
+            if state is None:
+                raise NotSent("the container's state is gone (DEL)")
+            if state.status_pending != pending:
+                raise NotSent("the container's state no longer holds it (DEL, or sent)")
+            try:
+                kube.patch_pod_annotations(namespace, name, pending.annotations,
+                                           pending.uid or None)
+            except KubeError as e:
+                if e.status in POD_GONE:
+                    _clear(store, state)
+                raise
+            _clear(store, state)
+    return send
+
+
+def _clear(store: StateStore, state: SavedState) -> None:
+    """Save `state` without its pending status (the lock is held). A failure is logged:
+    the status stays pending and is sent again (idempotent) when the daemon starts."""
+    state.status_pending = None
+    try:
+        store.save(state)
+    except StateError as e:
+        log.warning("container %s: network-status sent, but it cannot be marked so (it is "
+                    "sent again when the daemon starts): %s", state.container_id, e)
+
+
+def stale_reason(pending: PendingStatus, pod: dict[str, Any] | None) -> str | None:
+    """Why a network-status left pending by an earlier daemon must not be sent now, given
+    its pod as the synced cache of this node's pods holds it (None: not there); None
+    when it may be sent."""
+    if pod is None:
+        return "the pod is gone (or no longer on this node)"
+    meta = pod.get("metadata") or {}
+    if pending.uid and meta.get("uid") != pending.uid:
+        return f"the pod was re-created (UID {meta.get('uid')}, the status is for {pending.uid})"
+    if meta.get("deletionTimestamp"):
+        return "the pod is being deleted"
+    return None
+
+
+def republish(store: StateStore, ids: list[str], pods: WatchCache,
+              submit: Callable[[str, str, Callable[[Kube], None]], None]) -> int:
+    """At the daemon's start, once `pods` is synced: queue (`submit(container_id, what,
+    send)`) the network-status PATCH of every state of `ids` (the containers saved
+    before this daemon served a call) still pending (module doc), and clear the pending
+    status of those whose pod is gone, re-created or being deleted. Returns how many
+    were queued. A state that cannot be read is skipped (its DEL deals with it)."""
+    queued = 0
+    for cid in ids:
+        try:
+            with store.lock(cid):
+                state = store.load(cid)
+                if state is None or state.status_pending is None or state.pod is None:
+                    continue
+                pending, pod = state.status_pending, state.pod
+                why = stale_reason(pending, pods.get(pod.namespace, pod.name))
+                if why is not None:
+                    log.info("container %s: the network-status of pod %s left unsent by an "
+                             "earlier daemon is dropped: %s", cid, pod, why)
+                    _clear(store, state)
+                    continue
+        except StateError as e:
+            log.warning("container %s: network-status not re-sent: %s", cid, e)
+            continue
+        log.info("container %s: re-sending the network-status of pod %s that an earlier "
+                 "daemon left unsent", cid, pod)
+        submit(cid, f"patch pod {pod} status (re-sent)",
+               status_sender(store, cid, pod.namespace, pod.name, pending))
+        queued += 1
+    return queued
 
 
 class CachedPodApi:
@@ -47,14 +153,21 @@ class CachedPodApi:
     pods, nads: the caches; live: the operation's Kube (its apiTimeout budget), made on
     first use by `make_live`; expected_uid: the runtime's K8S_POD_UID (""): a cached
     pod with another UID is read live; publish: queues a write for this operation's
-    container (Publisher.submit bound to it); misses: kind -> live reads (shared
-    counter of the daemon, updated under `lock`).
+    container (Publisher.submit bound to it); store, container_id: the operation's
+    state files and container (the status PATCH is sent only while its state holds it,
+    `status_sender`); misses: kind -> live reads (shared counter of the daemon, updated
+    under `lock`).
     """
+
+    WRITES_AFTER_ANSWER = True
+    """api.writes_after_answer: ADD records the network-status as pending first."""
 
     def __init__(self, pods: WatchCache, nads: WatchCache, make_live: Callable[[], Kube],
                  expected_uid: str, publish: Callable[[str, Callable[[Kube], None]], None],
+                 store: StateStore, container_id: str,
                  misses: collections.Counter[str], lock: threading.Lock):
         self.pods, self.nads = pods, nads
+        self.store, self.container_id = store, container_id
         self._make_live = make_live
         self._live: Kube | None = None
         self.expected_uid = expected_uid
@@ -87,9 +200,10 @@ class CachedPodApi:
 
     def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str],
                               uid: str | None = None) -> None:
-        """Queued (Publisher); never raises."""
-        self._publish(f"patch pod {namespace}/{name} status",
-                      lambda kube: kube.patch_pod_annotations(namespace, name, annotations, uid))
+        """Queued (Publisher), sent while the container's state holds it as pending
+        (add._record_status saved it; `status_sender`); never raises."""
+        self._publish(f"patch pod {namespace}/{name} status", status_sender(
+            self.store, self.container_id, namespace, name, PendingStatus(uid or "", annotations)))
 
     def create_event(self, pod: dict[str, str], type_: str, reason: str, message: str) -> None:
         """Queued (Publisher); never raises."""
@@ -140,7 +254,8 @@ class Publisher:
 
     def cancel(self, container_id: str) -> None:
         """Drop the container's queued writes and wait until none is being sent (a DEL
-        of it begins)."""
+        of it begins: Orchestrator.drop_writes). Never called with the container's lock
+        held: a status write being sent holds it."""
         with self._cond:
             dropped = self._queues.pop(container_id, None)
             self._cond.notify_all()  # a worker pausing before a retry of it stops
@@ -205,6 +320,10 @@ class Publisher:
                     return
                 log.warning("container %s: %s failed (try %d; again in %g s): %s", cid, what,
                             attempt, pause, e)
+            except NotSent as e:
+                self.dropped += 1
+                log.info("container %s: %s: not sent: %s", cid, what, e)
+                return
             except Exception:  # a bug: logged with its traceback, not retried
                 self.dropped += 1
                 log.exception("container %s: %s failed", cid, what)

@@ -33,11 +33,11 @@ from ..cni import invoke
 from ..cni.errors import CniError
 from ..cni.request import parse_cni_args
 from ..kube import Kube
-from ..netconf import NetConf
+from ..netconf import DEFAULT_CNI_DIR, NetConf
 from ..orchestrator import Orchestrator
-from ..state import StateStore
+from ..state import StateError, StateStore
 from .cache import WatchCache
-from .podapi import CachedPodApi, Publisher
+from .podapi import CachedPodApi, Publisher, republish
 
 log = logging.getLogger("netattach.daemon")
 
@@ -153,13 +153,18 @@ class Daemon:
     pods, nads: the caches (cache.node_caches), started by `start`; kubeconfig: for
     live reads and the publisher's writes (None: in-cluster); socket_dir: where the
     socket is made; max_parallel: operations at once; api_timeout: seconds, the budget
-    of each queued write's try.
+    of each queued write's try; cni_dir: the state dir (the conflist's cniDir) whose
+    network-status writes left pending by an earlier daemon are sent at start
+    (podapi.republish).
     """
 
     def __init__(self, pods: WatchCache, nads: WatchCache, kubeconfig: str | None,
-                 socket_dir: str, max_parallel: int, api_timeout: float):
+                 socket_dir: str, max_parallel: int, api_timeout: float,
+                 cni_dir: str = DEFAULT_CNI_DIR):
         self.pods, self.nads = pods, nads
         self.kubeconfig = kubeconfig
+        self.cni_dir = cni_dir
+        self._other_dirs: set[str] = set()
         self.socket_dir = socket_dir
         self.socket_path = os.path.join(socket_dir, SOCKET_NAME)
         self.max_parallel = max_parallel
@@ -178,11 +183,34 @@ class Daemon:
         """Start the caches, bind the socket, accept calls. Raises DaemonError."""
         self.pods.start()
         self.nads.start()
+        try:  # before the socket: every state listed is an earlier daemon's
+            saved = StateStore(self.cni_dir).container_ids()
+        except StateError as e:
+            log.error("network-status writes an earlier daemon left unsent are not re-sent: %s",
+                      e)
+            saved = []
         self._listener = self._bind()
         self.listening = True
         self._accept_thread = threading.Thread(target=self._accept, name="accept", daemon=True)
         self._accept_thread.start()
+        threading.Thread(target=self._republish, args=(saved,), name="republish",
+                         daemon=True).start()
         log.info("serving CNI calls on %s (%d at once)", self.socket_path, self.max_parallel)
+
+    def _republish(self, saved: list[str]) -> None:
+        """Once the pod cache is listed: queue the network-status writes an earlier
+        daemon left pending in `cni_dir` for the containers `saved` (podapi.republish)."""
+        self.pods.synced.wait()
+        if not self.listening:
+            return
+        try:
+            queued = republish(StateStore(self.cni_dir), saved, self.pods,
+                               self.publisher.submit)
+        except Exception:  # a bug: logged; the calls are served all the same
+            log.exception("re-sending pending network-status writes failed")
+            return
+        log.info("state dir %s: %d network-status write(s) left by an earlier daemon re-sent",
+                 self.cni_dir, queued)
 
     def alive(self) -> bool:
         """The accept loop runs (healthz)."""
@@ -285,12 +313,10 @@ class Daemon:
         with self.stats.lock:
             self.in_flight += 1
         try:
-            if command == "DEL":
-                self.publisher.cancel(cid)
             seen: list[NetConf] = []
             doc, code = cli.cni_main(environ, stdin, Orchestrator(
                 api=lambda conf: self._api(environ, conf, seen), executor=invoke.PROCESS_EXECUTOR,
-                clock=time.time))
+                clock=time.time, drop_writes=self.publisher.cancel))
             if command == "ADD" and code == 0 and seen:
                 self._count_attachments(seen[0], cid)
         finally:
@@ -310,11 +336,19 @@ class Daemon:
         except CniError:  # cni_main refused bad CNI_ARGS before asking for the API
             uid = ""
         cid = environ.get("CNI_CONTAINERID", "")
+        if os.path.normpath(conf.cni_dir) != os.path.normpath(self.cni_dir):
+            with self.stats.lock:
+                first = conf.cni_dir not in self._other_dirs
+                self._other_dirs.add(conf.cni_dir)
+            if first:
+                log.warning("a call's cniDir %s is not the daemon's --cni-dir %s: a "
+                            "network-status of it not sent when the daemon stops is not "
+                            "re-sent when it starts", conf.cni_dir, self.cni_dir)
         return CachedPodApi(
             self.pods, self.nads,
             lambda: self.client.kube(conf.api_timeout, "apiTimeout"), uid,
             lambda what, send: self.publisher.submit(cid, what, send),
-            self.stats.misses, self.stats.lock)
+            StateStore(conf.cni_dir), cid, self.stats.misses, self.stats.lock)
 
     def _count_attachments(self, conf: NetConf, cid: str) -> None:
         try:
