@@ -39,11 +39,10 @@ before a whole answer):
 * STATUS fails with code 50 (the plugin is not available), naming the socket.
 * VERSION is answered here, without the daemon.
 """
+import _socket  # not `socket`: see the module doc
 import os
 import sys
 import time
-
-import _socket  # not `socket`: see the module doc
 
 SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 """netattach.cni.version.SUPPORTED_VERSIONS, repeated because the shim imports nothing
@@ -110,7 +109,7 @@ def _decode(stdin: bytes) -> object:
         text = stdin.decode("utf-8").lstrip(" \t\n\r")
         if not text:
             return None
-        value, end = _json.make_scanner(_ScanContext)(text, 0)
+        value, end = _json.make_scanner(_ScanContext)(text, 0)  # type: ignore[arg-type]
         if not text[end:].strip(" \t\n\r"):
             return value
     except Exception:  # ImportError, UnicodeError, ValueError, StopIteration, RecursionError
