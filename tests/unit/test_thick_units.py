@@ -264,9 +264,9 @@ class Patcher:
 
 
 def pending_state(store: StateStore, cid: str = "c1", uid: str = "u1",
-                  name: str = "p") -> PendingStatus:
+                  name: str = "p", netns: str = "/proc/self/ns/net") -> PendingStatus:
     pending = PendingStatus(uid, dict(STATUS))
-    store.save(SavedState(container_id=cid, netns="/x", ifname="eth0",
+    store.save(SavedState(container_id=cid, netns=netns, ifname="eth0",
                           pod=PodRef("ns", name, uid), status_pending=pending))
     return pending
 
@@ -358,6 +358,7 @@ def test_republish_sends_what_an_earlier_daemon_left_and_drops_the_stale(tmp_pat
     pending_state(store, "c3", "u3", name="q")  # its pod was deleted since
     store.save(SavedState(container_id="c4", netns="/x", ifname="eth0",
                           pod=PodRef("ns", "p", "u1")))  # nothing pending
+    pending_state(store, "c6", "u1", netns="/run/netns/gone")  # its sandbox is gone
     queued: list[tuple[str, str]] = []
     kube = Patcher()
 
@@ -366,7 +367,7 @@ def test_republish_sends_what_an_earlier_daemon_left_and_drops_the_stale(tmp_pat
         send(kube)
 
     pods = pods_cache(pod("u1"))
-    assert podapi.republish(store, ["c1", "c2", "c3", "c4", "c5"], pods, submit) == 1
+    assert podapi.republish(store, ["c1", "c2", "c3", "c4", "c5", "c6"], pods, submit) == 1
     assert queued == [("c1", "patch pod ns/p status (re-sent)")]
     assert kube.patches == [("ns", "p", sent.annotations, "u1")]
-    assert [store.load(c).status_pending for c in ("c1", "c2", "c3")] == [None] * 3
+    assert [store.load(c).status_pending for c in ("c1", "c2", "c3", "c6")] == [None] * 4

@@ -42,7 +42,7 @@ from typing import Any
 
 from ..api import MIRROR_POD_ANNOTATION
 from ..kube import Kube, KubeError
-from ..state import PendingStatus, SavedState, StateError, StateStore
+from ..state import PendingStatus, SavedState, StateError, StateStore, is_missing_netns
 from .cache import NADS, PODS, WatchCache
 
 log = logging.getLogger("netattach.daemon")
@@ -130,7 +130,9 @@ def republish(store: StateStore, ids: list[str], pods: WatchCache,
                 if state is None or state.status_pending is None or state.pod is None:
                     continue
                 pending, pod = state.status_pending, state.pod
-                why = stale_reason(pending, pods.get(pod.namespace, pod.name))
+                why = ("the sandbox's netns is gone (the node restarted, or the sandbox "
+                       "stopped)" if is_missing_netns(state.netns) else
+                       stale_reason(pending, pods.get(pod.namespace, pod.name)))
                 if why is not None:
                     log.info("container %s: the network-status of pod %s left unsent by an "
                              "earlier daemon is dropped: %s", cid, pod, why)
