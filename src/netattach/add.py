@@ -260,7 +260,7 @@ def _record_status(store: StateStore, state: SavedState, pod: PodRef,
     only what the state holds), and the error says so; the ADD still succeeds."""
     state.status_pending = PendingStatus(uid, annotations)
     try:
-        store.save(state)
+        store.save(state, durable=False)  # re-sent only while its netns exists: no power loss
     except StateError as e:
         state.status_pending = None
         log.error("pod %s: attachments are up but the %s annotation is not written: it cannot "

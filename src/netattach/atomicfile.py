@@ -31,11 +31,12 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def write_new(path: str, mode: int, write: Callable[[IO[bytes]], object]) -> None:
+def write_new(path: str, mode: int, write: Callable[[IO[bytes]], object],
+              durable: bool = True) -> None:
     """Create `path` afresh (an entry already there is unlinked first, never followed;
     O_EXCL | O_NOFOLLOW, so a symlink planted at the name is not written through), let
-    `write(binary file)` fill it, fsync it and give it `mode` whatever the umask. On
-    failure `path` is removed. Raises OSError."""
+    `write(binary file)` fill it, fsync it (unless not `durable`) and give it `mode`
+    whatever the umask. On failure `path` is removed. Raises OSError."""
     with contextlib.suppress(FileNotFoundError, IsADirectoryError):
         os.unlink(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -45,26 +46,32 @@ def write_new(path: str, mode: int, write: Callable[[IO[bytes]], object]) -> Non
             write(f)
             f.flush()
             os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(path)
         raise
 
 
-def replace(path: str, data: bytes, mode: int, tmp: str | None = None) -> None:
+def replace(path: str, data: bytes, mode: int, tmp: str | None = None,
+            durable: bool = True) -> None:
     """Replace `path` with `data` (file mode `mode`), atomically and durably (module doc).
 
     tmp: the temp file's path (default `temp_path(path)`); it must be in `path`'s
     directory. A symlink at `path` is replaced, never followed. On failure the temp
     file is removed and `path` is unchanged. Raises OSError (disk full, read-only...).
+    durable=False: atomic only (no fsync of the file or the directory): readers and a
+    process that crashes still see the old content or the new, whole, but after a
+    power loss the file may be the old one (or, on some file systems, empty).
     """
     tmp = tmp or temp_path(path)
     try:
-        write_new(tmp, mode, lambda f: f.write(data))
+        write_new(tmp, mode, lambda f: f.write(data), durable)
         os.rename(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    fsync_dir(os.path.dirname(path))
+    if durable:
+        fsync_dir(os.path.dirname(path))

@@ -128,7 +128,7 @@ def _drop_pending_status(req: CniRequest, pod: PodRef | None, state: SavedState,
     log.info("%s: the network-status of container %s was not published yet; the DEL drops "
              "it", where(pod), req.container_id)
     state.status_pending = None
-    store.save(state)
+    store.save(state, durable=False)  # after a power loss, its netns is gone: not re-sent
 
 
 def _names(attachments: list[SavedAttachment]) -> str:

@@ -470,14 +470,20 @@ class StateStore:
             raise StateError(f"cannot move damaged state file {path} aside: {e.strerror}") from None
         return aside
 
-    def save(self, state: SavedState) -> None:
+    def save(self, state: SavedState, durable: bool = True) -> None:
         """Write `state` atomically (0600) as `<containerID>.json`. Raises StateError
-        (disk full, read-only, ...)."""
+        (disk full, read-only, ...).
+
+        durable=False skips the fsyncs (atomicfile.replace): for the saves whose only
+        job is to survive the process (killed by the runtime's timeout, OOM, a daemon
+        restart), not a power loss, after which the sandbox's netns and interfaces are
+        gone anyway and DEL works from an older state or rebuilds from the API
+        (delete.py, the recovery matrix)."""
         self.ensure_dir()
         path = self._path(state.container_id, ".json")
         data = json.dumps(state.to_dict(), separators=(",", ":")).encode()
         try:
-            atomicfile.replace(path, data, 0o600)
+            atomicfile.replace(path, data, 0o600, durable=durable)
         except OSError as e:
             raise StateError(f"cannot write state file {path}: {e.strerror}") from None
 

@@ -95,7 +95,7 @@ def _clear(store: StateStore, state: SavedState) -> None:
     the status stays pending and is sent again (idempotent) when the daemon starts."""
     state.status_pending = None
     try:
-        store.save(state)
+        store.save(state, durable=False)  # after a power loss, its netns is gone: not re-sent
     except StateError as e:
         log.warning("container %s: network-status sent, but it cannot be marked so (it is "
                     "sent again when the daemon starts): %s", state.container_id, e)
