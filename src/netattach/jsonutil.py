@@ -5,7 +5,10 @@ Stdlib only: imported on the exec'd CNI path.
 from __future__ import annotations
 
 import json
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_DEPTH = 100
 """Deepest nesting of arrays and objects accepted. CNI configs, results and annotations

@@ -55,6 +55,8 @@ class KubeconfigError(ValueError):
 
 @dataclass
 class Response:
+    """One answer: status, headers (`get(name)`, any case) and the whole body."""
+
     status_code: int
     headers: Any  # http.client.HTTPMessage: get(name) is case-insensitive
     content: bytes

@@ -74,6 +74,11 @@ def test_exec_path_imports_only_the_standard_library_and_netattach(console_scena
         assert not modules & {"lightkube", "httpx2", "httpcore2", "jsonschema", "pyroute2",
                               "yaml", "kubernetes", "grpc"}, (command, modules)
     assert "http" in seen["ADD"] and "http" not in seen["DEL"]
+    # what the standard library would pull in for nothing: inspect (with ast, dis,
+    # tokenize) under dataclasses (cli._defer_inspect), typing on VERSION's path
+    for command, modules in seen.items():
+        assert not modules & {"inspect", "ast", "dis", "tokenize"}, (command, modules)
+    assert "typing" not in seen["VERSION"]
     sc.assert_clean(s)
 
 

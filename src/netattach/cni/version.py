@@ -10,9 +10,12 @@ cniVersion is 0.1.0).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from .errors import VersionError
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 """Every CNI version netattach reads, runs and answers, oldest first."""
