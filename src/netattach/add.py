@@ -6,7 +6,11 @@ The order of what is saved is the contract DEL relies on:
    succeeds at once, without the API server;
 2. the whole plan (every delegate's raw config, ifnames, runtimeConfig, devices)
    before any child runs;
-3. each attachment marked attempted before its child runs, its result after.
+3. each attachment marked attempted before its child runs, its result after: in the
+   same save as the next attachment's mark (one write and two fsyncs per network,
+   not two), the last one's on its own. A crash between a child and that save leaves
+   the attachment attempted without its result, which DEL undoes like a crash
+   during the child.
 Any failure from the first child on rolls back every attempted attachment in reverse
 (spec §7.2). A rollback (or an ADD that attached nothing) that leaves nothing behind
 removes the state and writes the container's tombstone, so the runtime's cleanup DEL
@@ -161,13 +165,14 @@ class _AttachFailed(Exception):
 
 def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef | None,
                 plan: Plan, state: SavedState, store: StateStore) -> list[dict[str, Any]]:
-    """Run every attachment's ADD in order, saving as it goes. Raises _AttachFailed."""
+    """Run every attachment's ADD in order, saving as it goes (module doc, 3.). Raises
+    _AttachFailed."""
     results: list[dict[str, Any]] = []
     for i, att in enumerate(plan.attachments):
         saved = state.attachments[i]
         saved.attempted = True
         try:
-            store.save(state)
+            store.save(state)  # this mark, with the result of the attachment before
             if i in plan.devices:
                 devices.copy_device_info(*plan.devices[i], req.container_id, att.ifname,
                                          conf.device_info_dir)
@@ -183,11 +188,13 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
         assert result is not None  # chain.add raises when a plugin prints no result
         results.append(result)
         saved.result = result
-        try:
-            store.save(state)
-        except CniError as e:
-            log.warning("%s: cannot save result of %s: %s", where(pod), att.network, e)
         log.info("%s: attached network %s as %s", where(pod), att.network, att.ifname)
+    if plan.attachments:
+        try:
+            store.save(state)  # the last attachment's result
+        except CniError as e:
+            log.warning("%s: cannot save result of %s: %s", where(pod),
+                        plan.attachments[-1].network, e)
     return results
 
 
