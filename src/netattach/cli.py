@@ -188,6 +188,8 @@ def main(argv: list[str] | None = None) -> None:
         _quiet = True
         if os.environ["CNI_COMMAND"] != "VERSION":  # VERSION imports no dataclass
             _defer_inspect()
+            from . import _dataclass_code
+            _dataclass_code.install()
         doc, code = cni_main(dict(os.environ), sys.stdin.buffer.read())
         _emit(doc, code)
     import argparse
