@@ -6,7 +6,6 @@ answer, or a CNI error) and exits 0 on success, 1 on error (CNI SPEC.md
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -49,7 +48,8 @@ def _emit(doc: dict[str, Any] | None, code: int) -> NoReturn:
     """
     try:
         if doc is not None:
-            sys.stdout.write(json.dumps(doc) + "\n")
+            from .jsonutil import dumps  # json itself only when a command imported it
+            sys.stdout.write(dumps(doc) + "\n")
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
