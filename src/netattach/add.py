@@ -23,8 +23,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import devices, netnsinfo, routes, status
-from .api import PodApi, pod_ref
+from . import devices, netnsinfo, status
+from .api import PodApi, pod_ref, where
 from .cni import chain
 from .cni.errors import CniError, InvalidEnv, TryAgain
 from .cni.request import CniRequest
@@ -32,7 +32,7 @@ from .cni.result import convert_result
 from .delete import delete_attachments
 from .kube import KubeError
 from .netconf import NetConf
-from .networks import InvalidSelection, Plan, build_plan, empty_result, where
+from .networks import InvalidSelection, Plan, build_plan, empty_result
 from .state import CorruptState, PodRef, SavedState, StateError, StateStore
 
 if TYPE_CHECKING:
@@ -240,6 +240,7 @@ def _apply_default_route(req: CniRequest, plan: Plan, results: list[dict[str, An
     (so CHECK and DEL see what the netns holds). Raises RouteError (7) naming the
     gateway problem; the caller rolls back."""
     assert plan.default_route is not None
+    from . import routes  # ipaddress, socket and copy: only for a pod asking a default-route
     targets = [routes.RouteTarget(a.ifname, r, a.default_route, a.network)
                for a, r in zip(plan.attachments, results)]
     try:

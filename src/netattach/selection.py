@@ -70,7 +70,6 @@ Decisions where the spec is silent (each is tested):
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 from dataclasses import dataclass
@@ -216,6 +215,7 @@ def _hw_to_str(raw: bytes) -> str:
 def _is_ip(value: str) -> bool:
     if "%" in value:  # zone ids: not accepted by Go's net.ParseIP
         return False
+    import ipaddress  # only for a selection with ips or a default-route (about 2 ms)
     try:
         ipaddress.ip_address(value)
     except ValueError:
@@ -231,6 +231,7 @@ def _is_ip_with_optional_prefix(value: str) -> bool:
         return True
     if not _PREFIX_LEN.fullmatch(prefix):
         return False
+    import ipaddress
     try:
         ipaddress.ip_interface(f"{addr}/{prefix}")
     except ValueError:
