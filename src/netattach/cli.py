@@ -186,6 +186,12 @@ def main(argv: list[str] | None = None) -> None:
     if "CNI_COMMAND" in os.environ:
         global _quiet
         _quiet = True
+        # One CNI call lives for a fraction of a second and ends with os._exit (_emit):
+        # the cyclic garbage collector's runs while it imports (about 25 of them, 3-6 ms
+        # of an ADD on a slow machine, issue 11) would free almost nothing before the
+        # process goes. Reference counting still frees everything else at once.
+        import gc
+        gc.disable()
         if os.environ["CNI_COMMAND"] != "VERSION":  # VERSION imports no dataclass
             _defer_inspect()
             from . import _dataclass_code
