@@ -30,7 +30,7 @@ def install(path: "str | None" = None) -> int:
     path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), CACHE_FILE)
     try:
         with open(path, "rb") as f:
-            cache = marshal.load(f)
+            cache = marshal.loads(f.read())  # one read: marshal.load(f) reads piece by piece
     except (OSError, EOFError, ValueError, TypeError):
         return 0
     if not isinstance(cache, dict) or not cache:
