@@ -36,7 +36,8 @@ $(VENV)/.installed: pyproject.toml
 # The executable gets the build's start time, so a source edited during a build is
 # newer than the artifact (make rebuilds it; tests/e2e refuses the stale artifact).
 NETATTACH_EXE := $(CURDIR)/dist/netattach/netattach
-BUILD_INPUTS := netattach.spec hack/pyinstaller_entry.py hack/shim_entry.py pyproject.toml \
+BUILD_INPUTS := netattach.spec hack/pyinstaller_entry.py hack/shim_entry.py \
+	hack/gen-dataclass-code.py pyproject.toml \
 	$(shell find src/netattach src/netattach_shim -type f ! -path '*/__pycache__/*' ! -name '*.pyc')
 
 build: $(NETATTACH_EXE)

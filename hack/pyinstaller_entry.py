@@ -33,6 +33,9 @@ def restore_runtime_environ(environ=os.environ) -> None:
 
 
 if __name__ == "__main__":
+    if "CNI_COMMAND" in os.environ:  # one short CNI call: no cyclic GC (netattach.cli.main)
+        import gc
+        gc.disable()
     if getattr(sys, "frozen", False):
         restore_runtime_environ()
     from netattach.cli import main

@@ -6,7 +6,11 @@ The order of what is saved is the contract DEL relies on:
    succeeds at once, without the API server;
 2. the whole plan (every delegate's raw config, ifnames, runtimeConfig, devices)
    before any child runs;
-3. each attachment marked attempted before its child runs, its result after;
+3. each attachment marked attempted before its child runs, its result after: in the
+   same save as the next attachment's mark (one write and two fsyncs per network,
+   not two), the last one's on its own. A crash between a child and that save leaves
+   the attachment attempted without its result, which DEL undoes like a crash
+   during the child;
 4. when the API seam sends its writes after the answer (the node daemon), the
    network-status to publish, before the answer (`_record_status`).
 Any failure from the first child on rolls back every attempted attachment in reverse
@@ -21,8 +25,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import devices, netnsinfo, routes, status
-from .api import PodApi, pod_ref, writes_after_answer
+from . import devices, netnsinfo, status
+from .api import PodApi, pod_ref, where, writes_after_answer
 from .cni import chain
 from .cni.errors import CniError, InvalidEnv, TryAgain
 from .cni.request import CniRequest
@@ -30,7 +34,7 @@ from .cni.result import convert_result
 from .delete import delete_attachments
 from .kube import KubeError
 from .netconf import NetConf
-from .networks import InvalidSelection, Plan, build_plan, empty_result, where
+from .networks import InvalidSelection, Plan, build_plan, empty_result
 from .state import CorruptState, PendingStatus, PodRef, SavedState, StateError, StateStore
 
 if TYPE_CHECKING:
@@ -166,13 +170,14 @@ class _AttachFailed(Exception):
 
 def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef | None,
                 plan: Plan, state: SavedState, store: StateStore) -> list[dict[str, Any]]:
-    """Run every attachment's ADD in order, saving as it goes. Raises _AttachFailed."""
+    """Run every attachment's ADD in order, saving as it goes (module doc, 3.). Raises
+    _AttachFailed."""
     results: list[dict[str, Any]] = []
     for i, att in enumerate(plan.attachments):
         saved = state.attachments[i]
         saved.attempted = True
         try:
-            store.save(state)
+            store.save(state)  # this mark, with the result of the attachment before
             if i in plan.devices:
                 devices.copy_device_info(*plan.devices[i], req.container_id, att.ifname,
                                          conf.device_info_dir)
@@ -188,11 +193,13 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
         assert result is not None  # chain.add raises when a plugin prints no result
         results.append(result)
         saved.result = result
-        try:
-            store.save(state)
-        except CniError as e:
-            log.warning("%s: cannot save result of %s: %s", where(pod), att.network, e)
         log.info("%s: attached network %s as %s", where(pod), att.network, att.ifname)
+    if plan.attachments:
+        try:
+            store.save(state)  # the last attachment's result
+        except CniError as e:
+            log.warning("%s: cannot save result of %s: %s", where(pod),
+                        plan.attachments[-1].network, e)
     return results
 
 
@@ -238,6 +245,7 @@ def _apply_default_route(req: CniRequest, plan: Plan, results: list[dict[str, An
     (so CHECK and DEL see what the netns holds). Raises RouteError (7) naming the
     gateway problem; the caller rolls back."""
     assert plan.default_route is not None
+    from . import routes  # ipaddress, socket and copy: only for a pod asking a default-route
     targets = [routes.RouteTarget(a.ifname, r, a.default_route, a.network)
                for a, r in zip(plan.attachments, results)]
     try:

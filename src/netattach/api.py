@@ -70,3 +70,9 @@ def pod_ref(req: CniRequest) -> PodRef | None:
         raise InvalidEnv(f"CNI_ARGS K8S_POD_NAMESPACE={ns!r} K8S_POD_NAME={name!r} is not a pod",
                          "a namespace is a DNS-1123 label, a pod name a DNS-1123 subdomain")
     return PodRef(ns, name, req.arg("K8S_POD_UID") or "")
+
+
+def where(pod: PodRef | None, network: str | None = None) -> str:
+    """The context an error message starts with: "pod ns/name: network x"."""
+    out = f"pod {pod}" if pod else "request"
+    return f"{out}: network {network}" if network else out

@@ -6,18 +6,19 @@ answer, or a CNI error) and exits 0 on success, 1 on error (CNI SPEC.md
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
 from .cni.errors import InternalError, as_cni_error
 from .cni.version import LATEST, SUPPORTED_VERSIONS
 
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+
 if TYPE_CHECKING:
     import logging
+    from typing import Any, NoReturn
 
     from .orchestrator import Orchestrator
 
@@ -47,7 +48,8 @@ def _emit(doc: dict[str, Any] | None, code: int) -> NoReturn:
     """
     try:
         if doc is not None:
-            sys.stdout.write(json.dumps(doc) + "\n")
+            from .jsonutil import dumps  # json itself only when a command imported it
+            sys.stdout.write(dumps(doc) + "\n")
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
@@ -150,11 +152,50 @@ def _subcommand(name: str) -> Any:
     return podstatus
 
 
+def _defer_inspect() -> None:
+    """Make `inspect` load on first use instead of on import.
+
+    `dataclasses` imports `inspect` (with ast, dis, tokenize: about 10 ms on a slow
+    machine, issue 11) only to word the docstring of a dataclass that has none; every
+    dataclass on the exec'd path has one, so a CNI call need not pay for it. Until
+    first used, sys.modules holds a stand-in whose module `__getattr__` (PEP 562)
+    imports the real `inspect`, puts it in sys.modules and copies its names into the
+    stand-in, so whoever imported the stand-in sees the whole module from then on.
+    (importlib.util.LazyLoader does not do here: the `import` statement reads the
+    module's `__spec__`, which loads a LazyLoader module at once.)
+    """
+    if "inspect" in sys.modules:
+        return
+    import types
+    stand_in = types.ModuleType("inspect", "inspect, imported on first use (netattach.cli)")
+    stand_in.__spec__ = None  # read by `import`: must not load it
+
+    def load(name: str) -> Any:
+        if sys.modules.get("inspect") is stand_in:
+            del sys.modules["inspect"]
+        import inspect
+        stand_in.__dict__.update(inspect.__dict__)
+        return getattr(inspect, name)
+
+    stand_in.__getattr__ = load  # type: ignore[method-assign]
+    sys.modules["inspect"] = stand_in
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console script `netattach`: CNI mode when CNI_COMMAND is set, else a subcommand."""
     if "CNI_COMMAND" in os.environ:
         global _quiet
         _quiet = True
+        # One CNI call lives for a fraction of a second and ends with os._exit (_emit):
+        # the cyclic garbage collector's runs while it imports (about 25 of them, 3-6 ms
+        # of an ADD on a slow machine, issue 11) would free almost nothing before the
+        # process goes. Reference counting still frees everything else at once.
+        import gc
+        gc.disable()
+        if os.environ["CNI_COMMAND"] != "VERSION":  # VERSION imports no dataclass
+            _defer_inspect()
+            from . import _dataclass_code
+            _dataclass_code.install()
         doc, code = cni_main(dict(os.environ), sys.stdin.buffer.read())
         _emit(doc, code)
     import argparse

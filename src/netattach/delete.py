@@ -24,14 +24,11 @@ import time
 from typing import TYPE_CHECKING
 
 from . import devices
-from . import plan as planning
-from .api import PodApi, pod_ref
+from .api import PodApi, pod_ref, where
 from .cni import chain
 from .cni.errors import CniError, TryAgain
 from .cni.request import CniRequest
-from .kube import KubeError
 from .netconf import NetConf
-from .networks import Plan, build_plan, resolve_cluster_network, where
 from .state import (
     CorruptState,
     DelPending,
@@ -181,6 +178,9 @@ def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: Po
                          f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(since))}")
             loud = True
     api = orch.api(conf) if pod else None
+    # the rebuild's modules (NADs, planning, the API client) only when a DEL needs them:
+    # a DEL from a whole saved state never does
+    from .networks import build_plan
     try:
         plan = build_plan(req, conf, pod, api, wait_for_pod=False)
     except CniError as e:
@@ -205,6 +205,9 @@ def _best_effort(orch: Orchestrator, req: CniRequest, conf: NetConf, base: Saved
     When the API server could not be asked (KubeError, rather than an answer that the
     pod or a NAD is gone), the state is marked pending: see `_settle_pending`.
     """
+    from . import plan as planning
+    from .kube import KubeError
+    from .networks import Plan, resolve_cluster_network
     who = f"container {req.container_id} (pod {base.pod or '?'})"
     attachments = list(known)
     unreachable = isinstance(cause, KubeError)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import delegates, devices, selection
 from . import plan as planning
-from .api import MIRROR_POD_ANNOTATION, PodApi
+from .api import MIRROR_POD_ANNOTATION, PodApi, where
 from .cni import invoke
 from .cni.chain import NetworkConfig
 from .cni.errors import CniError, ConfigError, TryAgain, UnknownContainer
@@ -43,12 +43,6 @@ class InvalidSelection(ConfigError):
 class PodNotFound(TryAgain):
     """The API server answered that the pod does not exist (code 11: on ADD the pod may
     not be visible yet)."""
-
-
-def where(pod: PodRef | None, network: str | None = None) -> str:
-    """The context an error message starts with: "pod ns/name: network x"."""
-    out = f"pod {pod}" if pod else "request"
-    return f"{out}: network {network}" if network else out
 
 
 def _is_own(config: NetworkConfig, conf: NetConf) -> bool:
@@ -318,9 +312,11 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
         auxiliary = auxiliary_chain(conf, default[1].source)
         attachments = planning.plan_attachments(default, req.ifname, conf.runtime_config,
                                                 secondaries, auxiliary)
-        from . import routes  # ipaddress and friends: only ADD and DEL's rebuild plan
-        route_plan = routes.plan_default_routes(
-            [(a.ifname, a.default_route, a.network) for a in attachments if not a.auxiliary])
+        route_plan = None  # what plan_default_routes says when no element has the key
+        if any(a.default_route is not None for a in attachments if not a.auxiliary):
+            from . import routes  # ipaddress and friends: only for a pod asking for it
+            route_plan = routes.plan_default_routes(
+                [(a.ifname, a.default_route, a.network) for a in attachments if not a.auxiliary])
     except CniError as e:
         raise e.within(where(pod)) from None
     for a in attachments:  # a type naming a path: refused before any state or child

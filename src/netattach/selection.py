@@ -70,7 +70,6 @@ Decisions where the spec is silent (each is tested):
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 from dataclasses import dataclass
@@ -100,12 +99,14 @@ MAX_ANNOTATION_BYTES = 64 * 1024
 
 _MAX_GO_INT = 2**63 - 1
 
+# Patterns of the mac, infiniband-guid and ips checks, compiled (and cached by `re`)
+# only when an element has such a key, not at every start (issue 11).
 _HEX_PAIR_SEPARATED = {
-    ":": re.compile(r"[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2})*"),
-    "-": re.compile(r"[0-9A-Fa-f]{2}(-[0-9A-Fa-f]{2})*"),
+    ":": r"[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2})*",
+    "-": r"[0-9A-Fa-f]{2}(-[0-9A-Fa-f]{2})*",
 }
-_HEX_DOTTED = re.compile(r"[0-9A-Fa-f]{4}(\.[0-9A-Fa-f]{4})*")
-_PREFIX_LEN = re.compile(r"0|[1-9][0-9]{0,2}")  # no leading zeros (Go's ParsePrefix)
+_HEX_DOTTED = r"[0-9A-Fa-f]{4}(\.[0-9A-Fa-f]{4})*"
+_PREFIX_LEN = r"0|[1-9][0-9]{0,2}"  # no leading zeros (Go's ParsePrefix)
 
 
 # Keys of §4.1.2.1 plus the Multus keys we honour.
@@ -198,10 +199,10 @@ class NetworkSelectionElement:
 def _parse_hw_addr(value: str, size: int) -> bytes | None:
     """Bytes of a hardware address in a ``net.ParseMAC`` notation, or None."""
     for sep, pattern in _HEX_PAIR_SEPARATED.items():
-        if pattern.fullmatch(value):
+        if re.fullmatch(pattern, value):
             parts = value.split(sep)
             return bytes(int(p, 16) for p in parts) if len(parts) == size else None
-    if _HEX_DOTTED.fullmatch(value):
+    if re.fullmatch(_HEX_DOTTED, value):
         groups = value.split(".")
         if len(groups) * 2 != size:
             return None
@@ -216,6 +217,7 @@ def _hw_to_str(raw: bytes) -> str:
 def _is_ip(value: str) -> bool:
     if "%" in value:  # zone ids: not accepted by Go's net.ParseIP
         return False
+    import ipaddress  # only for a selection with ips or a default-route (about 2 ms)
     try:
         ipaddress.ip_address(value)
     except ValueError:
@@ -229,8 +231,9 @@ def _is_ip_with_optional_prefix(value: str) -> bool:
         return False
     if not slash:
         return True
-    if not _PREFIX_LEN.fullmatch(prefix):
+    if not re.fullmatch(_PREFIX_LEN, prefix):
         return False
+    import ipaddress
     try:
         ipaddress.ip_interface(f"{addr}/{prefix}")
     except ValueError:

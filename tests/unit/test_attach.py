@@ -350,10 +350,10 @@ def test_a_status_that_cannot_be_recorded_is_not_queued_and_the_add_succeeds(bed
     bed.api = AfterAnswerApi()
     real_save = StateStore.save
 
-    def save(store: StateStore, state: Any) -> None:
+    def save(store: StateStore, state: Any, durable: bool = True) -> None:
         if state.status_pending is not None:
             raise StateError("cannot write state file x: No space left on device")
-        real_save(store, state)
+        real_save(store, state, durable)
 
     monkeypatch.setattr(StateStore, "save", save)
     assert bed.run("ADD") is not None

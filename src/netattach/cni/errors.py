@@ -23,8 +23,9 @@ place that turns any exception into the error the runtime gets.
 """
 from __future__ import annotations
 
-import copy
-from typing import Any
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 # Well-known error codes, CNI SPEC.md "Well-known Error Codes" (0-99 are reserved
 # for the spec; 100+ are plugin specific). libcni's types.ErrUnknown (0) is not a
@@ -70,6 +71,7 @@ class CniError(Exception):
     def within(self, where: str) -> CniError:
         """A copy of this error (same kind, code and details) whose msg starts with
         `where` ("pod ns/name: network x"), so the message names the context."""
+        import copy  # only when an error is reworded: not on VERSION's path
         out = copy.copy(self)
         out.msg = f"{where}: {self.msg}" if where else self.msg
         out.args = (out.msg,)
@@ -78,6 +80,7 @@ class CniError(Exception):
     def reworded(self, msg: str, details: str | None = None) -> CniError:
         """A copy of this error (same kind and code) with `msg`, and `details` when given:
         for one error that reports several (the code is this one's)."""
+        import copy  # only when an error is reworded: not on VERSION's path
         out = copy.copy(self)
         out.msg = msg
         out.args = (msg,)

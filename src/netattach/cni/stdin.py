@@ -7,10 +7,12 @@ jsonutil and the error kinds.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from ..jsonutil import loads_strict
 from .errors import DecodeFailure
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_STDIN = 1 << 20  # 1 MiB: far above any real network configuration
 

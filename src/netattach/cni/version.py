@@ -9,10 +9,11 @@ cniVersion is 0.1.0).
 """
 from __future__ import annotations
 
-import re
-from typing import Any
-
 from .errors import VersionError
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 """Every CNI version netattach reads, runs and answers, oldest first."""
@@ -21,7 +22,15 @@ LATEST = SUPPORTED_VERSIONS[-1]
 DEFAULT_VERSION = "0.1.0"
 """The version of a config or result that declares none (libcni create.DecodeVersion)."""
 
-_VERSION_RE = re.compile(r"[0-9]+(\.[0-9]+){0,2}")
+_DIGITS = frozenset("0123456789")
+
+
+def _well_formed(version: str) -> bool:
+    """True when `version` is one to three dot-separated runs of ASCII digits (the
+    regular expression [0-9]+(\\.[0-9]+){0,2}, without importing `re` on VERSION's
+    path)."""
+    parts = version.split(".")
+    return len(parts) <= 3 and all(p and _DIGITS.issuperset(p) for p in parts)
 
 
 def parse(version: object) -> tuple[int, int, int]:
@@ -36,7 +45,7 @@ def parse(version: object) -> tuple[int, int, int]:
                            "a version is a string like \"1.0.0\"")
     if version == "":
         return (0, 1, 0)
-    if not _VERSION_RE.fullmatch(version):
+    if not _well_formed(version):
         raise VersionError(f"invalid CNI version {version!r}", "expected MAJOR.MINOR.PATCH")
     parts = [int(p) for p in version.split(".")] + [0, 0]
     return (parts[0], parts[1], parts[2])
