@@ -39,6 +39,7 @@ import ssl
 import threading
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from . import __version__
 
@@ -132,7 +133,7 @@ class StdlibTransport:
     when a request is made while an abandoned one still holds the first)."""
 
     def __init__(self, server: str, context: ssl.SSLContext | None, token: str | None):
-        parts = split_server(server)
+        parts = urlsplit(server)
         self.base_url = server.rstrip("/")
         self._https = parts.scheme == "https"
         self._host = parts.hostname or ""
@@ -334,43 +335,6 @@ def _read_body(reader: Any, method: str, status: int, fields: Headers) -> bytes:
     return data
 
 
-class _Server:
-    """The parts of a server URL the transport uses, as urlsplit's result names them."""
-
-    __slots__ = ("scheme", "hostname", "port", "path")
-
-    def __init__(self, scheme: str, hostname: str | None, port: int | None, path: str):
-        self.scheme, self.hostname, self.port, self.path = scheme, hostname, port, path
-
-
-_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_~/:")
-
-
-def split_server(server: str) -> Any:
-    """urllib.parse.urlsplit(server) for its scheme, hostname, port and path. A plain
-    `http[s]://name-or-IPv4[:port][/path]` is read here, because urllib.parse imports
-    ipaddress too (about 3 ms of an ADD on a slow machine, issue 11); anything else
-    (an IPv6 literal, user info, a query, escapes, white space, a port out of range)
-    goes to urlsplit itself, whose result and errors are the reference."""
-    for scheme in ("https", "http"):
-        if server.startswith(scheme + "://"):
-            rest = server[len(scheme) + 3:]
-            break
-    else:
-        return _urlsplit(server)
-    netloc, slash, path = rest.partition("/")
-    host, colon, port = netloc.partition(":")
-    if not _PLAIN.issuperset(rest) or not host or ":" in port or \
-            (port and not (port.isdigit() and int(port) <= 65535)):
-        return _urlsplit(server)
-    return _Server(scheme, host.lower(), int(port) if port else None, slash + path)
-
-
-def _urlsplit(server: str) -> Any:
-    from urllib.parse import urlsplit
-    return urlsplit(server)
-
-
 def _read_document(path: str) -> Any:
     with open(path, "rb") as f:
         text = f.read()
@@ -416,8 +380,8 @@ def load(kubeconfig: str | None) -> tuple[StdlibTransport, str] | None:
     if set(cluster) - _CLUSTER_KEYS or set(user) - _USER_KEYS:
         return None
     server = cluster.get("server")
-    if not isinstance(server, str) or split_server(server).scheme not in ("http", "https") \
-            or not split_server(server).hostname:
+    if not isinstance(server, str) or urlsplit(server).scheme not in ("http", "https") \
+            or not urlsplit(server).hostname:
         return None
     if ("token" in user and "tokenFile" in user) or \
             ("client-certificate" in user) != ("client-key" in user):
@@ -451,7 +415,7 @@ def load(kubeconfig: str | None) -> tuple[StdlibTransport, str] | None:
         raise KubeconfigError("Illegal header value: the user's token (not shown) has a "
                               "newline, a control character or leading or trailing space")
     context_ssl = None
-    if split_server(server).scheme == "https":
+    if urlsplit(server).scheme == "https":
         context_ssl = _ssl_context(cluster, user, insecure, resolve)
     return StdlibTransport(server, context_ssl, token), namespace
 

@@ -103,24 +103,3 @@ def test_a_token_that_cannot_be_a_header_is_refused_unquoted(tmp_path, token):
     with pytest.raises(transport.KubeconfigError) as e:
         transport.load(write(tmp_path, {"server": "https://h:1"}, {"token": token}))
     assert "Illegal header value" in str(e.value) and token.strip() not in str(e.value)
-
-
-@pytest.mark.parametrize("server", [
-    "https://10.0.0.1:6443", "http://127.0.0.1:8080/prefix/", "https://API.Example.com",
-    "https://h:443/a/b", "https://h:/p", "https://h:0", "https://h:065535", "http://h_1.x-y~z",
-    "https://[::1]:6443", "https://[fd00::1]/x", "https://u@h:1", "https://h:1?q", "https://h#f",
-    "https://h:99999", "https://h:x", "https://h:1:2", "HTTPS://h", "https:///p", "https://",
-    " https://h", "https://h\t:1", "https://h%41", "ftp://h", "https:h", "https://h:१२"])
-def test_split_server_is_urlsplit(server):
-    """The plain server URLs read without urllib.parse give what urlsplit gives, and the
-    others go to urlsplit (its values, or its ValueError for the port)."""
-    from urllib.parse import urlsplit
-
-    def parts(split):
-        try:
-            port = split.port
-        except ValueError as e:
-            port = ("ValueError", str(e))
-        return (split.scheme, split.hostname, port, split.path)
-
-    assert parts(transport.split_server(server)) == parts(urlsplit(server))
