@@ -1,16 +1,11 @@
-"""The exec'd path's HTTP transport to the API server: a minimal HTTP/1.1 client
-over the standard library's `socket` and `ssl`, for the kubeconfigs it fully
-understands.
+"""The exec'd path's HTTP transport to the API server: the standard library's
+`http.client` and `ssl`, for the kubeconfigs it fully understands.
 
 Why: an exec'd ADD paid about 200 ms to import lightkube and httpx2 before its first
-request (issue 11); `ssl` costs a small part of that, and the plugin's four kinds of
-call (GET pod, GET NAD, merge-PATCH pods/status, POST event) need no more than one
-keep-alive HTTP/1.1 connection. `http.client` is not used: it imports the `email`
-package (parser, message, header, utils, with datetime, random, calendar) to read
-headers, about 10 ms more per ADD on a slow machine; the client here reads what an
-HTTP/1.1 server may answer (Content-Length, chunked, or until close; a 1xx before
-the answer) with the same limits and error kinds as http.client. Measured in
-docs/architecture.md (Decisions).
+request (issue 11); `http.client` + `ssl` cost a small part of that, and the plugin's
+four kinds of call (GET pod, GET NAD, merge-PATCH pods/status, POST event) need no
+more than one keep-alive HTTP/1.1 connection. Measured in docs/architecture.md
+(Decisions).
 
 Which kubeconfigs (`load`): JSON (what `netattach install` writes) or YAML, whose
 current context names a cluster with `server` (http or https, an optional path
@@ -32,9 +27,9 @@ environment is used, as with lightkube's `trust_env=False`.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
-import socket
 import ssl
 import threading
 from dataclasses import dataclass
@@ -43,52 +38,10 @@ from urllib.parse import urlsplit
 
 from . import __version__
 
-
-class HTTPException(Exception):
-    """The server's answer is not HTTP/1.x as this client reads it (http.client's
-    exception of the same name; the kinds below keep its names and messages)."""
-
-
-class BadStatusLine(HTTPException):
-    def __init__(self, line: object):
-        super().__init__(repr(line) if not line else line)
-        self.line = line
-
-
-class RemoteDisconnected(ConnectionResetError, BadStatusLine):
-    """The connection closed before any answer (a kept-alive one the server dropped)."""
-
-    def __init__(self, message: str):
-        ConnectionResetError.__init__(self, message)
-        self.line = ""
-
-
-class LineTooLong(HTTPException):
-    def __init__(self, what: str):
-        super().__init__(f"got more than {_MAX_LINE} bytes when reading {what}")
-
-
-class IncompleteRead(HTTPException):
-    def __init__(self, partial: bytes, expected: int | None = None):
-        super().__init__(partial)
-        self.partial, self.expected = partial, expected
-
-    def __str__(self) -> str:
-        more = f", {self.expected} more expected" if self.expected is not None else ""
-        return f"IncompleteRead({len(self.partial)} bytes read{more})"
-
-
-class InvalidURL(HTTPException):
-    pass
-
-
-ERRORS = (TimeoutError, (OSError, HTTPException))
+ERRORS = (TimeoutError, (OSError, http.client.HTTPException))
 """(what a request that took too long raises, what an unreachable or garbled
 server raises): socket timeouts; refused or reset connections, DNS and TLS
 failures (ssl.SSLError is an OSError), malformed HTTP answers."""
-
-_MAX_LINE = 65536  # http.client's limits: a status or header line, headers per answer
-_MAX_HEADERS = 100
 
 _CLUSTER_KEYS = {"server", "certificate-authority", "certificate-authority-data",
                  "insecure-skip-tls-verify", "extensions"}
@@ -105,27 +58,8 @@ class Response:
     """One answer: status, headers (`get(name)`, any case) and the whole body."""
 
     status_code: int
-    headers: Headers
+    headers: Any  # http.client.HTTPMessage: get(name) is case-insensitive
     content: bytes
-
-
-class Headers(dict[str, str]):
-    """An answer's header fields by lower-case name (the first of a repeated one)."""
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return super().get(name.lower(), default)
-
-
-class _Connection:
-    """One connected (TLS) socket and the buffered reader of its answers."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self.reader = sock.makefile("rb")
-
-    def close(self) -> None:
-        self.reader.close()
-        self.sock.close()
 
 
 class StdlibTransport:
@@ -143,28 +77,14 @@ class StdlibTransport:
         self._headers = {"User-Agent": f"netattach/{__version__}"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
-        self._conn: _Connection | None = None
+        self._conn: http.client.HTTPConnection | None = None
         self._lock = threading.Lock()
-        default_port = 443 if self._https else 80
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        port = self._port if self._port is not None else default_port
-        self._host_header = host if port == default_port else f"{host}:{port}"
-        self._address = (
-            # bytes: getaddrinfo and ssl encode a str host with the idna codec, whose
-            # import (stringprep, unicodedata) an ASCII name does not need
-            self._host.encode("ascii") if self._host.isascii() else self._host, port)
 
-    def _connect(self, timeout: float) -> _Connection:
-        sock = socket.create_connection(self._address, timeout)  # type: ignore[arg-type]
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self._https:
-                assert self._context is not None
-                sock = self._context.wrap_socket(sock, server_hostname=self._address[0])
-        except BaseException:
-            sock.close()
-            raise
-        return _Connection(sock)
+    def _connect(self, timeout: float) -> http.client.HTTPConnection:
+        if not self._https:
+            return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        return http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
+                                           context=self._context)
 
     def request(self, method: str, path: str, content: bytes | str | None = None,
                 headers: dict[str, str] | None = None, timeout: float = 10.0) -> Response:
@@ -186,7 +106,7 @@ class StdlibTransport:
                     self._conn = self._connect(timeout)
                 try:
                     return self._exchange(self._conn, method, path, body, all_headers, timeout)
-                except (RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                     if not reused:
                         raise
                     self._drop()  # closed by the server while idle: once more, afresh
@@ -198,141 +118,22 @@ class StdlibTransport:
         finally:
             self._lock.release()
 
-    def _exchange(self, conn: _Connection, method: str, path: str,
+    def _exchange(self, conn: http.client.HTTPConnection, method: str, path: str,
                   body: bytes | None, headers: dict[str, str], timeout: float) -> Response:
-        conn.sock.settimeout(timeout)
-        conn.sock.sendall(self._head(method, self._prefix + path, body, headers)
-                          + (body or b""))
-        status, fields, will_close = _read_head(conn.reader)
-        data = _read_body(conn.reader, method, status, fields)
-        if will_close:
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        conn.request(method, self._prefix + path, body=body, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        if resp.will_close:
             self._drop()
-        return Response(status, fields, data)
-
-    def _head(self, method: str, url: str, body: bytes | None,
-              headers: dict[str, str]) -> bytes:
-        """The request line and header fields, as http.client writes them."""
-        bad = next((c for c in url if c <= " " or c == "\x7f"), None)
-        if bad is not None:
-            raise InvalidURL(f"URL can't contain control characters. {url!r} "
-                             f"(found at least {bad!r})")
-        lines = [f"{method} {url} HTTP/1.1", f"Host: {self._host_header}",
-                 "Accept-Encoding: identity"]
-        for name, value in headers.items():
-            if "\r" in value or "\n" in value:
-                raise ValueError(f"Invalid header value for {name!r}")
-            lines.append(f"{name}: {value}")
-        if body is not None or method in ("POST", "PUT", "PATCH"):
-            lines.append(f"Content-Length: {len(body or b'')}")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        return Response(resp.status, resp.headers, data)
 
     def _drop(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-
-
-def _read_line(reader: Any, what: str) -> bytes:
-    line: bytes = reader.readline(_MAX_LINE + 1)
-    if len(line) > _MAX_LINE:
-        raise LineTooLong(what)
-    return line
-
-
-def _read_fields(reader: Any) -> Headers:
-    """Header fields up to the empty line (a line starting with white space continues
-    the one before)."""
-    fields = Headers()
-    last = None
-    count = 0
-    while True:
-        line = _read_line(reader, "header line")
-        if line in (b"\r\n", b"\n", b""):
-            return fields
-        count += 1
-        if count > _MAX_HEADERS:
-            raise HTTPException(f"got more than {_MAX_HEADERS} headers")
-        text = line.decode("iso-8859-1")
-        if text[0] in " \t" and last is not None:
-            fields[last] = f"{fields[last]} {text.strip()}"
-            continue
-        name, sep, value = text.partition(":")
-        if not sep:
-            continue  # not a field (http.client's parser skips it too)
-        key = name.strip().lower()
-        if key not in fields:
-            fields[key] = value.strip()
-            last = key
-        else:
-            last = None
-
-
-def _read_head(reader: Any) -> tuple[int, Headers, bool]:
-    """(status, header fields, whether the server closes the connection after this
-    answer) of the next final answer; a 1xx before it is read and skipped."""
-    while True:
-        line = _read_line(reader, "status line")
-        if not line:
-            raise RemoteDisconnected("Remote end closed connection without response")
-        text = line.decode("iso-8859-1")
-        parts = text.split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
-            raise BadStatusLine(text)
-        version, code = parts[0], parts[1]
-        if len(code) != 3 or not code.isdigit() or not 100 <= int(code) <= 999:
-            raise BadStatusLine(text)
-        status = int(code)
-        fields = _read_fields(reader)
-        if 100 <= status < 200 and status != 101:
-            continue
-        tokens = {t.strip().lower() for t in fields.get("connection", "").split(",")}
-        if version == "HTTP/1.0":
-            will_close = "keep-alive" not in tokens
-        else:
-            will_close = "close" in tokens
-        if "content-length" not in fields and \
-                fields.get("transfer-encoding", "").lower() != "chunked" and \
-                status not in (204, 304):
-            will_close = True  # the body ends when the connection does
-        return status, fields, will_close
-
-
-def _read_exact(reader: Any, n: int) -> bytes:
-    data: bytes = reader.read(n)
-    if len(data) < n:
-        raise IncompleteRead(data, n - len(data))
-    return data
-
-
-def _read_body(reader: Any, method: str, status: int, fields: Headers) -> bytes:
-    """The body of an answer whose head was read: chunked, Content-Length bytes, or
-    everything until the server closes (none for HEAD, 204, 304)."""
-    if method == "HEAD" or status in (204, 304):
-        return b""
-    if fields.get("transfer-encoding", "").lower() == "chunked":
-        chunks: list[bytes] = []
-        while True:
-            line = _read_line(reader, "chunk size")
-            try:
-                size = int(line.split(b";", 1)[0], 16)
-            except ValueError:
-                raise IncompleteRead(b"".join(chunks)) from None
-            if size == 0:
-                while _read_line(reader, "trailer line") not in (b"\r\n", b"\n", b""):
-                    pass
-                return b"".join(chunks)
-            chunks.append(_read_exact(reader, size))
-            _read_exact(reader, 2)  # the CRLF after the chunk
-    length = fields.get("content-length")
-    if length is not None:
-        try:
-            n = int(length)
-        except ValueError:
-            n = -1
-        if n >= 0:
-            return _read_exact(reader, n)
-    data: bytes = reader.read()
-    return data
 
 
 def _read_document(path: str) -> Any:
