@@ -51,6 +51,7 @@ def add(s: sc.Scenario) -> bytes:
     assert run.code == 0, run.stdout + s.log_text()
     assert sc.pod_links(s) == ["data0", "eth0", "lo", "net1"]
     assert allocated(s) == ["cluster-net", "net-a", "net-b"]
+    s.settle()  # thick: the daemon rewrites the state once its PATCH is sent
     return state_path(s).read_bytes()
 
 
