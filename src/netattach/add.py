@@ -7,12 +7,18 @@ The order of what is saved is the contract DEL relies on:
 2. the whole plan (every delegate's raw config, ifnames, runtimeConfig, devices)
    before any child runs;
 3. each attachment marked attempted before its child runs, its result after: in the
-   same save as the next attachment's mark (one write and two fsyncs per network,
-   not two), the last one's on its own. A crash between a child and that save leaves
-   the attachment attempted without its result, which DEL undoes like a crash
-   during the child;
+   same save as the next attachment's mark (one write per network, not two), the
+   last one's on its own. A crash between a child and that save leaves the
+   attachment attempted without its result, which DEL undoes like a crash during
+   the child;
 4. when the API seam sends its writes after the answer (the node daemon), the
    network-status to publish, before the answer (`_record_status`).
+Saves 1 to 3 survive the process (a runtime's timeout kill, a daemon restart), not a
+power loss: only the last one, with every result, is fsync'ed (`StateStore.save`'s
+`durable`), so an ADD costs two fsyncs, not two per network. After a power loss the
+sandbox's netns and interfaces are gone, the children's own stores (host-local's
+files) are not fsync'ed either, and DEL works from an older state or rebuilds the plan
+from the API (delete.py).
 Any failure from the first child on rolls back every attempted attachment in reverse
 (spec §7.2). A rollback (or an ADD that attached nothing) that leaves nothing behind
 removes the state and writes the container's tombstone, so the runtime's cleanup DEL
@@ -123,7 +129,7 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
                 api: PodApi | None, store: StateStore) -> dict[str, Any]:
     _refuse_second_add(store, req)
     state = SavedState.for_request(req, pod, conf.cni_version)
-    store.save(state)  # before the first API request
+    store.save(state, durable=False)  # before the first API request
     store.forget_deleted(req.container_id)
     try:
         plan = build_plan(req, conf, pod, api)
@@ -131,7 +137,7 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
         store.release(req.container_id)  # nothing was attached
         raise
     state = plan.saved(state)
-    store.save(state)  # before any child runs
+    store.save(state, durable=False)  # before any child runs
     try:
         results = _attach_all(orch, req, conf, pod, plan, state, store)
         if plan.default_route is not None:
@@ -177,7 +183,8 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
         saved = state.attachments[i]
         saved.attempted = True
         try:
-            store.save(state)  # this mark, with the result of the attachment before
+            # this mark, with the result of the attachment before
+            store.save(state, durable=False)
             if i in plan.devices:
                 devices.copy_device_info(*plan.devices[i], req.container_id, att.ifname,
                                          conf.device_info_dir)
@@ -196,7 +203,7 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
         log.info("%s: attached network %s as %s", where(pod), att.network, att.ifname)
     if plan.attachments:
         try:
-            store.save(state)  # the last attachment's result
+            store.save(state)  # the last attachment's result: the one fsync'ed
         except CniError as e:
             log.warning("%s: cannot save result of %s: %s", where(pod),
                         plan.attachments[-1].network, e)

@@ -396,20 +396,33 @@ class StateStore:
         Raises StateError when it is a symlink, not a directory, or not owned by the
         user netattach runs as (someone else could plant links and files in it).
         """
-        # makedirs makes the missing parents 0777 & ~umask whatever mode it is given: a
-        # runtime with umask 0 left them world-writable. At least 022 while they are made.
-        umask = os.umask(0o022)
-        os.umask(umask | 0o022)
         try:
-            os.makedirs(os.path.dirname(self.dir.rstrip("/")) or "/", exist_ok=True)
-            os.mkdir(self.dir, 0o700)
-        except FileExistsError:
+            st = os.lstat(self.dir)
+        except FileNotFoundError:
             pass
+        else:  # the dir of every save but the first
+            self._check_dir(st)
+            return
+        # Each missing dir is made, then given its mode: mkdir's mode is masked by the
+        # umask (a runtime with umask 0 would leave parents world-writable), and the
+        # umask is the process's, not to be changed under the node daemon's threads.
+        missing = []
+        d = self.dir.rstrip("/")
+        while d and not os.path.lexists(d):
+            missing.append(d)
+            d = os.path.dirname(d)
+        try:
+            for d in reversed(missing):
+                try:
+                    os.mkdir(d, 0o700)
+                except FileExistsError:
+                    continue  # made meanwhile by another call
+                os.chmod(d, 0o700 if d == missing[0] else 0o755)
         except OSError as e:
             raise StateError(f"cannot create state dir {self.dir}: {e.strerror}") from None
-        finally:
-            os.umask(umask)
-        st = os.lstat(self.dir)
+        self._check_dir(os.lstat(self.dir))
+
+    def _check_dir(self, st: os.stat_result) -> None:
         if not stat.S_ISDIR(st.st_mode):
             raise StateError(f"state dir {self.dir} is not a directory (symlink or file)")
         if st.st_uid != os.geteuid():
