@@ -48,12 +48,19 @@ class NodeDaemon:
     kubeconfig: Path
     metrics_port: int
     cni_dir: Path
+    # the tests' flags: debug logs to read after a failure, a pool smaller than the
+    # 20-pod tests so calls queue; the bench passes what deploy/thick runs
+    flags: tuple[str, ...] = ("--log-level", "debug", "--max-parallel", "4")
     proc: subprocess.Popen | None = None
 
     @classmethod
-    def start(cls, command: str, env: HostEnv, kubeconfig: Path) -> NodeDaemon:
+    def start(cls, command: str, env: HostEnv, kubeconfig: Path,
+              flags: tuple[str, ...] | None = None) -> NodeDaemon:
+        """flags: the daemon's flags after the test bed's paths (default `flags` above)."""
         d = cls(command, env.root / "run", env.log_dir / "netattach.log", kubeconfig,
                 free_port(), env.state_dir)
+        if flags is not None:
+            d.flags = flags
         d.launch()
         return d
 
@@ -66,8 +73,7 @@ class NodeDaemon:
         return [self.command, "daemon", "--node-name", NODE_NAME, "--kubeconfig",
                 str(self.kubeconfig), "--socket-dir", str(self.socket_dir), "--cni-dir",
                 str(self.cni_dir), "--metrics-port",
-                str(self.metrics_port), "--log-file", str(self.log_file), "--log-level",
-                "debug", "--max-parallel", "4"]
+                str(self.metrics_port), "--log-file", str(self.log_file), *self.flags]
 
     def launch(self) -> None:
         """Start the process and wait until /readyz says ready (hang guard START_TIMEOUT)."""
