@@ -106,6 +106,9 @@ def table(results: dict[str, Any]) -> str:
         lines.append(f"\n{subjects[k]['label']}, API requests per ADD: {kinds or 'none'}")
         if per["cache"]:
             lines.append(f"  its caches over the whole run: {per['cache']}")
+    for k, failures in results.get("repeated", {}).items():
+        lines.append(f"\n{subjects[k]['label']}: {len(failures)} round(s) of 20 pods in parallel "
+                     "measured again after calls failed: " + "; ".join(failures))
     if "import_cost_ms" in results:
         lines.append("\nimport cost, virtualenv console script (cumulative, -X importtime): "
                      + ", ".join(f"{m} {v:.0f} ms" for m, v in results["import_cost_ms"].items()))
