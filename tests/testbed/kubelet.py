@@ -52,6 +52,49 @@ def pod_resources(namespace: str, name: str, *specs) -> api_pb2.PodResources:
                                 containers=containers(*specs, namespace=namespace))
 
 
+def claims_of_pod(api, namespace: str, pod_name: str, cdi_devices: dict) -> list:
+    """The pod's containers with the ResourceClaims each references, read from the API
+    server as kubelet 1.34 reads them (pkg/kubelet/cm/dra/manager.go,
+    GetContainerClaimInfos; podresources/server_v1.go): restartable init containers,
+    then containers; for each, every pod claim (spec.resourceClaims order) once per
+    reference in the container's resources.claims; the claim's object name from
+    `resourceClaimName`, or for a template from status.resourceClaimStatuses (none yet:
+    skipped); its devices from status.allocation.devices.results, the CDI names being
+    what the driver's NodePrepareResources answered: `cdi_devices` (driver, pool,
+    device) -> [CDI device names]. A claim not reserved for the pod (status.reservedFor)
+    is refused, as the kubelet refuses to prepare it.
+
+    Returns [(container name, [], claims)] for `containers`/`pod_resources`.
+    """
+    from kubernetes.client import CoreV1Api, ResourceV1Api
+
+    pod = api.sanitize_for_serialization(CoreV1Api(api).read_namespaced_pod(pod_name, namespace))
+    spec, status = pod["spec"], pod.get("status") or {}
+    generated = {s["name"]: s.get("resourceClaimName")
+                 for s in status.get("resourceClaimStatuses") or []}
+    claims = {}
+    for pc in spec.get("resourceClaims") or []:
+        name = pc.get("resourceClaimName") or generated.get(pc["name"])
+        if not name:
+            continue
+        claim = api.sanitize_for_serialization(
+            ResourceV1Api(api).read_namespaced_resource_claim(name, namespace))
+        cstatus = claim.get("status") or {}
+        if not any(r.get("uid") == pod["metadata"]["uid"] for r in cstatus.get("reservedFor") or []):
+            raise RuntimeError(f"ResourceClaim {namespace}/{name} is not reserved for the pod")
+        results = ((cstatus.get("allocation") or {}).get("devices") or {}).get("results") or []
+        claims[pc["name"]] = (name, [(r["driver"], r["pool"], r["device"],
+                                      cdi_devices.get((r["driver"], r["pool"], r["device"]), []))
+                                     for r in results])
+    out = []
+    containers = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    for c in containers + spec["containers"]:
+        refs = [r["name"] for r in (c.get("resources") or {}).get("claims") or []]
+        out.append((c["name"], [], [claims[pc["name"]] for pc in spec.get("resourceClaims") or []
+                                    if pc["name"] in claims for ref in refs if ref == pc["name"]]))
+    return out
+
+
 class PodResourcesServer(api_pb2_grpc.PodResourcesListerServicer):
     """Serves Get and List for a fixed list of PodResources."""
 
