@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kubernetes.client import CoreV1Api, ResourceV1Api
+from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.test_spec_e2e import assert_clean, recorder
 from tests.testbed import kubelet
@@ -44,34 +45,42 @@ def device_nad(namespace, name, resource_name, master, ipam_dir, subnet):
     return nad
 
 
-def pod_with_claim(admin_api, s):
+def pod_with_claim(admin_api, s, claim: str = CLAIM, template: bool = False):
     """Re-create the scenario's pod (same name, spec.resourceClaims is immutable) with pod
-    claim `nic` -> ResourceClaim CLAIM, referenced by its container and by a sidecar;
-    create CLAIM allocated two devices of DRIVER and reserved for the pod, as the
-    scheduler leaves it."""
+    claim `nic`, referenced by its container and by a sidecar, and create the
+    ResourceClaim `claim`, allocated two devices of DRIVER and reserved for the pod, as
+    the scheduler leaves it. `nic` names `claim` by resourceClaimName, or (template)
+    comes from a ResourceClaimTemplate, `claim` being the name the resourceclaim
+    controller generated and wrote to the pod's status.resourceClaimStatuses."""
     core, res = CoreV1Api(admin_api), ResourceV1Api(admin_api)
     annotations = core.read_namespaced_pod(s.pod_name, s.namespace).metadata.annotations or {}
     pod = sc.pod(s.namespace, s.pod_name, annotations.get(sc.NETWORKS))
     core.delete_namespaced_pod(s.pod_name, s.namespace, grace_period_seconds=0)
-    pod["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimName": CLAIM}]
+    pod["spec"]["resourceClaims"] = [
+        {"name": "nic", "resourceClaimTemplateName": "nics"} if template
+        else {"name": "nic", "resourceClaimName": claim}]
     pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "nic"}]}
     pod["spec"]["containers"].append({"name": "sidecar", "image": "registry.invalid/pause:1",
                                       "resources": {"claims": [{"name": "nic"}]}})
     uid = sc.create_pod(admin_api, pod)
-    with contextlib.suppress(Exception):
-        res.delete_namespaced_resource_claim(CLAIM, s.namespace)
-    res.create_namespaced_resource_claim(s.namespace, {
+    if template:
+        core.patch_namespaced_pod_status(s.pod_name, s.namespace, {"status": {
+            "resourceClaimStatuses": [{"name": "nic", "resourceClaimName": claim}]}})
+    try:
+        res.delete_namespaced_resource_claim(claim, s.namespace)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+    spec = {"devices": {"requests": [{"name": "vf", "exactly": {
+        "deviceClassName": "vf.net.example.com", "count": len(CLAIM_DEVICES)}}]}}
+    created = res.create_namespaced_resource_claim(s.namespace, {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-        "metadata": {"name": CLAIM, "namespace": s.namespace},
-        "spec": {"devices": {"requests": [{"name": "vf", "exactly": {
-            "deviceClassName": "vf.net.example.com", "count": len(CLAIM_DEVICES)}}]}}})
-    res.replace_namespaced_resource_claim_status(CLAIM, s.namespace, {
+        "metadata": {"name": claim, "namespace": s.namespace}, "spec": spec})
+    res.replace_namespaced_resource_claim_status(claim, s.namespace, {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-        "metadata": {"name": CLAIM, "namespace": s.namespace,
-                     "resourceVersion": res.read_namespaced_resource_claim(
-                         CLAIM, s.namespace).metadata.resource_version},
-        "spec": {"devices": {"requests": [{"name": "vf", "exactly": {
-            "deviceClassName": "vf.net.example.com", "count": len(CLAIM_DEVICES)}}]}},
+        "metadata": {"name": claim, "namespace": s.namespace,
+                     "resourceVersion": created.metadata.resource_version},
+        "spec": spec,
         "status": {
             "allocation": {"devices": {"results": [
                 {"request": "vf", "driver": DRIVER, "pool": POOL, "device": d}
@@ -92,7 +101,7 @@ def write_dp_info(devinfo: Path, resource: str, device_id: str) -> None:
 
 
 @contextlib.contextmanager
-def dra_pod(admin_api, s, host_env, networks_nads, plugin_devices=()):
+def dra_pod(admin_api, s, host_env, networks_nads, plugin_devices=(), claim=CLAIM):
     """The scenario's pod with the claim, NADs applied, device-info files, the stand-in
     kubelet answering for the pod. Yields (netattach conf, devinfo dir, recorder log)."""
     log = host_env.root / "recorder.log"
@@ -101,7 +110,7 @@ def dra_pod(admin_api, s, host_env, networks_nads, plugin_devices=()):
         sc.apply_nad(admin_api, nad)
     devinfo = host_env.root / "devinfo"
     for device_id in DRA_IDS:
-        write_dp_info(devinfo, CLAIM, device_id)
+        write_dp_info(devinfo, claim, device_id)
     for device_id in plugin_devices:
         write_dp_info(devinfo, PLUGIN_RESOURCE, device_id)
     specs = kubelet.claims_of_pod(admin_api, s.namespace, s.pod_name, {
@@ -195,5 +204,34 @@ def test_device_plugin_and_dra_devices_in_one_pod(make_scenario, admin_api, host
                 for e in status[1:]] == [(f"{k8s_namespace}/dra-net", expected[0]),
                                          (f"{k8s_namespace}/dev-net", expected[1]),
                                          (f"{k8s_namespace}/dra-net", expected[2])]
+        assert s.run("DEL", conf).code == 0, s.log_text()
+        assert_clean(s)
+
+
+def test_a_template_claim_is_named_by_its_generated_name(
+        admin_api, plugin_kubeconfig, host_env, k8s_namespace):
+    """The kubelet reports a claim by its object name: for a claim made from a
+    ResourceClaimTemplate, the generated one (pod status resourceClaimStatuses), never the
+    pod's name for it (`nic`). A NAD naming `nic` finds no device (code 11); a NAD
+    naming the generated name gets the claim's devices."""
+    generated = "claim-pod-nic-x7k2p"
+    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace,
+                 networks="by-pod-name")
+    s = pod_with_claim(admin_api, s, claim=generated, template=True)
+    nads = [device_nad(k8s_namespace, "by-pod-name", "nic", s.master, host_env.ipam_dir,
+                       "198.18.6.0/24"),
+            device_nad(k8s_namespace, "by-claim-name", generated, s.master, host_env.ipam_dir,
+                       "198.18.7.0/24")]
+    with dra_pod(admin_api, s, host_env, nads, claim=generated) as (conf, _devinfo, log):
+        run = s.run("ADD", conf)
+        assert run.code == 1 and run.doc["code"] == 11, run.stdout + s.log_text()
+        assert "resource nic: 1 attachment need a device, 0 allocated" in run.doc["msg"]
+        assert s.run("DEL", conf).code == 0, s.log_text()  # as the runtime does
+        assert_clean(s)
+        CoreV1Api(admin_api).patch_namespaced_pod(s.pod_name, s.namespace, {"metadata": {
+            "annotations": {sc.NETWORKS: "by-claim-name"}}})
+        run = s.run("ADD", conf)
+        assert run.code == 0, run.stdout + s.log_text()
+        assert [a["deviceID"] for a in recorded_adds(log)] == DRA_IDS[:1]
         assert s.run("DEL", conf).code == 0, s.log_text()
         assert_clean(s)
