@@ -104,15 +104,18 @@ def assign_device_ids(requests: list[str | None],
     gets R's n-th device; None where no resource was requested.
 
     Raises DeviceError naming each short resource with how many attachments need
-    it and how many devices the pod has.
+    it and how many devices the pod has; for none, what the name must be.
     """
     needed = Counter(r for r in requests if r is not None)
     short = [(r, n, len(allocated.get(r, ()))) for r, n in needed.items()
              if n > len(allocated.get(r, ()))]
     if short:
         raise DeviceError("; ".join(
-            f"resource {r}: {n} attachment{'s' if n != 1 else ''} need a device, "
-            f"{have} allocated to the pod" for r, n, have in short))
+            f"resource {r}: {n} attachment{'s need' if n != 1 else ' needs'} a device, "
+            f"{have} allocated to the pod"
+            + (" (the kubelet reports no device-plugin resource and no ResourceClaim of "
+               "that name for the pod's containers)" if have == 0 else "")
+            for r, n, have in short))
     used: Counter[str] = Counter()
     out: list[str | None] = []
     for r in requests:

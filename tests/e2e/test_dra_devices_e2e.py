@@ -225,7 +225,8 @@ def test_a_template_claim_is_named_by_its_generated_name(
     with dra_pod(admin_api, s, host_env, nads, claim=generated) as (conf, _devinfo, log):
         run = s.run("ADD", conf)
         assert run.code == 1 and run.doc["code"] == 11, run.stdout + s.log_text()
-        assert "resource nic: 1 attachment need a device, 0 allocated" in run.doc["msg"]
+        assert ("resource nic: 1 attachment needs a device, 0 allocated to the pod (the kubelet "
+                "reports no device-plugin resource and no ResourceClaim") in run.doc["msg"]
         assert s.run("DEL", conf).code == 0, s.log_text()  # as the runtime does
         assert_clean(s)
         CoreV1Api(admin_api).patch_namespaced_pod(s.pod_name, s.namespace, {"metadata": {

@@ -61,7 +61,7 @@ def test_assign_is_pure():
 
 @pytest.mark.parametrize("requests,allocated,fragments", [
     ([SRIOV, SRIOV, SRIOV], {SRIOV: ["a", "b"]}, [SRIOV, "3 attachments need", "2 allocated"]),
-    ([SRIOV], {}, [SRIOV, "1 attachment need", "0 allocated"]),
+    ([SRIOV], {}, [SRIOV, "1 attachment needs", "0 allocated"]),
     ([RDMA], {SRIOV: ["a"]}, [RDMA, "0 allocated"]),
 ])
 def test_assign_not_enough_devices(requests, allocated, fragments):
@@ -75,7 +75,8 @@ def test_assign_reports_every_short_resource():
     with pytest.raises(DeviceError) as e:
         assign_device_ids([SRIOV, RDMA, RDMA], {SRIOV: [], RDMA: ["r"]})
     msg = str(e.value)
-    assert f"resource {SRIOV}: 1 attachment need a device, 0 allocated" in msg
+    assert (f"resource {SRIOV}: 1 attachment needs a device, 0 allocated to the pod (the "
+            "kubelet reports no device-plugin resource and no ResourceClaim of that name") in msg
     assert f"resource {RDMA}: 2 attachments need a device, 1 allocated" in msg
 
 
