@@ -1,9 +1,17 @@
-"""Devices for attachments whose NetworkAttachmentDefinition names a device-plugin resource.
+"""Devices for attachments whose NetworkAttachmentDefinition names a resource.
 
-A NAD annotated `k8s.v1.cni.cncf.io/resourceName: <resource>` (for example an
-SR-IOV VF pool) needs, per attachment, one of the devices of that resource that
-the kubelet allocated to the pod. The kubelet tells which through its
-PodResources v1 gRPC API on a unix socket (`pod_devices`);
+A NAD annotated `k8s.v1.cni.cncf.io/resourceName: <name>` needs, per attachment,
+one of the pod's devices of that name. The kubelet tells which through its
+PodResources v1 gRPC API on a unix socket (`pod_devices`), in two kinds, matched
+as Multus v4.2.3 matches them (`collect_device_ids`):
+
+* device plugins (`ContainerDevices`): `<name>` is the extended resource (for
+  example an SR-IOV VF pool, "intel.com/sriov_netdevice"); the device IDs are
+  the plugin's;
+* DRA (`DynamicResource`, kubelet 1.34+ by default): `<name>` is the name of a
+  ResourceClaim of the pod; the device IDs are the device parts of its devices'
+  CDI names ("example.com/net=vf-0" -> "vf-0").
+
 `assign_device_ids` hands them out, one per attachment, in plan order.
 
 Device information (Network Plumbing WG "Device Information Specification"
@@ -88,21 +96,26 @@ def assign_device_ids(requests: list[str | None],
                       allocated: dict[str, list[str]]) -> list[str | None]:
     """One device ID per attachment that needs a resource, in plan order.
 
-    requests: per attachment in plan order, the resource name it needs, or None.
-    allocated: resource name -> the pod's device IDs of it, in kubelet order.
+    requests: per attachment in plan order, the resource name it needs (its NAD's
+    resourceName: a device-plugin resource or a ResourceClaim's name), or None.
+    allocated: resource name -> the pod's device IDs of it, in kubelet order
+    (`pod_devices`).
     Returns a list as long as `requests`: the n-th attachment needing resource R
     gets R's n-th device; None where no resource was requested.
 
     Raises DeviceError naming each short resource with how many attachments need
-    it and how many devices the pod has.
+    it and how many devices the pod has; for none, what the name must be.
     """
     needed = Counter(r for r in requests if r is not None)
     short = [(r, n, len(allocated.get(r, ()))) for r, n in needed.items()
              if n > len(allocated.get(r, ()))]
     if short:
         raise DeviceError("; ".join(
-            f"resource {r}: {n} attachment{'s' if n != 1 else ''} need a device, "
-            f"{have} allocated to the pod" for r, n, have in short))
+            f"resource {r}: {n} attachment{'s need' if n != 1 else ' needs'} a device, "
+            f"{have} allocated to the pod"
+            + (" (the kubelet reports no device-plugin resource and no ResourceClaim of "
+               "that name for the pod's containers)" if have == 0 else "")
+            for r, n, have in short))
     used: Counter[str] = Counter()
     out: list[str | None] = []
     for r in requests:
@@ -117,36 +130,117 @@ def assign_device_ids(requests: list[str | None],
 # --- kubelet PodResources API ------------------------------------------------------
 
 
+# What the kubelet says of one container, as plain tuples (the protobuf messages stay
+# inside _pod_containers): (container name, device-plugin devices, claims), where
+#   device-plugin devices: [(resource name, [device ID, ...]), ...]
+#   claims: [(ResourceClaim name, [(driver, pool, device, [CDI device name, ...]), ...]), ...]
+# each in the kubelet's order.
+ClaimDevice = tuple[str, str, str, list[str]]
+ContainerResources = tuple[str, list[tuple[str, list[str]]], list[tuple[str, list[ClaimDevice]]]]
+
+
+def cdi_device_id(cdi_name: str) -> str | None:
+    """The device ID Multus v4.2.3 takes from a CDI device name: the part after "=" of
+    "<vendor>/<class>=<device>" ("example.com/net=vf-0" -> "vf-0"), or None when the
+    name does not split on "=" into exactly two parts or the device part is empty.
+
+    Source: multus-cni v4.2.3, pkg/kubeletclient/kubeletclient.go, getDRAResources
+    (strings.Split on "=", exactly two parts, else skipped). Where Multus takes an
+    empty device part ("example.com/net=", not a valid CDI name) as an empty ID, which
+    gives the attachment no device ID, None here makes it no ID at all.
+    """
+    parts = cdi_name.split("=")
+    if len(parts) != 2 or not parts[1]:
+        return None
+    return parts[1]
+
+
+def collect_device_ids(containers: Iterable[ContainerResources], wanted: Iterable[str],
+                       pod: str = "") -> dict[str, list[str]]:
+    """For each name in `wanted` (a NAD's resourceName), the pod's device IDs of that
+    name, in order ([] when none). Pure.
+
+    containers: what the kubelet reports, in its order (ContainerResources above).
+    pod: "ns/name", only for warnings. Returns name -> device IDs, keys in the order
+    of `wanted` (duplicates dropped).
+
+    The rule is Multus v4.2.3's (pkg/kubeletclient/kubeletclient.go,
+    GetPodResourceMap: getDevicePluginResources then getDRAResources per container;
+    matched in pkg/k8sclient/k8sclient.go, getKubernetesDelegate, against the NAD's
+    k8s.v1.cni.cncf.io/resourceName): one map, container by container, device-plugin
+    devices of the container first (key: ContainerDevices.resource_name, IDs: its
+    device_ids), then its DRA claims (key: DynamicResource.claim_name, the
+    ResourceClaim's name; IDs: for each ClaimResource, for each of its CDI devices,
+    `cdi_device_id`). claim_namespace is not compared (a pod's claims are in its
+    namespace). Extended resource names have a "/" and claim names (DNS subdomains)
+    never do, so in practice a name is one kind or the other.
+
+    One difference, by the PodResources API's documented meaning (a ClaimResource
+    is one device, the driver/pool/device triplet identifies it): an ID already
+    given to a name is not given again. Multus appends it again, so it would hand
+    one device to two attachments when (a) several containers reference the claim
+    (the kubelet reports the claim under each) or (b) a driver allocated the claim
+    several devices: kubelet 1.34 (pkg/kubelet/cm/container_manager_linux.go,
+    GetDynamicResources) lists under each device the CDI devices of that driver's
+    devices before it too (device k carries k devices' CDI names); first-seen order
+    undoes that exactly. Wherever Multus gives distinct IDs, the result is the same.
+    """
+    out: dict[str, list[str]] = {r: [] for r in wanted}
+    seen: set[tuple[str, str]] = set()
+
+    def add(name: str, device_id: str) -> None:
+        if (name, device_id) not in seen:
+            seen.add((name, device_id))
+            out[name].append(device_id)
+
+    for container, plugin_devices, claims in containers:
+        for resource, device_ids in plugin_devices:
+            if resource in out:
+                for device_id in device_ids:
+                    add(resource, device_id)
+        for claim, claim_devices in claims:
+            if claim not in out:
+                continue
+            for driver, pool, device, cdi_names in claim_devices:
+                if not cdi_names:
+                    log.warning("pod %s, container %s, ResourceClaim %s: device %s/%s/%s has "
+                                "no CDI device, so it gives no device ID", pod, container,
+                                claim, driver, pool, device)
+                for cdi_name in cdi_names:
+                    cdi_id = cdi_device_id(cdi_name)
+                    if cdi_id is None:
+                        log.warning("pod %s, container %s, ResourceClaim %s: device %s/%s/%s: "
+                                    "CDI device name %r is not <vendor>/<class>=<device>; "
+                                    "ignored", pod, container, claim, driver, pool, device,
+                                    cdi_name)
+                    else:
+                        add(claim, cdi_id)
+    return out
+
+
 def pod_devices(socket_path: str, namespace: str, pod: str, resource_names: Iterable[str],
                 timeout: float) -> dict[str, list[str]]:
-    """For each of `resource_names`, the pod's device IDs of it ([] when none), in one request.
+    """For each of `resource_names` (NADs' resourceName values), the pod's device IDs
+    of that name ([] when none), from one kubelet request.
 
-    Order: container order, then the kubelet's order within a container; an ID seen
-    twice is kept once. A resource with no device is an empty list, not an error
-    (assign_device_ids reports shortages). `timeout` (seconds) bounds the whole
-    exchange, fallback included. Raises DeviceError (naming socket, pod and
-    resources) when the kubelet cannot be asked or answers badly.
+    A name matches a device-plugin resource or a ResourceClaim of the pod, as
+    `collect_device_ids` says (Multus v4.2.3's rule); order: container order, then
+    the kubelet's order within a container; an ID seen twice is kept once. A name
+    with no device is an empty list, not an error (assign_device_ids reports
+    shortages). `timeout` (seconds) bounds the whole exchange, fallback included.
+    Raises DeviceError (naming socket, pod and resources) when the kubelet cannot be
+    asked or answers badly.
     """
     wanted = list(dict.fromkeys(resource_names))
     label = (f"kubelet pod-resources socket {socket_path}, pod {namespace}/{pod}, "
              f"resource{'s' if len(wanted) != 1 else ''} {', '.join(wanted) or '(none)'}")
     containers = _pod_containers(socket_path, namespace, pod, timeout, label)
-    out: dict[str, list[str]] = {r: [] for r in wanted}
-    seen: set[tuple[str, str]] = set()
-    for _container_name, container_devices in containers:
-        for resource, device_ids in container_devices:
-            if resource not in out:
-                continue
-            for device_id in device_ids:
-                if (resource, device_id) not in seen:
-                    seen.add((resource, device_id))
-                    out[resource].append(device_id)
-    return out
+    return collect_device_ids(containers, wanted, f"{namespace}/{pod}")
 
 
 def _pod_containers(socket_path: str, namespace: str, pod: str, timeout: float,
-                    label: str) -> list[tuple[str, list[tuple[str, list[str]]]]]:
-    """The pod's containers as (name, [(resource_name, [device_id, ...]), ...]).
+                    label: str) -> list[ContainerResources]:
+    """The pod's containers as the kubelet reports them (ContainerResources above).
 
     Asks `Get` for the one pod; when the kubelet lacks it (UNIMPLEMENTED before
     1.27; UNKNOWN "... Get method disabled" while the KubeletPodResourcesGet gate
@@ -205,7 +299,12 @@ def _pod_containers(socket_path: str, namespace: str, pod: str, timeout: float,
                     break
             else:
                 raise DeviceError(f"{label}: the kubelet lists no such pod")
-        return [(c.name, [(d.resource_name, list(d.device_ids)) for d in c.devices])
+        return [(c.name,
+                 [(d.resource_name, list(d.device_ids)) for d in c.devices],
+                 [(r.claim_name,
+                   [(cr.driver_name, cr.pool_name, cr.device_name,
+                     [cdi.name for cdi in cr.cdi_devices]) for cr in r.claim_resources])
+                  for r in c.dynamic_resources])
                 for c in found.containers]
 
 

@@ -27,10 +27,21 @@ NS, POD = "team-a", "dpdk-app"
 
 # Two containers, devices of two resources each; IDs deliberately not sorted so the
 # test proves the kubelet's order is kept.
+# DRA: claim "nics" (two devices of one driver, so kubelet 1.34's cumulative cdi_devices
+# show) referenced by both containers, claim "gpu" of another driver by the app only.
+NET = "net.example.com"
+NICS = ("nics", [(NET, "node-1", "vf-3", ["example.com/net=vf-3"]),
+                 (NET, "node-1", "vf-1", ["example.com/net=vf-1"])])
+GPU = ("gpu", [("gpu.example.com", "node-1", "gpu-0", ["example.com/gpu=gpu-0"])])
 THE_POD = api_pb2.PodResources(name=POD, namespace=NS, containers=containers(
-    ("app", [(SRIOV, ["0000:18:02.6", "0000:18:02.5"]), (RDMA, ["mlx5_3"])]),
-    ("sidecar", [(RDMA, ["mlx5_4"]), (SRIOV, ["0000:18:0a.2"])]),
+    ("app", [(SRIOV, ["0000:18:02.6", "0000:18:02.5"]), (RDMA, ["mlx5_3"])], [NICS, GPU]),
+    ("sidecar", [(RDMA, ["mlx5_4"]), (SRIOV, ["0000:18:0a.2"])], [NICS]),
+    namespace=NS,
 ))
+# What else a kubelet sends (CPUs, memory, NUMA topology): read past, never used.
+THE_POD.containers[0].cpu_ids.extend([2, 3])
+THE_POD.containers[0].memory.add(memory_type="memory", size=1 << 30).topology.nodes.add(ID=0)
+THE_POD.containers[0].devices[0].topology.nodes.add(ID=1)
 OTHERS = [
     # same name, other namespace; and another pod of the namespace
     api_pb2.PodResources(name=POD, namespace="team-b", containers=containers(
@@ -118,6 +129,31 @@ def test_all_resources_in_one_request(kubelet):
                    "example.com/none": []}
     assert list(got) == [RDMA, SRIOV, "example.com/none"]
     assert fake.calls == [("Get", (NS, POD))]
+
+
+def test_the_stand_in_sends_what_kubelet_1_34_sends():
+    """The shape the DRA tests rest on (tests/testbed/kubelet.dynamic_resources)."""
+    nics = THE_POD.containers[0].dynamic_resources[0]
+    assert (nics.claim_name, nics.claim_namespace) == ("nics", NS)
+    assert [(r.driver_name, r.pool_name, r.device_name, [c.name for c in r.cdi_devices])
+            for r in nics.claim_resources] == [
+        (NET, "node-1", "vf-3", ["example.com/net=vf-3"]),
+        (NET, "node-1", "vf-1", ["example.com/net=vf-3", "example.com/net=vf-1"])]
+
+
+@pytest.mark.parametrize("get", ["serve", "unimplemented"])
+def test_dra_claims_by_claim_name_with_device_plugins_beside(kubelet, get):
+    """Over the wire, by Get and by List: a name is a device-plugin resource or a
+    ResourceClaim's name; a claim's IDs are its CDI devices' device parts, each device
+    once (though two containers reference the claim and the kubelet repeats earlier
+    devices' CDI names under later ones), in allocation order."""
+    sock, fake = kubelet(get=get)
+    got = pod_devices(sock, NS, POD, ["nics", SRIOV, "gpu", "team-b-claim"], 5)
+    assert got == {"nics": ["vf-3", "vf-1"], SRIOV: ["0000:18:02.6", "0000:18:02.5",
+                                                     "0000:18:0a.2"],
+                   "gpu": ["gpu-0"], "team-b-claim": []}
+    assert assign_device_ids(["nics", SRIOV, "nics"], got) == ["vf-3", "0000:18:02.6", "vf-1"]
+    assert fake.calls[-1][0] == ("Get" if get == "serve" else "List")
 
 
 @pytest.mark.parametrize("get", ["unimplemented", "disabled"])

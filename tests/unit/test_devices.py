@@ -13,7 +13,9 @@ from netattach.devices import (
     DeviceError,
     DeviceInfoError,
     assign_device_ids,
+    cdi_device_id,
     cni_device_info_path,
+    collect_device_ids,
     copy_device_info,
     dp_device_info_path,
     nad_resource_name,
@@ -59,7 +61,7 @@ def test_assign_is_pure():
 
 @pytest.mark.parametrize("requests,allocated,fragments", [
     ([SRIOV, SRIOV, SRIOV], {SRIOV: ["a", "b"]}, [SRIOV, "3 attachments need", "2 allocated"]),
-    ([SRIOV], {}, [SRIOV, "1 attachment need", "0 allocated"]),
+    ([SRIOV], {}, [SRIOV, "1 attachment needs", "0 allocated"]),
     ([RDMA], {SRIOV: ["a"]}, [RDMA, "0 allocated"]),
 ])
 def test_assign_not_enough_devices(requests, allocated, fragments):
@@ -73,8 +75,124 @@ def test_assign_reports_every_short_resource():
     with pytest.raises(DeviceError) as e:
         assign_device_ids([SRIOV, RDMA, RDMA], {SRIOV: [], RDMA: ["r"]})
     msg = str(e.value)
-    assert f"resource {SRIOV}: 1 attachment need a device, 0 allocated" in msg
+    assert (f"resource {SRIOV}: 1 attachment needs a device, 0 allocated to the pod (the "
+            "kubelet reports no device-plugin resource and no ResourceClaim of that name") in msg
     assert f"resource {RDMA}: 2 attachments need a device, 1 allocated" in msg
+
+
+# --- collect_device_ids: device plugins and DRA claims (Multus v4.2.3's rule) -----------
+
+NET = "net.example.com"  # a DRA driver
+CLAIM = "sf"  # a ResourceClaim's name, as a NAD's resourceName names it
+
+
+def dev(device, *cdi, driver=NET, pool="node-1"):
+    """One ClaimResource as collect_device_ids takes it."""
+    return (driver, pool, device, list(cdi))
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("example.com/net=vf-0", "vf-0"),
+    ("nvidia.com/net=mlx5_0:1", "mlx5_0:1"),
+    ("example.com/net=0000:18:02.5", "0000:18:02.5"),
+    # not <kind>=<device>: Multus logs "Invalid CDI format" and skips it
+    ("vf-0", None),
+    ("example.com/net=vf=0", None),
+    ("", None),
+    # an empty device part: Multus would take "" (no device ID for the attachment)
+    ("example.com/net=", None),
+])
+def test_cdi_device_id(name, expected):
+    assert cdi_device_id(name) == expected
+
+
+def test_claim_devices_by_claim_name():
+    containers = [("app", [], [(CLAIM, [dev("vf-0", "example.com/net=vf-0")])])]
+    assert collect_device_ids(containers, [CLAIM]) == {CLAIM: ["vf-0"]}
+
+
+def test_device_plugin_devices_unchanged():
+    containers = [("app", [(SRIOV, ["0000:18:02.6", "0000:18:02.5"]), (RDMA, ["mlx5_3"])], []),
+                  ("side", [(SRIOV, ["0000:18:0a.2"])], [])]
+    assert collect_device_ids(containers, [SRIOV, RDMA, "none.example.com/x"]) == {
+        SRIOV: ["0000:18:02.6", "0000:18:02.5", "0000:18:0a.2"], RDMA: ["mlx5_3"],
+        "none.example.com/x": []}
+
+
+def test_both_kinds_in_one_pod_each_name_its_own_devices():
+    containers = [("app", [(SRIOV, ["0000:18:02.5"])],
+                   [(CLAIM, [dev("vf-0", "example.com/net=vf-0")]),
+                    ("gpu", [dev("gpu-0", "example.com/gpu=gpu-0", driver="gpu.example.com")])])]
+    got = collect_device_ids(containers, [CLAIM, SRIOV])
+    assert got == {CLAIM: ["vf-0"], SRIOV: ["0000:18:02.5"]}
+    assert list(got) == [CLAIM, SRIOV]
+
+
+def test_one_name_for_both_kinds_merges_container_by_container():
+    """Multus's one map: per container, its device-plugin devices, then its claims."""
+    both = "both"
+    containers = [("a", [(both, ["p1"])], [(both, [dev("d1", "k.io/c=d1")])]),
+                  ("b", [(both, ["p2"])], [(both, [dev("d2", "k.io/c=d2")])])]
+    assert collect_device_ids(containers, [both]) == {both: ["p1", "d1", "p2", "d2"]}
+
+
+def test_kubelets_cumulative_cdi_devices_give_each_device_once():
+    """kubelet 1.34 lists under a driver's k-th device the CDI devices of devices 1..k
+    (tests/testbed/kubelet.dynamic_resources shows the shape); Multus would give vf-0
+    to the first two attachments. The allocation order is kept."""
+    claim = [dev("vf-2", "example.com/net=vf-2"),
+             dev("vf-0", "example.com/net=vf-2", "example.com/net=vf-0"),
+             dev("vf-1", "example.com/net=vf-2", "example.com/net=vf-0", "example.com/net=vf-1")]
+    got = collect_device_ids([("app", [], [(CLAIM, claim)])], [CLAIM])
+    assert got == {CLAIM: ["vf-2", "vf-0", "vf-1"]}
+    assert assign_device_ids([CLAIM, CLAIM, CLAIM], got) == ["vf-2", "vf-0", "vf-1"]
+
+
+def test_claim_shared_by_containers_is_one_device():
+    """The kubelet reports a claim under every container that references it (and twice
+    under one that references two of its requests): still one device."""
+    shared = (CLAIM, [dev("vf-0", "example.com/net=vf-0")])
+    got = collect_device_ids([("app", [], [shared, shared]), ("side", [], [shared])], [CLAIM])
+    assert got == {CLAIM: ["vf-0"]}
+    with pytest.raises(DeviceError, match="2 attachments need a device, 1 allocated"):
+        assign_device_ids([CLAIM, CLAIM], got)
+
+
+def test_every_cdi_device_of_a_device_is_an_id():
+    """A device may map to several CDI devices; Multus takes each (kubelet order)."""
+    got = collect_device_ids([("app", [], [(CLAIM, [dev("vf-0", "a.io/net=vf-0",
+                                                         "a.io/rdma=mlx5_0")])])], [CLAIM])
+    assert got == {CLAIM: ["vf-0", "mlx5_0"]}
+
+
+def test_claim_namespace_and_unwanted_claims_do_not_matter():
+    containers = [("app", [], [("other", [dev("x", "k.io/c=x")]),
+                               (CLAIM, [dev("vf-0", "example.com/net=vf-0")])])]
+    assert collect_device_ids(containers, [CLAIM]) == {CLAIM: ["vf-0"]}
+    assert collect_device_ids(containers, []) == {}
+
+
+def test_a_device_plugin_resource_named_like_a_claim_device_is_not_a_claim():
+    """The device ID space is per name: the same ID under two names is two devices."""
+    containers = [("app", [(SRIOV, ["vf-0"])], [(CLAIM, [dev("vf-0", "example.com/net=vf-0")])])]
+    assert collect_device_ids(containers, [SRIOV, CLAIM]) == {SRIOV: ["vf-0"], CLAIM: ["vf-0"]}
+
+
+def test_devices_without_usable_cdi_names_give_no_id_and_are_warned(caplog):
+    containers = [("app", [], [(CLAIM, [dev("vf-9"), dev("vf-0", "bad", "example.com/net=vf-0")])])]
+    with caplog.at_level(logging.WARNING, logger="netattach.devices"):
+        got = collect_device_ids(containers, [CLAIM], "team-a/web")
+    assert got == {CLAIM: ["vf-0"]}
+    text = caplog.text
+    assert "team-a/web" in text and f"ResourceClaim {CLAIM}" in text
+    assert f"{NET}/node-1/vf-9 has no CDI device" in text
+    assert "'bad' is not <vendor>/<class>=<device>" in text
+
+
+def test_unwanted_claims_are_not_warned_about(caplog):
+    with caplog.at_level(logging.WARNING, logger="netattach.devices"):
+        collect_device_ids([("app", [], [("other", [dev("x"), dev("y", "bad")])])], [CLAIM])
+    assert caplog.text == ""
 
 
 # --- nad_resource_name ------------------------------------------------------------------

@@ -39,6 +39,11 @@ class PodResourcesListerStub:
                 request_serializer=netattach_dot_podresources_dot_api__pb2.ListPodResourcesRequest.SerializeToString,
                 response_deserializer=netattach_dot_podresources_dot_api__pb2.ListPodResourcesResponse.FromString,
                 _registered_method=True)
+        self.GetAllocatableResources = channel.unary_unary(
+                '/v1.PodResourcesLister/GetAllocatableResources',
+                request_serializer=netattach_dot_podresources_dot_api__pb2.AllocatableResourcesRequest.SerializeToString,
+                response_deserializer=netattach_dot_podresources_dot_api__pb2.AllocatableResourcesResponse.FromString,
+                _registered_method=True)
         self.Get = channel.unary_unary(
                 '/v1.PodResourcesLister/Get',
                 request_serializer=netattach_dot_podresources_dot_api__pb2.GetPodResourcesRequest.SerializeToString,
@@ -56,10 +61,17 @@ class PodResourcesListerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetAllocatableResources(self, request, context):
+        """The node's devices, CPUs and memory that can be given to containers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Get(self, request, context):
         """One pod. Kubelets before 1.27 answer UNIMPLEMENTED; 1.27 to 1.33 answer
         UNKNOWN "... Get method disabled" unless the KubeletPodResourcesGet
-        feature gate is on.
+        feature gate is on (on by default from 1.34).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -72,6 +84,11 @@ def add_PodResourcesListerServicer_to_server(servicer, server):
                     servicer.List,
                     request_deserializer=netattach_dot_podresources_dot_api__pb2.ListPodResourcesRequest.FromString,
                     response_serializer=netattach_dot_podresources_dot_api__pb2.ListPodResourcesResponse.SerializeToString,
+            ),
+            'GetAllocatableResources': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAllocatableResources,
+                    request_deserializer=netattach_dot_podresources_dot_api__pb2.AllocatableResourcesRequest.FromString,
+                    response_serializer=netattach_dot_podresources_dot_api__pb2.AllocatableResourcesResponse.SerializeToString,
             ),
             'Get': grpc.unary_unary_rpc_method_handler(
                     servicer.Get,
@@ -106,6 +123,33 @@ class PodResourcesLister:
             '/v1.PodResourcesLister/List',
             netattach_dot_podresources_dot_api__pb2.ListPodResourcesRequest.SerializeToString,
             netattach_dot_podresources_dot_api__pb2.ListPodResourcesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAllocatableResources(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/v1.PodResourcesLister/GetAllocatableResources',
+            netattach_dot_podresources_dot_api__pb2.AllocatableResourcesRequest.SerializeToString,
+            netattach_dot_podresources_dot_api__pb2.AllocatableResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,
