@@ -251,8 +251,14 @@ def test_kubelet_registers_prepares_and_reads_the_slice(dra_node, admin_api, k8s
     assert read_slice(admin_api)["metadata"]["resourceVersion"] == \
         updated["metadata"]["resourceVersion"]
 
+    # a kubelet that starts deletes its node's slices, then registers the plugins again
+    k8s.CustomObjectsApi(admin_api).delete_cluster_custom_object(
+        GROUP, VERSION, "resourceslices", SLICE)
+    register(registry)
+    assert wait_slice(admin_api, 1)["spec"]["devices"] == updated["spec"]["devices"]
 
-def test_kubelet_refusal_is_logged_as_an_error(dra_node):
+
+def test_kubelet_refusal_is_logged_and_a_killed_daemons_sockets_replaced(dra_node):
     d, registry, _, _, _ = dra_node
     wait_socket(registry / dra.REGISTRATION_SOCKET)
     with grpc.insecure_channel(f"unix:{registry / dra.REGISTRATION_SOCKET}") as ch:
@@ -264,6 +270,13 @@ def test_kubelet_refusal_is_logged_as_an_error(dra_node):
     assert any("ERROR" in line and "the kubelet refused to register DRA driver "
                f"{dra.DRIVER_NAME}: no supported version" in line
                for line in d.log_text().splitlines())
+
+    # a daemon killed leaves its sockets; the next one replaces them
+    d.kill()
+    assert (registry / dra.REGISTRATION_SOCKET).exists()
+    d.launch()
+    assert register(registry).name == dra.DRIVER_NAME
+    assert d.metric("netattach_dra_registered") == 1
 
 
 def grpc_loaded(d: NodeDaemon) -> bool:

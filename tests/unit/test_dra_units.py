@@ -222,6 +222,21 @@ def test_publisher_creates_then_updates_only_on_change():
     assert again.reconcile() and kube.writes == ["create", "update"] and again.generation == 2
 
 
+def test_publisher_puts_back_a_deleted_slice_when_poked():
+    """The kubelet deletes its node's slices when it starts, then registers the driver
+    again: NotifyRegistrationStatus pokes the publisher, which reads and re-creates."""
+    kube = FakeSliceKube()
+    pub = dra.SlicePublisher(NODE, lambda t, s: kube, 5.0, (), 1, 1, 10.0, lambda: [])
+    assert pub.reconcile() and kube.writes == ["create"]
+    kube.stored = None  # wiped
+    assert pub.reconcile() and kube.writes == ["create"]  # not looked at: nothing changed
+    plugin = dra.KubeletPlugin(NODE, lambda t, s: kube, 5.0, list_interfaces=lambda: [])
+    plugin.publisher = pub
+    plugin.notify(True, "")
+    assert pub.reconcile() and kube.writes == ["create", "create"]
+    assert kube.stored["spec"]["pool"]["generation"] == 1
+
+
 def test_publisher_failure_is_counted_and_retried():
     class Down(FakeSliceKube):
         def get_resource_slice(self, name):

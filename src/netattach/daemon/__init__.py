@@ -4,7 +4,9 @@
 It keeps watch-backed caches of this node's pods and of every
 NetworkAttachmentDefinition (`cache`), serves the shim's CNI calls on a unix socket
 with the same orchestrator as thin mode (`server`; the API seam `podapi`), and offers
-/healthz, /readyz and Prometheus /metrics on a local port (`metrics`).
+/healthz, /readyz and Prometheus /metrics on a local port (`metrics`). With `--dra` it is
+also the node side of DRA driver cni.dra.networking.x-k8s.io (`dra`: kubelet plugin
+registration, NodePrepareResources, the node's ResourceSlice).
 The shim (src/netattach_shim) is what the runtime execs; it falls back to thin mode
 for DEL, GC and CHECK when the daemon does not answer.
 

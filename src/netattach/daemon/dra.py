@@ -65,9 +65,12 @@ MAX_DEVICES = 128
 """Devices in one ResourceSlice at most (resource.k8s.io/v1 ResourceSliceMaxDevices)."""
 GENERIC_PREFIX = "cni"
 """Generic devices are named cni-0, cni-1, ..."""
-VERIFY_EVERY = 300.0
-"""Seconds between reads of the published slice when nothing changed on the node: one
-deleted or changed by someone else is put back within that."""
+VERIFY_EVERY = 60.0
+"""Seconds between reads of the published slice when nothing changed on the node. The
+kubelet deletes every ResourceSlice of its node when it starts, and a driver's slices
+when the driver has been unregistered or disconnected for a while (kubelet 1.34
+DRAPluginManager.wipeResourceSlices); the slice is put back at the kubelet's next
+registration (`SlicePublisher.poke`) and within this time otherwise."""
 
 
 # -- the ResourceSlice's devices (pure)
@@ -420,7 +423,8 @@ class KubeletPlugin:
         with self.registration.lock:
             self.registration.registered = registered
             self.registration.error = error
-        if registered:
+        if registered:  # a kubelet that just started has deleted the node's slices
+            self.publisher.poke()
             log.info("the kubelet registered DRA driver %s (endpoint %s)", DRIVER_NAME,
                      self.dra_socket)
         else:
@@ -508,10 +512,11 @@ def _registration_servicer(plugin: KubeletPlugin, pb2: Any, pb2_grpc: Any) -> An
 class SlicePublisher:
     """Keeps the node's ResourceSlice (`slice_name`) equal to what the node has: at
     start, whenever the devices change (host interfaces looked at every `resync` s),
-    after a failure (next look), and every VERIFY_EVERY s (put back if deleted or
-    changed by someone else). Each reconcile: GET; absent: create with pool generation
-    1; different: update with generation + 1 (the scheduler uses only the newest
-    generation of a pool); equal: nothing. Never deletes (the decision is in
+    after a failure (next look), when the kubelet registers the driver (`poke`) and
+    every VERIFY_EVERY s (put back if deleted, by the kubelet or anyone, or changed).
+    Each reconcile: GET; absent: create with pool generation 1; different: update with
+    generation + 1 (the scheduler uses only the newest generation of a pool); equal:
+    nothing. Never deletes (the decision is in
     docs/architecture.md, "DRA kubelet plugin"), and touches no other slice.
     """
 
@@ -533,6 +538,7 @@ class SlicePublisher:
         self._published: list[dict[str, Any]] | None = None
         self._verified = 0.0
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._cut_logged = False
 
@@ -588,12 +594,19 @@ class SlicePublisher:
                      action, self.node, self.generation, len(devices))
         return True
 
+    def poke(self) -> None:
+        """Read the slice back at once, changed or not (the kubelet registered us: when it
+        has just started, it deleted the node's slices)."""
+        self._verified = float("-inf")
+        self._wake.set()
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="dra-slice", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(self.api_timeout + 5.0)
 
@@ -603,4 +616,5 @@ class SlicePublisher:
                 self.reconcile()
             except Exception:  # a bug: logged, the next look tries again
                 log.exception("ResourceSlice %s: publishing failed", self.name)
-            self._stop.wait(self.resync)
+            self._wake.wait(self.resync)
+            self._wake.clear()
