@@ -363,3 +363,81 @@ def test_thick_overlay_runs_the_dra_driver_with_the_kubelets_dirs():
     for path in (dra.DEFAULT_REGISTRY_DIR, dra.DEFAULT_PLUGIN_DIR):
         assert mounts.get(path) == path
     assert os.path.dirname(dra.DEFAULT_PLUGIN_DIR) == "/var/lib/kubelet/plugins"
+
+
+def slice_body(name: str, node: str, driver: str = dra.DRIVER_NAME) -> dict:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceSlice",
+            "metadata": {"name": name},
+            "spec": {**dra.slice_spec(node, [{"name": "cni-0"}], 1), "driver": driver}}
+
+
+def try_create_slice(mine, admin_api, body: dict) -> ApiException | None:
+    """Create `body` as the daemon's account: None when stored (then deleted again by the
+    admin), else the refusal."""
+    try:
+        k8s.CustomObjectsApi(mine).create_cluster_custom_object(GROUP, VERSION,
+                                                                "resourceslices", body)
+    except ApiException as e:
+        return e
+    k8s.CustomObjectsApi(admin_api).delete_cluster_custom_object(
+        GROUP, VERSION, "resourceslices", body["metadata"]["name"])
+    return None
+
+
+def test_daemon_writes_only_its_drivers_and_nodes_slices(cluster, admin_api,
+                                                        daemon_kubeconfig, tmp_path):
+    """deploy/thick/rbac.yaml's ValidatingAdmissionPolicy: the daemon's account cannot
+    create or update a slice of another driver, nor, with a token bound to a pod on a
+    node (as the DaemonSet's pods have), another node's slice. A denial is HTTP 422
+    (reason Invalid), naming the policy's message."""
+    other = slice_body(f"other-{uuid.uuid4().hex[:8]}", "node-x", "gpu.example.com")
+    mine = cl.api_client(daemon_kubeconfig)
+    refused: list[ApiException] = []
+
+    def policy_in_force() -> bool:  # the API server loads a new policy in the background
+        e = try_create_slice(mine, admin_api, other)
+        refused[:] = [e] if e else []
+        return e is not None
+
+    faults.wait_for("the admission policy to refuse another driver's slice", policy_in_force,
+                    timeout=120)
+    assert refused[0].status == 422 and "of driver cni.dra.networking.x-k8s.io only" in \
+        refused[0].body, refused[0].body
+    # updating another driver's slice is refused too (its driver is immutable)
+    theirs = k8s.CustomObjectsApi(admin_api).create_cluster_custom_object(
+        GROUP, VERSION, "resourceslices", other)
+    try:
+        theirs["spec"]["devices"].append({"name": "cni-1"})
+        with pytest.raises(ApiException) as ei:
+            k8s.CustomObjectsApi(mine).replace_cluster_custom_object(
+                GROUP, VERSION, "resourceslices", other["metadata"]["name"], theirs)
+        assert ei.value.status == 422 and "of driver" in ei.value.body, ei.value.body
+    finally:
+        k8s.CustomObjectsApi(admin_api).delete_cluster_custom_object(
+            GROUP, VERSION, "resourceslices", other["metadata"]["name"])
+
+    # a token bound to a pod on node "vap-node": that node's slice only
+    core = k8s.CoreV1Api(admin_api)
+    node = f"vap-{uuid.uuid4().hex[:8]}"
+    core.create_node({"metadata": {"name": node}})
+    pod = core.create_namespaced_pod("kube-system", {
+        "metadata": {"name": f"netattach-{node}"},
+        "spec": {"nodeName": node, "serviceAccountName": "netattach-daemon",
+                 "containers": [{"name": "c", "image": "example.invalid/none"}]}})
+    try:
+        token = core.create_namespaced_service_account_token(
+            "netattach-daemon", "kube-system", {"spec": {
+                "audiences": [], "expirationSeconds": 3600, "boundObjectRef": {
+                    "apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name,
+                    "uid": pod.metadata.uid}}}).status.token
+        bound = cl.api_client(cl.write_kubeconfig(
+            tmp_path / "bound.kubeconfig", cluster.server, user={"token": token},
+            ca_data=cluster.ca_file.read_bytes()))
+        who = k8s.AuthenticationV1Api(bound).create_self_subject_review({})
+        assert who.status.user_info.extra["authentication.kubernetes.io/node-name"] == [node]
+        assert try_create_slice(bound, admin_api, slice_body(f"{node}-own", node)) is None
+        e = try_create_slice(bound, admin_api, slice_body(f"{node}-else", "node-x"))
+        assert e is not None and e.status == 422 and "its own node only" in e.body, e
+    finally:
+        core.delete_namespaced_pod(pod.metadata.name, "kube-system", grace_period_seconds=0)
+        core.delete_node(node)
