@@ -403,6 +403,10 @@ def test_daemon_writes_only_its_drivers_and_nodes_slices(cluster, admin_api,
                     timeout=120)
     assert refused[0].status == 422 and "of driver cni.dra.networking.x-k8s.io only" in \
         refused[0].body, refused[0].body
+    # with the policy in force, the test bed's daemon token (bound to no pod, so naming no
+    # node) still writes our driver's slices, as test_kubelet_registers_... needs
+    assert try_create_slice(mine, admin_api, slice_body(f"ours-{uuid.uuid4().hex[:8]}",
+                                                        "node-x")) is None
     # updating another driver's slice is refused too (its driver is immutable)
     theirs = k8s.CustomObjectsApi(admin_api).create_cluster_custom_object(
         GROUP, VERSION, "resourceslices", other)
