@@ -3,9 +3,12 @@ the host interfaces, their names, the slice's name and spec, and NodePrepareReso
 answer for a claim as read. The real-component test is tests/e2e/test_dra_node.py."""
 from __future__ import annotations
 
+import os
 import re
+import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -257,3 +260,57 @@ def test_importing_the_daemon_and_dra_does_not_load_grpc():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=60, check=True)
     assert p.stdout.strip() == "[]", p.stdout
+
+
+@pytest.fixture
+def short_dir():
+    """A temp dir whose sockets' paths fit sun_path (pytest's tmp_path may not)."""
+    import shutil
+    import tempfile
+    d = tempfile.mkdtemp(prefix="dra", dir="/tmp")
+    yield Path(d)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_plugin_refuses_a_socket_path_too_long(tmp_path):
+    plugin = dra.KubeletPlugin(NODE, lambda t, s: FakeSliceKube(), 5.0,
+                               registry_dir=str(tmp_path / ("r" * 100)),
+                               plugin_dir=str(tmp_path / "p"), list_interfaces=lambda: [])
+    with pytest.raises(dra.DraError, match="longer than 107 bytes"):
+        plugin.start()
+    assert not os.path.exists(plugin.dra_socket)  # the one made first is removed again
+
+
+def test_plugin_sockets_a_second_plugin_and_a_stale_socket(short_dir):
+    """Real gRPC servers on sockets in temp dirs (the API is a fake): a second plugin on
+    the same sockets is refused and removes nothing of the first's; a socket left by a
+    plugin that died is replaced; stop removes the sockets it made."""
+    import socket as sk
+
+    def plugin():
+        return dra.KubeletPlugin(NODE, lambda t, s: FakeSliceKube(), 5.0,
+                                 registry_dir=str(short_dir / "registry"),
+                                 plugin_dir=str(short_dir / "plugins" / dra.DRIVER_NAME),
+                                 list_interfaces=lambda: [], resync=3600)
+
+    first = plugin()
+    first.start()
+    try:
+        reg, endpoint = first.registration_socket, first.dra_socket
+        with pytest.raises(dra.DraError, match="another plugin answers on"):
+            plugin().start()
+        assert os.path.exists(reg) and os.path.exists(endpoint)
+        assert first.info()[2] == endpoint
+    finally:
+        first.stop()
+    assert not os.path.exists(reg) and not os.path.exists(endpoint)
+    dead = sk.socket(sk.AF_UNIX, sk.SOCK_STREAM)
+    dead.bind(endpoint)  # bound, never listening: what a killed plugin leaves
+    dead.close()
+    again = plugin()
+    again.start()
+    try:
+        assert stat.S_IMODE(os.stat(endpoint).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(os.path.dirname(endpoint)).st_mode) == 0o700
+    finally:
+        again.stop()

@@ -61,6 +61,8 @@ SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 PLUGIN_TYPE = "DRAPlugin"
 """PluginInfo.type of a DRA driver (k8s.io/kubelet pkg/apis/pluginregistration/v1
 constants DRAPlugin)."""
+MAX_SOCKET_PATH = 107
+"""Bytes of a unix socket's path at most (sockaddr_un.sun_path, 108 with its NUL)."""
 MAX_DEVICES = 128
 """Devices in one ResourceSlice at most (resource.k8s.io/v1 ResourceSliceMaxDevices)."""
 GENERIC_PREFIX = "cni"
@@ -296,6 +298,9 @@ def _serve(path: str, add: Callable[[Any], None], workers: int) -> Any:
     from concurrent.futures import ThreadPoolExecutor
 
     import grpc
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise DraError(f"socket path {path} is longer than {MAX_SOCKET_PATH} bytes, the "
+                       "most a unix socket's address holds: choose a shorter dir")
     _clear_socket(path)
     server = grpc.server(ThreadPoolExecutor(workers, thread_name_prefix="dra-grpc"))
     add(server)
@@ -357,7 +362,8 @@ class KubeletPlugin:
         self.prepares = PrepareStats()
         self.publisher = SlicePublisher(node, kube, api_timeout, interfaces, per_interface,
                                         generic, resync, list_interfaces)
-        self._servers: list[Any] = []
+        self._servers: list[tuple[str, Any]] = []
+        """(socket path, grpc.Server) of each server started, the registration's last."""
 
     def start(self) -> None:
         """Serve the DRA service, then the registration socket (the kubelet calls the
@@ -386,8 +392,9 @@ class KubeletPlugin:
                                        pluginregistration_v1_pb2_grpc), server)
 
         try:
-            self._servers.append(_serve(self.dra_socket, add_dra, 4))
-            self._servers.append(_serve(self.registration_socket, add_registration, 2))
+            self._servers.append((self.dra_socket, _serve(self.dra_socket, add_dra, 4)))
+            self._servers.append((self.registration_socket, _serve(
+                self.registration_socket, add_registration, 2)))
         except (DraError, OSError, RuntimeError) as e:
             self.stop()
             if isinstance(e, DraError):
@@ -401,12 +408,12 @@ class KubeletPlugin:
         """Remove the registration socket first (the kubelet unregisters the plugin when
         it goes), stop both servers, remove the DRA socket. The ResourceSlice is left:
         a restarted daemon republishes it, and the kubelet deletes the slices of a driver
-        that stays unregistered (module doc of the decision: docs/architecture.md)."""
+        that stays unregistered (docs/architecture.md, "DRA kubelet plugin"). Only the
+        sockets this plugin made are removed, never another daemon's."""
         self.publisher.stop()
-        for path in (self.registration_socket, self.dra_socket):
+        for path, server in reversed(self._servers):
             with contextlib.suppress(OSError):
                 os.unlink(path)
-        for server in reversed(self._servers):
             server.stop(grace=2.0).wait(5.0)
         self._servers.clear()
 
