@@ -77,6 +77,9 @@ log = logging.getLogger("netattach.kube")
 NAD_GROUP = "k8s.cni.cncf.io"
 NAD_VERSION = "v1"
 NAD_PLURAL = "network-attachment-definitions"
+RESOURCE_GROUP = "resource.k8s.io"
+RESOURCE_VERSION = "v1"
+"""Dynamic Resource Allocation's API (GA in Kubernetes 1.34): ResourceClaims, ResourceSlices."""
 
 MAX_RETRIES = 10
 """Retries of one call at most (client-go's default, rest/request.go `maxRetries`); the
@@ -463,6 +466,53 @@ class Kube:
         if resp.status_code != 201:
             raise KubeError(_explain(resp.status_code, what, resp.content, self.kubeconfig,
                                      "create events"), resp.status_code)
+
+
+    # -- DRA (issue 12, the node side of the DRA driver: daemon/dra.py). Kept together at
+    # the end of the class so other additions merge cleanly.
+
+    def get_resource_claim(self, namespace: str, name: str) -> dict | None:
+        """The ResourceClaim (resource.k8s.io/v1) as a JSON dict, or None when it does
+        not exist (404). Retries and errors as `get_pod` (module doc, "Retries")."""
+        return self._get(f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{namespace}/"
+                         f"resourceclaims/{name}", f"ResourceClaim {namespace}/{name}",
+                         f"resourceclaims.{RESOURCE_GROUP}")
+
+    def get_resource_slice(self, name: str) -> dict | None:
+        """The ResourceSlice (resource.k8s.io/v1, cluster-scoped) `name` as a JSON dict,
+        or None when it does not exist (404). Retries and errors as `get_pod`."""
+        return self._get(f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/resourceslices/{name}",
+                         f"ResourceSlice {name}", f"resourceslices.{RESOURCE_GROUP}")
+
+    def create_resource_slice(self, body: dict) -> dict:
+        """POST the ResourceSlice `body` (its metadata.name set); returns the stored
+        object. Not retried: a create repeated after a lost answer would be refused 409
+        (AlreadyExists), which the caller (dra.SlicePublisher) handles by reading the
+        slice again. Raises KubeError (status 409 when it exists already)."""
+        path = f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/resourceslices"
+        what = f"create ResourceSlice {body.get('metadata', {}).get('name')}"
+        resp = self._send("POST", path, body, "application/json")
+        if resp.status_code != 201:
+            raise KubeError(_explain(resp.status_code, what, resp.content, self.kubeconfig,
+                                     f"create resourceslices.{RESOURCE_GROUP}"),
+                            resp.status_code)
+        return self._object(resp, "POST", path, what)
+
+    def update_resource_slice(self, body: dict) -> dict:
+        """PUT the ResourceSlice `body`, which carries the metadata.resourceVersion it was
+        read with (optimistic concurrency: 409 Conflict when it changed since). 429 and
+        5xx are retried within the budget; a retry after a try that was stored gets 409
+        too. Returns the stored object; raises KubeError (status 409 on a conflict)."""
+        name = body["metadata"]["name"]
+        path = f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/resourceslices/{name}"
+        what = f"update ResourceSlice {name}"
+        resp, _ = self._exchange("PUT", path, what, f"update resourceslices.{RESOURCE_GROUP}",
+                                 body=body, content_type="application/json")
+        if resp.status_code != 200:
+            raise KubeError(_explain(resp.status_code, what, resp.content, self.kubeconfig,
+                                     f"update resourceslices.{RESOURCE_GROUP}"),
+                            resp.status_code)
+        return self._object(resp, "PUT", path, what)
 
 
 def _retryable(status: int) -> bool:

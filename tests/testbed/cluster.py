@@ -610,6 +610,7 @@ _API_CLASSES = {
     "apps/v1": k8s.AppsV1Api,
     "rbac.authorization.k8s.io/v1": k8s.RbacAuthorizationV1Api,
     "apiextensions.k8s.io/v1": k8s.ApiextensionsV1Api,
+    "admissionregistration.k8s.io/v1": k8s.AdmissionregistrationV1Api,
 }
 
 
@@ -634,7 +635,7 @@ def apply_manifests(api: k8s.ApiClient, paths: Iterable[Path], timeout: float = 
     dry_run: the server validates and admits every document but stores nothing
     (dryRun=All), and CRDs are not waited for.
     namespace: for namespaced documents that name none.
-    Supports the core, apps, rbac and apiextensions v1 kinds and
+    Supports the core, apps, rbac, apiextensions and admissionregistration v1 kinds and
     NetworkAttachmentDefinitions (ValueError otherwise).
     Returns the applied documents as read from the file. ApiException on rejection,
     ClusterError on timeout.

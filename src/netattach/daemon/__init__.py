@@ -4,7 +4,9 @@
 It keeps watch-backed caches of this node's pods and of every
 NetworkAttachmentDefinition (`cache`), serves the shim's CNI calls on a unix socket
 with the same orchestrator as thin mode (`server`; the API seam `podapi`), and offers
-/healthz, /readyz and Prometheus /metrics on a local port (`metrics`).
+/healthz, /readyz and Prometheus /metrics on a local port (`metrics`). With `--dra` it is
+also the node side of DRA driver cni.dra.networking.x-k8s.io (`dra`: kubelet plugin
+registration, NodePrepareResources, the node's ResourceSlice).
 The shim (src/netattach_shim) is what the runtime execs; it falls back to thin mode
 for DEL, GC and CHECK when the daemon does not answer.
 
@@ -42,6 +44,17 @@ def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
+def _non_negative_int(text: str) -> int:
+    """An argparse type: an int >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `netattach daemon`; each documents its default."""
     parser.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
@@ -70,6 +83,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-file", default=None, help="log file (default: stderr only)")
     parser.add_argument("--log-level", choices=tuple(LOG_LEVELS), default="info",
                         help="(default: %(default)s)")
+    dra = parser.add_argument_group(
+        "DRA driver", "the node side of the DRA driver cni.dra.networking.x-k8s.io "
+        "(daemon/dra.py; docs/architecture.md, \"DRA kubelet plugin\")")
+    dra.add_argument("--dra", action="store_true",
+                     help="register with the kubelet as DRA driver cni.dra.networking.x-k8s.io, "
+                          "serve NodePrepareResources/NodeUnprepareResources and publish this "
+                          "node's ResourceSlice (needs deploy/thick/rbac.yaml's resource.k8s.io "
+                          "rules) (default: off)")
+    dra.add_argument("--dra-registry-dir", default=None,
+                     help="the kubelet's plugin registration dir, where "
+                          "cni.dra.networking.x-k8s.io-reg.sock is made (default: "
+                          "/var/lib/kubelet/plugins_registry)")
+    dra.add_argument("--dra-plugin-dir", default=None,
+                     help="dir of the DRA socket dra.sock, made 0700 (default: "
+                          "/var/lib/kubelet/plugins/cni.dra.networking.x-k8s.io)")
+    dra.add_argument("--dra-interfaces", default="",
+                     help="comma-separated shell patterns of the host interfaces that get "
+                          "devices in the ResourceSlice, e.g. 'eth*,ens1f0' (default: every "
+                          "interface backed by a device, /sys/class/net/<name>/device)")
+    dra.add_argument("--dra-devices-per-interface", type=_positive(int), default=8,
+                     help="devices per selected host interface, each one attachment using it "
+                          "as master (default: %(default)s)")
+    dra.add_argument("--dra-generic-devices", type=_non_negative_int, default=16,
+                     help="devices cni-0, cni-1, ... for attachments that need nothing of "
+                          "the node (default: %(default)s; at most 128 devices in all)")
+    dra.add_argument("--dra-resync", type=_positive(float), default=10.0,
+                     help="seconds between looks at the host interfaces; the ResourceSlice "
+                          "is updated when its devices change (default: %(default)s)")
     parser.add_argument("--shutdown-timeout", type=_positive(float), default=20.0,
                         help="seconds to finish calls and queued writes on SIGTERM "
                              "(default: %(default)s)")
@@ -86,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     from . import metrics
     from .cache import node_caches
+    from .dra import DraError  # grpc is imported by dra.KubeletPlugin.start, with --dra only
     from .server import Daemon, DaemonError
 
     pods, nads = node_caches(args.kubeconfig, args.node_name)
@@ -96,9 +138,14 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(s, lambda signum, _frame: stop.set())
     try:
         daemon.start()
+        if args.dra:
+            daemon.dra = _kubelet_plugin(args, daemon)
+            daemon.dra.start()
         http = metrics.serve(daemon, args.metrics_address, args.metrics_port)
-    except (DaemonError, OSError) as e:
+    except (DaemonError, DraError, OSError) as e:
         log.error("cannot start: %s", e)
+        if daemon.dra is not None:
+            daemon.dra.stop()
         return 1
     log.info("node %s; /healthz, /readyz, /metrics on %s:%d", args.node_name,
              args.metrics_address, http.server_port)
@@ -106,7 +153,22 @@ def run(args: argparse.Namespace) -> int:
         pass
     log.info("stopping: finishing the calls in progress and the queued writes")
     http.shutdown()
+    if daemon.dra is not None:
+        daemon.dra.stop()
     daemon.stop(args.shutdown_timeout)
     log.info("stopped")
     logging.shutdown()
     return 0
+
+
+def _kubelet_plugin(args: argparse.Namespace, daemon: Any) -> Any:
+    """The DRA kubelet plugin (dra.KubeletPlugin) of `--dra`, on the daemon's API client.
+    Imported here only: grpc is loaded by `--dra` alone."""
+    from . import dra
+    return dra.KubeletPlugin(
+        args.node_name, daemon.client.kube, args.api_timeout,
+        registry_dir=args.dra_registry_dir or dra.DEFAULT_REGISTRY_DIR,
+        plugin_dir=args.dra_plugin_dir or dra.DEFAULT_PLUGIN_DIR,
+        interfaces=[p.strip() for p in args.dra_interfaces.split(",") if p.strip()],
+        per_interface=args.dra_devices_per_interface, generic=args.dra_generic_devices,
+        resync=args.dra_resync)

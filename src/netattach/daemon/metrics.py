@@ -18,6 +18,10 @@ Metrics (all prefixed `netattach_`):
 * publish_{sent,failed,dropped}_total, publish_pending: the queued writes
   (network-status PATCH, Events): sent, tries that failed, given up or cancelled by a
   DEL, waiting now;
+* with --dra (daemon/dra.py): dra_registered (1 registered, 0 refused by the kubelet,
+  -1 before its verdict), dra_prepared_claims_total{result} (NodePrepareResources, per
+  claim: "ok" or "error"), dra_slice_generation (the pool generation last published, 0
+  none yet), dra_slice_failures_total (reconciles that failed);
 and prometheus_client's process_* metrics (RSS, CPU, open fds).
 """
 from __future__ import annotations
@@ -92,6 +96,28 @@ class _Collector:
                                       f"and event writes {name}", value=value)
         yield GaugeMetricFamily("netattach_publish_pending", "queued writes not sent yet",
                                 value=p.pending())
+        if d.dra is not None:
+            yield from _dra_metrics(d.dra)
+
+
+def _dra_metrics(plugin: Any) -> Iterator[Any]:
+    """The DRA kubelet plugin's metrics (module doc)."""
+    with plugin.registration.lock:
+        registered = plugin.registration.registered
+    yield GaugeMetricFamily("netattach_dra_registered", "1: the kubelet registered the DRA "
+                            "driver, 0: it refused, -1: no verdict yet",
+                            value=-1 if registered is None else int(registered))
+    with plugin.prepares.lock:
+        ok, failed = plugin.prepares.ok, plugin.prepares.failed
+    c = CounterMetricFamily("netattach_dra_prepared_claims", "claims answered by "
+                            "NodePrepareResources", labels=["result"])
+    c.add_metric(["ok"], ok)
+    c.add_metric(["error"], failed)
+    yield c
+    yield GaugeMetricFamily("netattach_dra_slice_generation", "pool generation of the "
+                            "ResourceSlice last published", value=plugin.publisher.generation)
+    yield CounterMetricFamily("netattach_dra_slice_failures", "ResourceSlice reconciles that "
+                              "failed", value=plugin.publisher.failures)
 
 
 def registry_for(daemon: Daemon) -> CollectorRegistry:

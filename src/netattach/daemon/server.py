@@ -176,6 +176,8 @@ class Daemon:
         self.in_flight = 0
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
+        self.dra: Any = None
+        """The DRA kubelet plugin (dra.KubeletPlugin) when run with --dra, for /metrics."""
 
     # -- lifecycle
 
