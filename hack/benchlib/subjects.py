@@ -32,16 +32,21 @@ CNI_VERSION_STDIN = json.dumps({"cniVersion": "1.0.0"}).encode()
 THICK_MANIFEST = cl.DEPLOY_DIR / "thick" / "daemonset-thick.yaml"
 
 
-def deployed_daemon_flags() -> tuple[str, ...]:
-    """The flags deploy/thick gives `netattach daemon` that change how it runs calls (log
-    level, pool size), so the bench measures the daemon as a node runs it; the paths and
-    the metrics address stay the test bed's."""
+def deployed_daemon_flags(workdir: Path) -> tuple[str, ...]:
+    """The flags deploy/thick gives `netattach daemon` that change how it runs (log
+    level, pool size, the DRA kubelet plugin), so the bench measures the daemon as a
+    node runs it; the paths (the kubelet's plugin dirs: in `workdir`) and the metrics
+    address stay the test bed's."""
     import yaml
     doc = yaml.safe_load(THICK_MANIFEST.read_text())
     [container] = [c for c in doc["spec"]["template"]["spec"]["containers"]
                    if c["name"] == "daemon"]
-    return tuple(a for a in container["args"]
-                 if a.split("=")[0] in ("--log-level", "--max-parallel"))
+    flags = tuple(a for a in container["args"]
+                  if a.split("=")[0] in ("--log-level", "--max-parallel", "--dra"))
+    if "--dra" in flags:
+        flags += ("--dra-registry-dir", str(workdir / "plugins_registry"),
+                  "--dra-plugin-dir", str(workdir / "dra-plugin"))
+    return flags
 
 
 @dataclass(frozen=True)
@@ -187,7 +192,7 @@ class NetattachThick(_Daemonised):
         cl.apply_manifests(api, [cl.DEPLOY_DIR / "thick" / "rbac.yaml"])
         self.daemon = self.node_daemon.NodeDaemon.start(
             command, bed.env, cl.plugin_kubeconfig(bed.cluster, sa="netattach-daemon"),
-            flags=deployed_daemon_flags())
+            flags=deployed_daemon_flags(bed.workdir))
         self.exe = _link(bed.base.bin_dir, "netattach-shim",
                          Path(self.node_daemon.shim_command(command)))
         self.conf = dict(bed.base.netconf, logLevel="info",
