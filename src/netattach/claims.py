@@ -347,7 +347,7 @@ def parse_cni_config(params: object) -> CniConfigSpec:
             conf = copy.deepcopy(p["config"])
         else:
             conf = {k: copy.deepcopy(v) for k, v in p.items()
-                    if k not in ("type", "args", "arguments")}
+                    if k not in ("type", "arguments")}  # `args` is CNI's own here
         args_raw = _first(p, "args", "arguments") if "config" in p else p.get("arguments")
         args = []
         for j, a in enumerate(args_raw or []):
