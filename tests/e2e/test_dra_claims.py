@@ -346,3 +346,71 @@ def test_validation_rule_fails_before_any_child(rule, admin_api, plugin_kubeconf
     sc.assert_clean(s)
     assert "attached network" not in s.log_text()  # no child ran
     assert s.run("DEL").code == 0
+
+
+# ---------------------------------------------------------------- RBAC (deploy/)
+
+@pytest.fixture(params=["plugin", "daemon"])
+def sa_api(request, plugin_kubeconfig, daemon_kubeconfig):
+    """An ApiClient of the thin plugin's (deploy/rbac.yaml) or the node daemon's
+    (deploy/thick/rbac.yaml) ServiceAccount token, nothing else."""
+    from tests.testbed import cluster as cl
+    path = plugin_kubeconfig if request.param == "plugin" else daemon_kubeconfig
+    with cl.api_client(path) as api:
+        yield api
+
+
+def _forbidden(call) -> None:
+    with pytest.raises(ApiException) as ei:
+        call()
+    assert ei.value.status == 403, (ei.value.status, ei.value.body)
+    assert "system:serviceaccount:kube-system:netattach" in json.loads(ei.value.body)["message"]
+
+
+def test_rbac_grants_what_claims_need_and_nothing_more(sa_api, admin_api, k8s_namespace,
+                                                       resource_slice, host_env):
+    """The ServiceAccounts may get a claim, server-side apply its status.devices, list
+    ResourceSlices and get a ConfigMap, as netattach does; not change or delete a claim,
+    list claims or ConfigMaps, nor publish a ResourceSlice."""
+    from netattach.kube import CLAIM_FIELD_MANAGER
+    pool = resource_slice("eth9")
+    device_class(admin_api)
+    pod = sc.pod(k8s_namespace, "rbac", None)
+    uid = sc.create_pod(admin_api, pod)
+    claim = create_claim(admin_api, k8s_namespace, claim_body("rbac", cni_config("/tmp")))
+    allocate(admin_api, k8s_namespace, claim, pool, [("rbac", uid)])
+    subnets_configmap(admin_api, k8s_namespace)
+    objs, core = CustomObjectsApi(sa_api), CoreV1Api(sa_api)
+
+    got = objs.get_namespaced_custom_object(GROUP, VERSION, k8s_namespace, "resourceclaims",
+                                            "rbac")
+    assert got["metadata"]["uid"] == claim["metadata"]["uid"]
+    slices = objs.list_cluster_custom_object(GROUP, VERSION, "resourceslices",
+                                             field_selector=f"spec.driver={DRIVER}")
+    assert pool in [s["metadata"]["name"] for s in slices["items"]]
+    assert core.read_namespaced_config_map("dra-subnets", k8s_namespace).data == {
+        NODE: CLAIM_SUBNET}
+    entry = {"driver": DRIVER, "pool": pool, "device": "cni", "conditions": [{
+        "type": "Ready", "status": "True", "reason": "NetworkInterfaceReady", "message": "m",
+        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    objs.patch_namespaced_custom_object_status(
+        GROUP, VERSION, k8s_namespace, "resourceclaims", "rbac",
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceClaim",
+         "metadata": {"name": "rbac"}, "status": {"devices": [entry]}},
+        field_manager=CLAIM_FIELD_MANAGER, force=True,
+        _content_type="application/apply-patch+yaml")
+    assert read_claim(admin_api, k8s_namespace, "rbac")["status"]["devices"][0]["pool"] == pool
+
+    _forbidden(lambda: objs.patch_namespaced_custom_object(
+        GROUP, VERSION, k8s_namespace, "resourceclaims", "rbac",
+        {"metadata": {"labels": {"x": "y"}}}))
+    _forbidden(lambda: objs.delete_namespaced_custom_object(
+        GROUP, VERSION, k8s_namespace, "resourceclaims", "rbac"))
+    _forbidden(lambda: objs.list_namespaced_custom_object(
+        GROUP, VERSION, k8s_namespace, "resourceclaims"))
+    _forbidden(lambda: core.list_namespaced_config_map(k8s_namespace))
+    _forbidden(lambda: objs.create_cluster_custom_object(GROUP, VERSION, "resourceslices", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceSlice",
+        "metadata": {"name": "rogue"},
+        "spec": {"driver": DRIVER, "nodeName": NODE, "pool": {
+            "name": "rogue", "generation": 1, "resourceSliceCount": 1}, "devices": []}}))
