@@ -47,6 +47,7 @@ ResourceSlices and ConfigMaps, api.PodApi).
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -539,13 +540,16 @@ def set_path(obj: dict[str, Any], path: str, value: Any) -> None:
             raise ClaimError(f"field {path}: {'.'.join(segs[:i])} is not an object or list")
 
 
-def to_netconf(spec: CniConfigSpec, ref: ClaimRef, api: Any) -> NetworkConfig:
+def to_netconf(spec: CniConfigSpec, ref: ClaimRef, api: Any,
+               offline: bool = False) -> NetworkConfig:
     """The CNI config list to run for `spec` on `ref`: `name` the config's own name,
     else the request's name (host-local keys its store by it, so it must be the same for
     every pod using that config; a generated claim name would not be), `cniVersion` the
     config's (else 1.0.0), each plugin's config with `type` and its arguments set.
     Raises ClaimError (7) for a config that does not parse (chain.NetworkConfig) or an
-    argument that cannot be resolved; KubeError when a source cannot be read."""
+    argument that cannot be resolved; KubeError when a source cannot be read.
+    `offline` (netattach validate): an argument read from a source is set to a
+    placeholder string naming it, and `api` is not used."""
     sources = _Sources(ref, api)
     plugins = []
     for ptype, conf, args in spec.plugins:
@@ -555,6 +559,8 @@ def to_netconf(spec: CniConfigSpec, ref: ClaimRef, api: Any) -> NetworkConfig:
             try:
                 if kind == "value":
                     value = arg
+                elif offline:
+                    value = f"<{kind} {json.dumps(arg, sort_keys=True)}>"
                 elif kind == "attribute":
                     value = sources.attribute(arg)
                 elif kind == "resourceSliceFieldRef":
@@ -615,7 +621,6 @@ def device_status(ref: ClaimRef, ifname: str, result: dict[str, Any] | None,
                         "lastTransitionTime": now}],
     }
     if ok and isinstance(result, dict):
-        import json
         if len(json.dumps(result)) <= DATA_MAX:
             entry["data"] = result
         entry["networkData"] = network_data(result, ifname)

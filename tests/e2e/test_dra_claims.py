@@ -6,6 +6,7 @@ status.resourceClaimStatuses, the driver's ResourceSlice) with the admin client.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 from typing import Any
@@ -174,7 +175,7 @@ def configmap(admin_api, k8s_namespace):
 # ---------------------------------------------------------------- acceptance
 
 def test_pod_with_nad_and_claim_gets_all_three(make_scenario, admin_api, k8s_namespace,
-                                               host_env, resource_slice, configmap):
+                                               host_env, resource_slice, configmap, cluster):
     """eth0 (cluster default network), net1 (NAD net-a) and dra0 (the claim: macvlan on the
     master the ResourceSlice's device attribute names, host-local on the subnet a
     ConfigMap keyed by the slice's spec.nodeName gives); the claim's status.devices
@@ -208,6 +209,14 @@ def test_pod_with_nad_and_claim_gets_all_three(make_scenario, admin_api, k8s_nam
         (f"resourceclaim:{claim}/macvlan0", "dra0")]
     assert status[2]["ips"] == addresses and status[2]["mac"] == entry["networkData"][
         "hardwareAddress"]
+    # the operator's view: `netattach status` lists the claim network too
+    table = subprocess.run([sc.netattach_command(), "status", s.pod_name, "-n", s.namespace,
+                            "--kubeconfig", str(cluster.admin_kubeconfig)],
+                           capture_output=True, text=True, timeout=60)
+    assert table.returncode == 0, table.stderr
+    row = next(line.split() for line in table.stdout.splitlines()
+               if line.startswith(f"resourceclaim:{claim}/macvlan0"))
+    assert row[1:3] == ["dra0", addresses[0]]
 
     assert s.run("DEL").code == 0
     sc.assert_clean(s)
@@ -414,3 +423,23 @@ def test_rbac_grants_what_claims_need_and_nothing_more(sa_api, admin_api, k8s_na
         "metadata": {"name": "rogue"},
         "spec": {"driver": DRIVER, "nodeName": NODE, "pool": {
             "name": "rogue", "generation": 1, "resourceSliceCount": 1}, "devices": []}}))
+
+
+def test_readme_example_is_accepted_by_the_api_server(admin_api, k8s_namespace):
+    """The README's DRA example (DeviceClass, ResourceClaimTemplate, Pod): the API server
+    admits each object as written (dry run); tests/unit/test_validate_claims.py checks
+    that `netattach validate` passes it."""
+    import yaml
+
+    from tests.unit.test_validate_claims import readme_example
+    for doc in yaml.safe_load_all(readme_example()):
+        doc["metadata"].pop("namespace", None)
+        if doc["kind"] == "Pod":
+            CoreV1Api(admin_api).create_namespaced_pod(k8s_namespace, doc, dry_run="All")
+        elif doc["kind"] == "DeviceClass":
+            CustomObjectsApi(admin_api).create_cluster_custom_object(
+                GROUP, VERSION, "deviceclasses", {**doc, "metadata": {"name": "readme-check"}},
+                dry_run="All")
+        else:
+            CustomObjectsApi(admin_api).create_namespaced_custom_object(
+                GROUP, VERSION, k8s_namespace, "resourceclaimtemplates", doc, dry_run="All")
