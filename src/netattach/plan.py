@@ -2,7 +2,9 @@
 
 Order (multi-net spec §6.2, §4.2): the cluster default network first with the
 runtime's CNI_IFNAME, then each `defaultNetworks` entry, then each network
-selection element in annotation order. Interface names (§4.1.2.1.5, §4.2.1):
+selection element in annotation order, then the pod's networks from DRA
+ResourceClaims (claims.py: `spec.resourceClaims` order, then allocation result
+order), then the auxiliary chain. Interface names (§4.1.2.1.5, §4.2.1):
 a requested name is used as is and must not repeat an earlier attachment's;
 otherwise `net<N>` where N is the attachment's position among the secondary
 attachments (1-based, as Multus numbers them), skipping any name requested by
