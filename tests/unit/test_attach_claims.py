@@ -173,3 +173,19 @@ def test_netns_of_the_state_is_what_del_compares(bed):
     bed.api.claim["status"]["devices"][0]["data"]["interfaces"][-1]["sandbox"] = NETNS
     bed.run("DEL")
     assert bed.api.applied[-1][2] == []
+
+
+def test_gc_of_a_stale_container_releases_its_claim_network_and_clears_the_claim(bed):
+    bed.run("ADD", cniVersion="1.1.0")
+    bed.api.applied.clear()
+    bed.run("GC", cniVersion="1.1.0", **{"cni.dev/valid-attachments": []})
+    assert ("fake-macvlan", "dra0") in bed.dels()
+    assert bed.api.applied == [(NS, "c1", [], "7", False)]
+    assert bed.files() == [f"{CID}.deleted"]
+
+
+def test_del_from_saved_state_needs_no_api_for_a_pod_without_claims(tmp_path):
+    b = Bed(tmp_path)
+    b.added()
+    b.run("DEL")
+    assert b.api.calls == []

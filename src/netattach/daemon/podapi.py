@@ -212,17 +212,23 @@ class CachedPodApi:
         self._publish(f"event {reason} on pod {pod['namespace']}/{pod['name']}",
                       lambda kube: kube.create_event(pod, type_, reason, message))
 
+    def _uncached(self) -> Kube:
+        """The operation's live client for what no cache holds (not a cache miss)."""
+        if self._live is None:
+            self._live = self._make_live()
+        return self._live
+
     def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
         """The ResourceClaim, live (not cached: only pods with claims ask)."""
-        return self._kube("ResourceClaim").get_resource_claim(namespace, name)
+        return self._uncached().get_resource_claim(namespace, name)
 
     def list_resource_slices(self, driver: str) -> list[dict[str, Any]]:
         """The driver's ResourceSlices, live (only an argument from a device asks)."""
-        return self._kube("ResourceSlice").list_resource_slices(driver)
+        return self._uncached().list_resource_slices(driver)
 
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ConfigMap, live (only an argument from a ConfigMap asks)."""
-        return self._kube("ConfigMap").get_configmap(namespace, name)
+        return self._uncached().get_configmap(namespace, name)
 
     def apply_claim_devices(self, namespace: str, name: str, devices: list[dict[str, Any]],
                             uid: str = "", resource_version: str = "",
@@ -231,8 +237,8 @@ class CachedPodApi:
         raises; otherwise sent live now (a failed ADD's Ready False, which the runtime's
         DEL right after it would drop from the queue; DEL's clearing)."""
         if not after_answer:
-            self._kube("ResourceClaim").apply_claim_devices(namespace, name, devices, uid,
-                                                            resource_version)
+            self._uncached().apply_claim_devices(namespace, name, devices, uid,
+                                                 resource_version)
             return
         self._publish(f"apply ResourceClaim {namespace}/{name} status.devices",
                       lambda kube: kube.apply_claim_devices(namespace, name, devices, uid,
