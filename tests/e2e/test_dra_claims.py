@@ -326,7 +326,7 @@ RULES = {
 
 
 @pytest.mark.parametrize("rule", list(RULES))
-def test_validation_rule_fails_before_any_child(rule, admin_api, plugin_kubeconfig, host_env,
+def test_validation_rule_fails_before_any_child(rule, make_scenario, admin_api, host_env,
                                                 k8s_namespace, resource_slice, configmap):
     """Each seed 004 "Validation" rule: the ADD fails with code 7 before any child runs,
     naming the pod, the claim, the request (or the interface) and the rule; nothing is
@@ -338,8 +338,8 @@ def test_validation_rule_fails_before_any_child(rule, admin_api, plugin_kubeconf
     pool = resource_slice(host_env.master_link())
     device_class(admin_api)
     claim_name = f"claim-{uuid.uuid4().hex[:8]}"
-    s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, networks=networks,
-                 resource_claims=[{"name": "net", "resourceClaimName": claim_name}])
+    s = make_scenario(networks=networks,
+                      resource_claims=[{"name": "net", "resourceClaimName": claim_name}])
     claim = create_claim(admin_api, k8s_namespace, claim_body(claim_name, params, **kw))
     consumers = [(s.pod_name, s.pod_uid)]
     if other:
