@@ -46,24 +46,30 @@ def resource_slice(admin_api):
     """publish(master) -> pool name: a ResourceSlice of DRIVER on NODE with one device
     `cni` whose attribute `name` is `master`, as the driver would publish it; deleted
     after the test."""
-    names = []
+    names: list[str] = []
 
     def publish(master: str) -> str:
-        pool = f"pool-{uuid.uuid4().hex[:8]}"
-        names.append(pool)
-        CustomObjectsApi(admin_api).create_cluster_custom_object(GROUP, VERSION, "resourceslices", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceSlice",
-            "metadata": {"name": pool},
-            "spec": {"driver": DRIVER, "nodeName": NODE,
-                     "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1},
-                     "devices": [{"name": "cni", "attributes": {
-                         "name": {"string": master}, "mtu": {"int": 1500}}}]}})
-        return pool
+        names.append(publish_slice(admin_api, master))
+        return names[-1]
 
     yield publish
     for name in names:
         CustomObjectsApi(admin_api).delete_cluster_custom_object(GROUP, VERSION, "resourceslices",
                                                                  name)
+
+
+def publish_slice(api, master: str) -> str:
+    """Create the ResourceSlice of `resource_slice` (a fresh pool); returns its name, which
+    is also the pool's."""
+    pool = f"pool-{uuid.uuid4().hex[:8]}"
+    CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, "resourceslices", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceSlice",
+        "metadata": {"name": pool},
+        "spec": {"driver": DRIVER, "nodeName": NODE,
+                 "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": "cni", "attributes": {
+                     "name": {"string": master}, "mtu": {"int": 1500}}}]}})
+    return pool
 
 
 def cni_config(ipam_dir, *, ifname: str | None = "dra0", master: dict | None = None,
