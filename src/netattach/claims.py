@@ -592,7 +592,12 @@ def resolve(pod: dict[str, Any], api: Any) -> list[ClaimNetwork]:
         raise ClaimError(f"pod namespace {ns!r} is not a DNS-1123 label")
     out: list[ClaimNetwork] = []
     for pod_name, claim_name in pod_claims(pod):
-        claim = api.get_resource_claim(ns, claim_name)
+        try:
+            claim = api.get_resource_claim(ns, claim_name)
+        except CniError as e:  # kube.KubeError: 404 is an answer, not an unreachable API
+            if getattr(e, "status", None) != 404:
+                raise
+            claim = None
         if claim is None:
             raise ClaimNotReady(f"claim {pod_name}: ResourceClaim {ns}/{claim_name} not found")
         out += claim_networks(claim, uid, api)

@@ -303,6 +303,27 @@ def test_resolve_asks_each_claim_and_names_a_missing_one():
         claims.resolve(pod, api)
 
 
+def test_a_claim_the_api_server_does_not_have_is_not_an_unreachable_api():
+    """kube.Kube.get_resource_claim raises KubeError(404): resolve makes it ClaimNotReady,
+    so a DEL rebuilding its plan does not take it for an API it cannot ask."""
+    from netattach.kube import KubeError
+
+    class Api(Sources):
+        def get_resource_claim(self, namespace, name):
+            raise KubeError(f"get ResourceClaim {namespace}/{name}: not found", 404)
+    pod = {"metadata": {"namespace": "ns", "uid": UID}, "spec": {"resourceClaims": [
+        {"name": "n", "resourceClaimName": "c1"}]}}
+    with pytest.raises(ClaimNotReady) as ei:
+        claims.resolve(pod, Api())
+    assert not isinstance(ei.value, KubeError)
+
+    class Down(Sources):
+        def get_resource_claim(self, namespace, name):
+            raise KubeError("API server unreachable")
+    with pytest.raises(KubeError):
+        claims.resolve(pod, Down())
+
+
 # ---------------------------------------------------------------- status.devices
 
 RESULT = {"cniVersion": "1.0.0", "interfaces": [
