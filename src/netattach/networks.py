@@ -310,7 +310,7 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
         resources.append(devices.nad_resource_name(nad) if nad and element.device_id is None
                          else None)
     device_map = _assign_devices(conf, pod, resources, secondaries)
-    claim_networks = _claim_networks(pod, pod_obj, api)
+    claim_networks = _claim_networks(pod, pod_obj, api, rebuild=not wait_for_pod)
     try:
         auxiliary = auxiliary_chain(conf, default[1].source)
         attachments = planning.plan_attachments(default, req.ifname, conf.runtime_config,
@@ -337,15 +337,24 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
 
 
 def _claim_networks(pod: PodRef | None, pod_obj: dict[str, Any] | None,
-                    api: PodApi | None) -> list[claims.ClaimNetwork]:
+                    api: PodApi | None, rebuild: bool = False) -> list[claims.ClaimNetwork]:
     """The pod's networks from DRA ResourceClaims (claims.resolve), [] for a pod without
     `spec.resourceClaims` (claims.py is not even imported then). Raises CniError naming
-    the pod and the claim."""
+    the pod and the claim. `rebuild` (DEL without state): a claim that is gone or no
+    longer valid (deallocated, reserved for no one) is logged and left out, so the
+    pod's other attachments are still released; an API that cannot be asked still
+    raises (KubeError: DEL's retry window)."""
     if pod_obj is None or api is None or not (pod_obj.get("spec") or {}).get("resourceClaims"):
         return []
     from . import claims  # only for a pod with claims
     try:
         return claims.resolve(pod_obj, api)
+    except (claims.ClaimError, claims.ClaimNotReady) as e:
+        if not rebuild:
+            raise e.within(where(pod)) from None
+        log.warning("%s: DEL rebuilds the plan without the pod's claim networks, which are "
+                    "not released: %s", where(pod), e)
+        return []
     except CniError as e:
         raise e.within(where(pod)) from None
 

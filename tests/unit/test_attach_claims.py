@@ -189,3 +189,23 @@ def test_del_from_saved_state_needs_no_api_for_a_pod_without_claims(tmp_path):
     b.added()
     b.run("DEL")
     assert b.api.calls == []
+
+
+def test_del_without_state_releases_the_nads_when_the_claim_is_gone(bed, caplog):
+    bed.added()
+    (bed.tmp / "state" / f"{CID}.json").unlink()
+    bed.api.claim = None
+    with caplog.at_level(logging.WARNING, logger="netattach"):
+        bed.run("DEL")
+    assert ("fake-ptp", "data0") in bed.dels() and ("fake-bridge", "eth0") in bed.dels()
+    assert ("fake-macvlan", "dra0") not in bed.dels()
+    assert "without the pod's claim networks" in caplog.text
+    assert bed.files() == [f"{CID}.deleted"]
+
+
+def test_del_without_state_rebuilds_claim_networks_too(bed):
+    bed.added()
+    (bed.tmp / "state" / f"{CID}.json").unlink()
+    bed.run("DEL")
+    assert ("fake-macvlan", "dra0") in bed.dels()
+    assert bed.api.applied[-1][2] == []  # and clears the claim's entries
