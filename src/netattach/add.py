@@ -146,6 +146,7 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
         entries = _status_entries(req, conf, plan, results) if pod and api else []
     except _AttachFailed as e:
         rollback(orch, req, conf, state, store)
+        _claims_failed(api, pod, plan, e.cause)
         raise e.cause from None
     except BaseException as e:
         # any failure after the children ran (a result that cannot be given in the
@@ -153,17 +154,59 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
         log.error("%s: ADD failed after its children ran: %s", where(pod), e)
         rollback(orch, req, conf, state, store)
         if isinstance(e, CniError):
-            raise e.within(where(pod)) from None
+            error = e.within(where(pod))
+            _claims_failed(api, pod, plan, error)
+            raise error from None
         raise
     if pod and api:
         annotations = {status.NETWORK_STATUS_ANNOTATION: status.encode_status(entries)}
         if not writes_after_answer(api) or _record_status(store, state, pod, annotations,
                                                            plan.pod_uid):
             _publish_status(api, pod, annotations, plan.pod_uid)
+        if any(a.claim for a in plan.attachments):
+            _claims_ready(api, pod, plan, results)
         for att, entry in zip([a for a in plan.attachments if not a.auxiliary], entries):
             _event(api, pod, "Normal", "AddedInterface",
                    f"Add {att.ifname} {entry.get('ips', [])} from {att.network}")
     return out
+
+
+def _claims_ready(api: PodApi, pod: PodRef, plan: Plan, results: list[dict[str, Any]]) -> None:
+    """Each claim attachment's status.devices entry, Ready True with its result (seed 004
+    "Status"), one server-side apply per claim; sent after the answer where the seam
+    does so (the node daemon). Best effort: a failure is logged, as the network-status
+    PATCH's."""
+    from . import claims
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    _apply_claims(api, pod, [(a.claim, claims.device_status(a.claim, a.ifname, r, None, now))
+                             for a, r in zip(plan.attachments, results) if a.claim], True)
+
+
+def _claims_failed(api: PodApi | None, pod: PodRef | None, plan: Plan, error: CniError) -> None:
+    """After a rollback: each claim attachment's status.devices entry Ready False, reason
+    NetworkInterfaceNotReady, message the error (seed 004 "Failures"). Sent before the
+    answer in both modes: the runtime DELs the failed sandbox at once, and a DEL drops
+    the container's queued writes. Best effort."""
+    if api is None or pod is None or not any(a.claim for a in plan.attachments):
+        return
+    from . import claims
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    _apply_claims(api, pod, [(a.claim, claims.device_status(a.claim, a.ifname, None, error.msg,
+                                                            now))
+                             for a in plan.attachments if a.claim], False)
+
+
+def _apply_claims(api: PodApi, pod: PodRef, entries: list[tuple[Any, dict[str, Any]]],
+                  after_answer: bool) -> None:
+    by_claim: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for ref, entry in entries:
+        by_claim.setdefault((ref.namespace, ref.name, ref.uid), []).append(entry)
+    for (ns, name, uid), statuses in by_claim.items():
+        try:
+            api.apply_claim_devices(ns, name, statuses, uid, after_answer=after_answer)
+        except KubeError as e:
+            log.warning("pod %s: the status.devices of ResourceClaim %s/%s could not be "
+                        "written: %s", pod, ns, name, e)
 
 
 class _AttachFailed(Exception):

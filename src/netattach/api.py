@@ -44,6 +44,31 @@ class PodApi(Protocol):
         """Record an Event on the pod ({"namespace", "name", "uid"}). Raises KubeError."""
         ...
 
+    # DRA ResourceClaims (claims.py), asked only for a pod with spec.resourceClaims or
+    # an attachment saved with its claim
+
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """The ResourceClaim (resource.k8s.io/v1). Raises KubeError (status 404 when it
+        does not exist)."""
+        ...
+
+    def list_resource_slices(self, driver: str) -> list[dict[str, Any]]:
+        """Every ResourceSlice of `driver`. Raises KubeError."""
+        ...
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ConfigMap, None when it does not exist. Raises KubeError."""
+        ...
+
+    def apply_claim_devices(self, namespace: str, name: str, devices: list[dict[str, Any]],
+                            uid: str = "", resource_version: str = "",
+                            after_answer: bool = False) -> None:
+        """Make `devices` netattach's entries of the claim's status.devices (server-side
+        apply, kube.Kube.apply_claim_devices). `after_answer`: the seam may send it after
+        the runtime's answer (the node daemon queues it); otherwise it is sent now.
+        Raises KubeError when sent now."""
+        ...
+
     def pause(self, seconds: float) -> bool:
         """Wait `seconds` before asking again (a retry's backoff), out of the operation's
         API budget; False, without waiting, when the budget has less than that left."""

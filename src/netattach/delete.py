@@ -110,10 +110,64 @@ def cmd_del(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
                                "attachment(s): " + "; ".join(errors))
             if state.del_pending is not None:
                 _settle_pending(orch, req, pod, state, store)
+            if any(a.claim for a in state.attempted()):
+                clear_claims(orch, conf, pod, state)
             store.release(req.container_id)
             log.info("%s: detached %d attachment(s)", where(pod), len(state.attempted()))
     except StateError as e:
         raise e.within(where(pod)) from None
+
+
+def clear_claims(orch: Orchestrator, conf: NetConf, pod: PodRef | None,
+                 state: SavedState) -> None:
+    """Remove netattach's entries from the status.devices of every ResourceClaim the
+    state's attachments used (state.SavedAttachment.claim), once they are released:
+    best effort, never failing the DEL (logged). An entry whose CNI result names another
+    sandbox than this container's netns was written by a later ADD of the pod (a new
+    sandbox) and is left alone; the removal is an apply conditional on the
+    resourceVersion read, tried twice, so such a write in between is never undone."""
+    from .kube import KubeError
+    claims = {}
+    for a in state.attempted():
+        if a.claim:
+            claims[(a.claim["namespace"], a.claim["name"])] = a.claim
+    api = orch.api(conf)
+    for (ns, name), ref in claims.items():
+        try:
+            for _ in range(2):
+                try:
+                    claim = api.get_resource_claim(ns, name)
+                except KubeError as e:
+                    if e.status == 404:
+                        break
+                    raise
+                meta = claim.get("metadata") or {}
+                if ref.get("uid") and meta.get("uid") != ref["uid"]:
+                    break  # re-created: not ours
+                ours = [d for d in (claim.get("status") or {}).get("devices") or []
+                        if isinstance(d, dict) and d.get("driver") == ref["driver"]]
+                if not ours:
+                    break
+                others = {str(f.get("sandbox")) for d in ours
+                          for f in ((d.get("data") or {}).get("interfaces") or [])
+                          if isinstance(f, dict) and f.get("sandbox")} - {state.netns}
+                if others:
+                    log.info("%s: ResourceClaim %s/%s: status.devices written by another "
+                             "sandbox (%s); left as it is", where(pod), ns, name,
+                             ", ".join(sorted(others)))
+                    break
+                try:
+                    api.apply_claim_devices(ns, name, [], meta.get("uid", ""),
+                                            meta.get("resourceVersion", ""))
+                    log.info("%s: ResourceClaim %s/%s: status.devices cleared", where(pod),
+                             ns, name)
+                    break
+                except KubeError as e:
+                    if e.status != 409:
+                        raise
+        except KubeError as e:
+            log.warning("%s: ResourceClaim %s/%s: status.devices not cleared (its "
+                        "attachments are released): %s", where(pod), ns, name, e)
 
 
 def _drop_pending_status(req: CniRequest, pod: PodRef | None, state: SavedState,

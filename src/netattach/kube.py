@@ -80,6 +80,8 @@ NAD_PLURAL = "network-attachment-definitions"
 RESOURCE_GROUP = "resource.k8s.io"
 RESOURCE_VERSION = "v1"
 """Dynamic Resource Allocation's API (GA in Kubernetes 1.34): ResourceClaims, ResourceSlices."""
+CLAIM_FIELD_MANAGER = "netattach"
+"""The field manager of netattach's server-side apply of a claim's status.devices."""
 
 MAX_RETRIES = 10
 """Retries of one call at most (client-go's default, rest/request.go `maxRetries`); the
@@ -467,16 +469,66 @@ class Kube:
             raise KubeError(_explain(resp.status_code, what, resp.content, self.kubeconfig,
                                      "create events"), resp.status_code)
 
+    # ---- DRA ResourceClaims (issue 12): claims.py's reads and the claim's status.devices.
+    # Kept as one block at the end of the class (the node side adds get_resource_claim too).
 
-    # -- DRA (issue 12, the node side of the DRA driver: daemon/dra.py). Kept together at
-    # the end of the class so other additions merge cleanly.
+    def get_resource_claim(self, namespace: str, name: str) -> dict:
+        """The ResourceClaim (resource.k8s.io/v1) as a JSON dict. Retries and errors as
+        `get_pod`; 404 raises KubeError(status=404) saying it does not exist."""
+        what = f"ResourceClaim {namespace}/{name}"
+        obj = self._get(f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{namespace}/"
+                        f"resourceclaims/{name}", what, f"resourceclaims.{RESOURCE_GROUP}")
+        if obj is None:
+            raise KubeError(f"get {what}: not found", 404)
+        return obj
 
-    def get_resource_claim(self, namespace: str, name: str) -> dict | None:
-        """The ResourceClaim (resource.k8s.io/v1) as a JSON dict, or None when it does
-        not exist (404). Retries and errors as `get_pod` (module doc, "Retries")."""
-        return self._get(f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{namespace}/"
-                         f"resourceclaims/{name}", f"ResourceClaim {namespace}/{name}",
-                         f"resourceclaims.{RESOURCE_GROUP}")
+    def list_resource_slices(self, driver: str) -> list[dict]:
+        """Every ResourceSlice of `driver` (fieldSelector spec.driver), as JSON dicts.
+        Retries and errors as `get_pod`."""
+        from urllib.parse import quote
+        obj = self._get(f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/resourceslices?"
+                        f"fieldSelector={quote('spec.driver=' + driver, safe='')}",
+                        f"ResourceSlices of driver {driver}",
+                        f"resourceslices.{RESOURCE_GROUP} (list)")
+        items = (obj or {}).get("items")
+        return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+    def get_configmap(self, namespace: str, name: str) -> dict | None:
+        """The ConfigMap, None when it does not exist. Retries and errors as `get_pod`."""
+        return self._get(f"/api/v1/namespaces/{namespace}/configmaps/{name}",
+                         f"ConfigMap {namespace}/{name}", "configmaps")
+
+    def apply_claim_devices(self, namespace: str, name: str, devices: list[dict],
+                            uid: str = "", resource_version: str = "",
+                            after_answer: bool = False) -> None:
+        """Server-side apply of the ResourceClaim's `status.devices` (the status
+        subresource) as field manager CLAIM_FIELD_MANAGER, forced: `devices` become
+        netattach's entries (keyed by driver/pool/device, so other drivers' entries are
+        untouched) and netattach's earlier entries not in `devices` are removed ([]
+        removes them all). `uid`: the claim must still be this one; `resource_version`:
+        it must not have changed since it was read (optimistic lock). Retried on 429/5xx
+        as every call (an apply is idempotent). Raises KubeError (409 when the
+        resourceVersion or UID no longer matches). `after_answer` is the seam's
+        (api.PodApi): this client always sends at once."""
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+        if uid:
+            metadata["uid"] = uid
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
+        body = {"apiVersion": f"{RESOURCE_GROUP}/{RESOURCE_VERSION}", "kind": "ResourceClaim",
+                "metadata": metadata, "status": {"devices": devices}}
+        what = f"apply ResourceClaim {namespace}/{name} status.devices"
+        resp, _ = self._exchange(
+            "PATCH", f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{namespace}/"
+            f"resourceclaims/{name}/status?fieldManager={CLAIM_FIELD_MANAGER}&force=true",
+            what, f"patch resourceclaims/status.{RESOURCE_GROUP}", body=body,
+            content_type="application/apply-patch+yaml")
+        if resp.status_code != 200:
+            raise KubeError(_explain(resp.status_code, what, resp.content, self.kubeconfig,
+                                     f"patch resourceclaims/status.{RESOURCE_GROUP}"),
+                            resp.status_code)
+
+    # -- the node's ResourceSlice (daemon/dra.py, the node side of the DRA driver)
 
     def get_resource_slice(self, name: str) -> dict | None:
         """The ResourceSlice (resource.k8s.io/v1, cluster-scoped) `name` as a JSON dict,

@@ -7,8 +7,11 @@ Keys are Multus-compatible, so a Multus user switches by changing `type`:
 keys `name`, `type`, `cniVersion`, `capabilities`, `runtimeConfig`, `prevResult`.
 netattach adds `apiTimeout`, `delegateTimeout` and `readinessTimeout` (seconds),
 `podResourcesSocket` (the kubelet's PodResources API, for NADs annotated
-`k8s.v1.cni.cncf.io/resourceName`) and `deviceInfoDir` (Device Information
-Specification files). `apiTimeout` (5 s) bounds all of an ADD's API
+`k8s.v1.cni.cncf.io/resourceName`), `deviceInfoDir` (Device Information
+Specification files) and `resourceClaims` (networks from DRA ResourceClaims are read
+from the pod's spec; true makes ADD read the pod even when the runtime passes its
+annotations, so that claims are seen under containerd; false by default, so a thin
+ADD without claims keeps the one request less). `apiTimeout` (5 s) bounds all of an ADD's API
 requests and retry pauses together, not each request: an ADD never waits for the API
 server longer than that in total, then fails with code 11 naming the server (or, for
 the network-status PATCH and events after the children succeeded, logs a warning);
@@ -105,6 +108,9 @@ SCHEMA: dict[str, Any] = {
         "readinessTimeout": _SECONDS,
         "podResourcesSocket": _PATH,
         "deviceInfoDir": _PATH,
+        # networks from DRA ResourceClaims (claims.py): read the pod even when the
+        # runtime passes its annotations (the claims are in its spec)
+        "resourceClaims": {"type": "boolean"},
     },
 }
 
@@ -146,6 +152,7 @@ class NetConf:
     device_info_dir: str = DEFAULT_DEVICE_INFO_DIR
     auxiliary_chain: str | None = None
     unhonoured: dict[str, str] = field(default_factory=dict)
+    resource_claims: bool = False
 
     @property
     def conf_dir(self) -> str:
@@ -264,4 +271,5 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         device_info_dir=config.get("deviceInfoDir", DEFAULT_DEVICE_INFO_DIR),
         auxiliary_chain=aux,
         unhonoured=_unhonoured(config),
+        resource_claims=config.get("resourceClaims", False),
     )

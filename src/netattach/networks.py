@@ -27,7 +27,7 @@ from .netconf import NetConf
 from .state import PodRef, SavedAttachment, SavedState
 
 if TYPE_CHECKING:
-    from . import routes
+    from . import claims, routes
 
 log = logging.getLogger("netattach")
 
@@ -202,7 +202,8 @@ class Plan:
             SavedAttachment(network=a.network, ifname=a.ifname, default=a.default,
                             source=a.config.source, config=a.config.raw,
                             capability_args=a.capability_args, attempted=attempted,
-                            device=self.devices.get(i))
+                            device=self.devices.get(i),
+                            claim=a.claim.to_dict() if a.claim else None)
             for i, a in enumerate(self.attachments)])
 
 
@@ -250,7 +251,8 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
     not be asked, ConfigError for configs and the selection, ...).
     """
     pod_obj: dict[str, Any] | None = None
-    from_runtime = runtime_pod_annotations(conf, pod)
+    # resourceClaims: the claims are in the pod's spec, which the runtime does not pass
+    from_runtime = None if conf.resource_claims else runtime_pod_annotations(conf, pod)
     if pod and from_runtime is not None:
         log.debug("pod %s: annotations from the runtime (runtimeConfig %s); no pod GET",
                   pod, RUNTIME_POD_ANNOTATIONS)
@@ -308,10 +310,11 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
         resources.append(devices.nad_resource_name(nad) if nad and element.device_id is None
                          else None)
     device_map = _assign_devices(conf, pod, resources, secondaries)
+    claim_networks = _claim_networks(pod, pod_obj, api, rebuild=not wait_for_pod)
     try:
         auxiliary = auxiliary_chain(conf, default[1].source)
         attachments = planning.plan_attachments(default, req.ifname, conf.runtime_config,
-                                                secondaries, auxiliary)
+                                                secondaries, auxiliary, claim_networks)
         route_plan = None  # what plan_default_routes says when no element has the key
         if any(a.default_route is not None for a in attachments if not a.auxiliary):
             from . import routes  # ipaddress and friends: only for a pod asking for it
@@ -331,6 +334,29 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
                                          conf.device_info_dir)
     return Plan(attachments, device_map, route_plan,
                 (pod_obj or {}).get("metadata", {}).get("uid") or "")
+
+
+def _claim_networks(pod: PodRef | None, pod_obj: dict[str, Any] | None,
+                    api: PodApi | None, rebuild: bool = False) -> list[claims.ClaimNetwork]:
+    """The pod's networks from DRA ResourceClaims (claims.resolve), [] for a pod without
+    `spec.resourceClaims` (claims.py is not even imported then). Raises CniError naming
+    the pod and the claim. `rebuild` (DEL without state): a claim that is gone or no
+    longer valid (deallocated, reserved for no one) is logged and left out, so the
+    pod's other attachments are still released; an API that cannot be asked still
+    raises (KubeError: DEL's retry window)."""
+    if pod_obj is None or api is None or not (pod_obj.get("spec") or {}).get("resourceClaims"):
+        return []
+    from . import claims  # only for a pod with claims
+    try:
+        return claims.resolve(pod_obj, api)
+    except (claims.ClaimError, claims.ClaimNotReady) as e:
+        if not rebuild:
+            raise e.within(where(pod)) from None
+        log.warning("%s: DEL rebuilds the plan without the pod's claim networks, which are "
+                    "not released: %s", where(pod), e)
+        return []
+    except CniError as e:
+        raise e.within(where(pod)) from None
 
 
 def _assign_devices(conf: NetConf, pod: PodRef | None, resources: list[str | None],

@@ -2,7 +2,9 @@
 
 Order (multi-net spec §6.2, §4.2): the cluster default network first with the
 runtime's CNI_IFNAME, then each `defaultNetworks` entry, then each network
-selection element in annotation order. Interface names (§4.1.2.1.5, §4.2.1):
+selection element in annotation order, then the pod's networks from DRA
+ResourceClaims (claims.py: `spec.resourceClaims` order, then allocation result
+order), then the auxiliary chain. Interface names (§4.1.2.1.5, §4.2.1):
 a requested name is used as is and must not repeat an earlier attachment's;
 otherwise `net<N>` where N is the attachment's position among the secondary
 attachments (1-based, as Multus numbers them), skipping any name requested by
@@ -19,11 +21,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .cni.chain import NetworkConfig
 from .cni.errors import ConfigError
 from .selection import NetworkSelectionElement
+
+if TYPE_CHECKING:
+    from .claims import ClaimNetwork, ClaimRef
 
 # network selection element attribute -> (runtimeConfig key == capability name, spec section).
 # A key with a section must be declared by some plugin of the delegate or the plan fails;
@@ -78,6 +83,7 @@ class Attachment:
     auxiliary: Multus' auxiliary CNI chain (`auxiliaryCNIChainName`): plugins that
     work on the pod's existing interfaces; its chain starts from an empty prevResult
     and it has no network-status entry.
+    claim: the ResourceClaim device of a claim attachment (claims.py), else None.
     """
     network: str
     ifname: str
@@ -86,6 +92,7 @@ class Attachment:
     capability_args: dict[str, Any] = field(default_factory=dict)
     element: NetworkSelectionElement | None = None
     auxiliary: bool = False
+    claim: ClaimRef | None = None
 
     @property
     def default_route(self) -> tuple[str, ...] | None:
@@ -205,12 +212,20 @@ def with_cni_args(config: NetworkConfig, cni_args: dict[str, Any]) -> NetworkCon
     return NetworkConfig.from_dict(raw, config.source)
 
 
-def interface_names(runtime_ifname: str,
-                    elements: Sequence[NetworkSelectionElement]) -> list[str]:
+class _Named(Protocol):
+    """What interface_names reads of a secondary: a selection element or a claim network."""
+    @property
+    def interface(self) -> str | None: ...
+    @property
+    def ref(self) -> Any: ...
+
+
+def interface_names(runtime_ifname: str, elements: Sequence[_Named]) -> list[str]:
     """CNI_IFNAME of each secondary attachment, in order (§4.1.2.1.5, §4.2.1).
 
     runtime_ifname: the cluster default network's (the runtime's CNI_IFNAME).
-    elements: defaultNetworks entries then the pod's selection, in attachment order.
+    elements: defaultNetworks entries, the pod's selection, then its claim networks
+    (claims.ClaimNetwork: `interface` its CNIConfig's ifName), in attachment order.
     Returns one name per element: the requested `interface`, else `net<N>` with N the
     element's 1-based position, counted up past names used or requested elsewhere.
     Raises PlanError when a requested name is already used by an earlier attachment
@@ -224,7 +239,8 @@ def interface_names(runtime_ifname: str,
             ifname = element.interface
             if ifname in used:
                 raise PlanError(f"network {element.ref}: interface {ifname!r} is already used "
-                                f"by an earlier attachment (multi-net spec §4.1.2.1.5)")
+                                f"by an earlier attachment (multi-net spec §4.1.2.1.5; seed "
+                                f"004 Validation: a valid ifName)")
         else:
             n = position
             while f"net{n}" in used or f"net{n}" in requested:
@@ -241,6 +257,7 @@ def plan_attachments(
     runtime_config: dict[str, Any],
     secondaries: Sequence[tuple[NetworkSelectionElement, NetworkConfig]],
     auxiliary: NetworkConfig | None = None,
+    claims: Sequence[ClaimNetwork] = (),
 ) -> list[Attachment]:
     """Build the attachment plan.
 
@@ -251,11 +268,14 @@ def plan_attachments(
     secondaries: defaultNetworks entries then the pod's selection, in order.
     auxiliary: Multus' auxiliary CNI chain, run last; its CNI_IFNAME is the name an
       unnamed element after the secondaries would get (`net<N+1>`), as Multus names it.
+    claims: the pod's claim networks (claims.resolve), after the selection and before
+      the auxiliary chain; each named by its ifName, else as an unnamed element.
     Raises PlanError for a duplicate interface name or a missing capability.
     """
     name, config = default_network
     plan = [Attachment(name, runtime_ifname, True, config, dict(runtime_config))]
-    elements = [e for e, _ in secondaries]
+    elements: list[_Named] = [e for e, _ in secondaries]
+    elements += list(claims)
     if auxiliary is not None:
         placeholder = NetworkSelectionElement(name=auxiliary.name, namespace="",
                                               index=len(elements))
@@ -270,6 +290,9 @@ def plan_attachments(
             config = with_cni_args(config, cni_args)
         plan.append(Attachment(element.ref, ifname, False, config,
                                runtime_args_for(element, config), element))
+    for claim, ifname in zip(claims, ifnames[len(secondaries):]):
+        plan.append(Attachment(claim.ref.network, ifname, False, claim.config,
+                               claim=claim.ref))
     if auxiliary is not None:
         plan.append(Attachment(auxiliary.name, aux_ifname, False, auxiliary, auxiliary=True))
     return plan

@@ -99,6 +99,10 @@ class SavedAttachment:
     returned an error (the child undid what it could); from_config: a best-effort DEL
     took it from the configuration as it is now, not from what the ADD ran;
     device: (resourceName, deviceID) when it got a device from the kubelet.
+    claim: the ResourceClaim device of a claim attachment (claims.ClaimRef as its dict:
+    namespace, name, uid, request, driver, pool, device), so DEL and GC clear its status
+    entry without asking the API which claim it was (added within format 1: an earlier
+    release's DEL releases the attachment without it).
     """
     network: str
     ifname: str
@@ -111,6 +115,7 @@ class SavedAttachment:
     add_failed: bool = False
     from_config: bool = False
     device: tuple[str, str] | None = None
+    claim: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -125,6 +130,8 @@ class SavedAttachment:
             out["fromConfig"] = True
         if self.device:
             out["device"] = {"resourceName": self.device[0], "deviceID": self.device[1]}
+        if self.claim:
+            out["claim"] = self.claim
         return out
 
     @classmethod
@@ -146,13 +153,18 @@ class SavedAttachment:
             if not (isinstance(rn, str) and isinstance(did, str)):
                 return None
             dev = (rn, did)
+        claim = data.get("claim")
+        if claim is not None and not (isinstance(claim, dict) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in claim.items())):
+            return None
         source = data.get("source")
         return cls(network=data["network"], ifname=data["ifname"], config=data["config"],
                    source=source if isinstance(source, str) else data["network"],
                    default=data.get("default") is True, capability_args=caps,
                    attempted=data.get("attempted", True) is not False, result=result,
                    add_failed=data.get("addFailed") is True,
-                   from_config=data.get("fromConfig") is True, device=dev)
+                   from_config=data.get("fromConfig") is True, device=dev,
+                   claim=dict(claim) if claim else None)
 
 
 @dataclass

@@ -16,8 +16,9 @@ Input: files (`-` is stdin, a directory means the regular files in it named *.ya
 *.yml and *.json, not its subdirectories), each a YAML stream of documents
 separated by `---` (JSON is YAML). Documents checked:
 NetworkAttachmentDefinition; Pod and the pod template of Deployment, StatefulSet,
-DaemonSet, ReplicaSet, ReplicationController, Job, CronJob and PodTemplate; the
-`items` of a `List` (or any `...List` kind). Other kinds are skipped; empty
+DaemonSet, ReplicaSet, ReplicationController, Job, CronJob and PodTemplate;
+ResourceClaim and ResourceClaimTemplate (DRA: their CNI DRA driver configs, `_lint_claim`);
+the `items` of a `List` (or any `...List` kind). Other kinds are skipped; empty
 documents too.
 
 Findings: severity `error` (the API server refuses it, or the plugin fails the ADD),
@@ -116,6 +117,12 @@ POD_TEMPLATES: dict[str, tuple[str, ...]] = {
     "Job": ("spec", "template"),
     "CronJob": ("spec", "jobTemplate", "spec", "template"),
     "PodTemplate": ("template",),
+}
+
+# Kind -> path from the object to its ResourceClaimSpec (DRA, resource.k8s.io).
+CLAIM_KINDS: dict[str, tuple[str, ...]] = {
+    "ResourceClaim": ("spec",),
+    "ResourceClaimTemplate": ("spec", "spec"),
 }
 
 # Selection element attribute -> its key in the annotation (§4.1.2.1).
@@ -603,6 +610,73 @@ def _lint_gateways(element, config: NetworkConfig | None, ifname: str, ekey: str
                    "unless a plugin adds a route to the gateway")
 
 
+# ---------------------------------------------------------------- DRA ResourceClaims
+
+def _lint_claim(doc: _Doc, report: Report) -> None:
+    """A ResourceClaim or ResourceClaimTemplate: every config of the CNI DRA driver
+    (claims.DRIVER) through the plugin's own parser (claims.parse_cni_config, then
+    claims.to_netconf offline: an argument read from a device, a ResourceSlice or a
+    ConfigMap gets a placeholder) and the rules of seed 004 "Validation" that the
+    object alone shows: one config of the driver per request it names, that request
+    in the claim, ExactCount with count 1, an ifName used by one request only. What
+    only the allocation or the cluster shows (reservedFor, the sources' values, the
+    pod's other interfaces) is checked at ADD."""
+    from . import claims
+    path = CLAIM_KINDS[doc.kind or ""]
+    spec = _at(doc.obj, path)
+    base = ".".join(path)
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    if not isinstance(devices, dict):
+        return
+    requests: dict[str, dict[str, Any]] = {
+        r["name"]: r for r in devices.get("requests") or []
+        if isinstance(r, dict) and isinstance(r.get("name"), str)}
+    names: dict[str, int] = {}
+    ifnames: dict[str, str] = {}
+    for i, config in enumerate(devices.get("config") or []):
+        opaque = config.get("opaque") if isinstance(config, dict) else None
+        if not isinstance(opaque, dict) or opaque.get("driver") != claims.DRIVER:
+            continue
+        key = f"{base}.devices.config[{i}]"
+        targets = config.get("requests") or list(requests)
+        for name in targets:
+            names[name] = names.get(name, 0) + 1
+            if name.split("/", 1)[0] not in requests:
+                report(ERROR, f"{key}.requests", f"request {name!r} is not in "
+                       f"{base}.devices.requests")
+        try:
+            parsed = claims.parse_cni_config(opaque.get("parameters"))
+            for name in targets:
+                ref = claims.ClaimRef("", doc._meta("name") or "", "", name, claims.DRIVER,
+                                      "", "")
+                claims.to_netconf(parsed, ref, None, offline=True)
+        except CniError as e:
+            report(ERROR, f"{key}.opaque.parameters", e.msg)
+            continue
+        if parsed.ifname is not None:
+            if parsed.ifname == RUNTIME_IFNAME:
+                report(ERROR, f"{key}.opaque.parameters.ifName", f"interface "
+                       f"{RUNTIME_IFNAME!r} is the cluster default network's (CNI_IFNAME)")
+            elif parsed.ifname in ifnames:
+                report(ERROR, f"{key}.opaque.parameters.ifName", f"interface "
+                       f"{parsed.ifname!r} is also the one of {ifnames[parsed.ifname]}")
+            ifnames[parsed.ifname] = key
+    for n, (name, req) in enumerate(requests.items()):
+        rkey = f"{base}.devices.requests[{n}]"
+        if names.get(name, 0) > 1:
+            report(ERROR, rkey, f"request {name!r} has {names[name]} configs of driver "
+                   f"{claims.DRIVER}; one and only one (seed 004 Validation)")
+        exact: dict[str, Any] = req["exactly"] if isinstance(req.get("exactly"), dict) else req
+        mine = name in names or exact.get("deviceClassName") == claims.DEVICE_CLASS
+        if mine and name not in names:
+            report(ERROR, rkey, f"request {name!r} of DeviceClass {claims.DEVICE_CLASS} has no "
+                   f"config of driver {claims.DRIVER} (seed 004 Validation)")
+        mode, count = exact.get("allocationMode") or "ExactCount", exact.get("count", 1)
+        if mine and (mode != "ExactCount" or count != 1) and "firstAvailable" not in req:
+            report(ERROR, rkey, f"allocationMode {mode} with count {count}: a request of the "
+                   "CNI DRA driver must be ExactCount with count 1 (seed 004 Validation)")
+
+
 # ---------------------------------------------------------------- the whole run
 
 def lint_sources(sources: list[tuple[str, bytes]], *, namespace: str = "default",
@@ -640,6 +714,8 @@ def lint_sources(sources: list[tuple[str, bytes]], *, namespace: str = "default"
                            f"is also defined at {nads[ref].where}; kubectl apply keeps the "
                            "last one")
                 nads[ref] = nad
+        elif kind in CLAIM_KINDS:
+            _lint_claim(doc, report)
         elif kind in POD_TEMPLATES:
             pods.append((n, doc, report))
     for _n, doc, report in pods:

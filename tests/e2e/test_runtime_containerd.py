@@ -274,3 +274,51 @@ def test_thick_scenario_1_then_stop_and_remove_with_the_daemon_stopped(
     assert [(c["command"], bool(c["netns"])) for c in calls] == [
         ("ADD", True), ("DEL", True), ("DEL", False)]
     assert [c["runtimeConfig"] for c in calls] == [RUNTIME_CONFIG] * 3
+
+
+@pytest.fixture
+def claims_node(cluster, host_env, cni_testbin, built_artifact):
+    """A node as `node`, installed with --resource-claims (resourceClaims: true)."""
+    n = rt.node_setup(cluster, host_env, str(built_artifact), [cni_testbin],
+                      host_env.bridge_name(), DEFAULT_SUBNET, "--resource-claims")
+    rt.start_containerd(n, host_env.root / "containerd")
+    try:
+        yield n
+    finally:
+        n.containerd.stop()
+
+
+def test_claim_network_under_containerd_with_resource_claims(claims_node, admin_api, host_env,
+                                                             k8s_namespace):
+    """containerd passes the pod's annotations, not its spec: with resourceClaims the ADD
+    reads the pod anyway and the sandbox gets the claim's interface beside net-a; the
+    claim's status.devices is Ready True, and StopPodSandbox's DEL clears it."""
+    from tests.e2e import test_dra_claims as dra
+    node = claims_node
+    master = host_env.master_link()
+    pool = dra.publish_slice(admin_api, master)
+    dra.device_class(admin_api)
+    dra.subnets_configmap(admin_api, k8s_namespace)
+    claim = dra.create_claim(admin_api, k8s_namespace,
+                             dra.claim_body("net", dra.cni_config(host_env.ipam_dir)))
+    name, config = rt.scenario_sandbox(admin_api, host_env, k8s_namespace, networks="net-a",
+                                       resource_claims=[{"name": "net",
+                                                         "resourceClaimName": "net"}])
+    dra.allocate(admin_api, k8s_namespace, claim, pool, [(name, config["metadata"]["uid"])])
+    sid = node.cri.run_sandbox(config)
+    status = node.cri.sandbox_status(sid)
+    assert rt.netns_links(rt.sandbox_netns(status)) == ["dra0", "eth0", "lo", "net1"]
+    log = netattach_log(host_env)
+    assert f"GET /api/v1/namespaces/{k8s_namespace}/pods/{name}" in log
+    [entry] = dra.wait_devices(admin_api, k8s_namespace, "net", lambda d: bool(d))
+    assert entry["conditions"][0]["status"] == "True"
+    assert entry["networkData"]["interfaceName"] == "dra0"
+    node.cri.stop_sandbox(sid)
+    assert host_env.ipam_allocations() == []
+    node.cri.remove_sandbox(sid)
+    assert_freed(node, host_env, sid)
+    dra.wait_devices(admin_api, k8s_namespace, "net", lambda d: not d)
+    assert problems(netattach_log(host_env)) == []
+    from kubernetes.client import CustomObjectsApi
+    CustomObjectsApi(admin_api).delete_cluster_custom_object(dra.GROUP, dra.VERSION,
+                                                             "resourceslices", pool)

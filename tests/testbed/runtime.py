@@ -233,16 +233,19 @@ BANDWIDTH = {"kubernetes.io/ingress-bandwidth": "10M", "kubernetes.io/egress-ban
 
 
 def scenario_sandbox(api, env, namespace: str, networks: str = "net-a,other/net-b@data0",
-                     name: str | None = None, nads: bool = True) -> tuple[str, dict[str, Any]]:
+                     name: str | None = None, nads: bool = True,
+                     resource_claims: list[dict[str, Any]] | None = None,
+                     ) -> tuple[str, dict[str, Any]]:
     """Scenario 1 (tests/testbed/scenario.py) for the runtime: its NADs unless `nads` is
     False (scenario.apply_nads), a Pod selecting `networks` with BANDWIDTH annotations,
     and the PodSandboxConfig the kubelet builds for that Pod (same metadata and
-    annotations, a TCP hostPort HOST_PORT on 127.0.0.1). Returns (pod name, config)."""
+    annotations, a TCP hostPort HOST_PORT on 127.0.0.1); `resource_claims`: the Pod's
+    spec.resourceClaims (DRA). Returns (pod name, config)."""
     from . import scenario as sc
     if nads:
         sc.apply_nads(api, env, namespace)
     name = name or f"pod-{uuid.uuid4().hex[:8]}"
-    obj = sc.pod(namespace, name, networks)
+    obj = sc.pod(namespace, name, networks, resource_claims)
     obj["metadata"]["annotations"].update(BANDWIDTH)
     uid = sc.create_pod(api, obj)
     config = sandbox_config(namespace, name, uid, obj["metadata"]["annotations"])

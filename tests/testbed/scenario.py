@@ -201,12 +201,17 @@ def nad(namespace: str, name: str, config: dict[str, Any]) -> dict[str, Any]:
             "spec": {"config": json.dumps(config)}}
 
 
-def pod(namespace: str, name: str, networks: str | None) -> dict[str, Any]:
+def pod(namespace: str, name: str, networks: str | None,
+        resource_claims: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A pod on "test-node"; `resource_claims`: its spec.resourceClaims (DRA)."""
+    spec: dict[str, Any] = {"nodeName": "test-node", "automountServiceAccountToken": False,
+                            "containers": [{"name": "c", "image": "registry.invalid/pause:1"}]}
+    if resource_claims:
+        spec["resourceClaims"] = resource_claims
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace,
                          "annotations": {NETWORKS: networks} if networks is not None else {}},
-            "spec": {"nodeName": "test-node", "automountServiceAccountToken": False,
-                     "containers": [{"name": "c", "image": "registry.invalid/pause:1"}]}}
+            "spec": spec}
 
 
 def install_bin_dir(env: HostEnv) -> Path:
@@ -298,11 +303,13 @@ def apply_nads(api, env: HostEnv, namespace: str) -> tuple[str, str]:
 
 
 def setup(api, kubeconfig: Path, env: HostEnv, namespace: str,
-          networks: str = "net-a,other/net-b@data0", pod_name: str | None = None) -> Scenario:
+          networks: str = "net-a,other/net-b@data0", pod_name: str | None = None,
+          resource_claims: list[dict[str, Any]] | None = None) -> Scenario:
     """Build scenario 1 on the host and in the API server; returns the Scenario.
 
     The caller owns `env` (its cleanup removes netns, bridges and dirs) and the
     namespace. NADs: `net-a` in `namespace`, `net-b` in `other` (replaced each time).
+    `resource_claims`: the pod's spec.resourceClaims (DRA, tests/e2e/test_dra_claims.py).
     """
     bridges = {"default": env.bridge_name()}
     cluster_conf = env.conf_dir / "10-cluster.conf"
@@ -312,7 +319,7 @@ def setup(api, kubeconfig: Path, env: HostEnv, namespace: str,
     net_b_bridge, master = apply_nads(api, env, namespace)
     bridges["net-b"] = net_b_bridge
     pod_name = pod_name or f"pod-{uuid.uuid4().hex[:8]}"
-    uid = create_pod(api, pod(namespace, pod_name, networks))
+    uid = create_pod(api, pod(namespace, pod_name, networks, resource_claims))
     bin_dir = install_bin_dir(env)
     return Scenario(env=env, namespace=namespace, pod_name=pod_name, pod_uid=uid,
                     container_id=uuid.uuid4().hex + uuid.uuid4().hex, netns=env.new_netns(),

@@ -40,8 +40,10 @@ def trim(obj: dict[str, Any]) -> dict[str, Any]:
     """The part of a Pod or NetworkAttachmentDefinition the orchestrator reads
     (networks.build_plan: metadata.uid, .annotations; delegates: spec.config;
     devices.nad_resource_name: metadata.annotations; podapi.republish:
-    metadata.deletionTimestamp): {"metadata": {name, namespace, uid, resourceVersion,
-    annotations, deletionTimestamp}, "spec": {"config"} for a NAD}."""
+    metadata.deletionTimestamp; claims.pod_claims: spec.resourceClaims,
+    status.resourceClaimStatuses): {"metadata": {name, namespace, uid, resourceVersion,
+    annotations, deletionTimestamp}, "spec": {"config"} for a NAD, "spec":
+    {"resourceClaims"} and "status": {"resourceClaimStatuses"} for a pod with claims}."""
     meta = obj.get("metadata") or {}
     out: dict[str, Any] = {"metadata": {k: meta[k] for k in (
         "name", "namespace", "uid", "resourceVersion", "annotations", "deletionTimestamp")
@@ -49,6 +51,13 @@ def trim(obj: dict[str, Any]) -> dict[str, Any]:
     spec = obj.get("spec")
     if isinstance(spec, dict) and "config" in spec:
         out["spec"] = {"config": spec["config"]}
+    # a pod's DRA ResourceClaims (claims.pod_claims): the references and the names of
+    # the claims generated from templates
+    if isinstance(spec, dict) and spec.get("resourceClaims"):
+        out["spec"] = {"resourceClaims": spec["resourceClaims"]}
+    status = obj.get("status")
+    if isinstance(status, dict) and status.get("resourceClaimStatuses"):
+        out["status"] = {"resourceClaimStatuses": status["resourceClaimStatuses"]}
     return out
 
 

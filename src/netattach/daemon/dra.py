@@ -41,14 +41,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..claims import DRIVER as DRIVER_NAME
 from ..kube import RESOURCE_GROUP, RESOURCE_VERSION, Kube, KubeError
 from ..names import is_dns1123_label, is_dns1123_subdomain
 
 log = logging.getLogger("netattach.daemon.dra")
 
-DRIVER_NAME = "cni.dra.networking.x-k8s.io"
-"""The CNI DRA driver's name (seed 004): the ResourceSlice's and allocation results'
-`driver`, the registration's plugin name."""
 DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
 """The kubelet's plugin registration dir (its --root-dir + plugins_registry)."""
 DEFAULT_PLUGIN_DIR = f"/var/lib/kubelet/plugins/{DRIVER_NAME}"
@@ -449,13 +447,15 @@ class KubeletPlugin:
         elif not (is_dns1123_label(namespace) and is_dns1123_subdomain(name)):
             result = Prepared(error=f"{ref}: not a valid namespace and claim name")
         else:
+            claim: dict[str, Any] | None = None  # not found (404): prepare_claim says so
+            failed: Prepared | None = None
             try:
                 claim = self.kube(self.api_timeout, "--api-timeout").get_resource_claim(
                     namespace, name)
             except KubeError as e:
-                result = Prepared(error=f"{ref}: cannot read it: {e}")
-            else:
-                result = prepare_claim(claim, namespace, name, uid, self.node)
+                if e.status != 404:
+                    failed = Prepared(error=f"{ref}: cannot read it: {e}")
+            result = failed or prepare_claim(claim, namespace, name, uid, self.node)
         with self.prepares.lock:
             if result.error:
                 self.prepares.failed += 1

@@ -212,6 +212,38 @@ class CachedPodApi:
         self._publish(f"event {reason} on pod {pod['namespace']}/{pod['name']}",
                       lambda kube: kube.create_event(pod, type_, reason, message))
 
+    def _uncached(self) -> Kube:
+        """The operation's live client for what no cache holds (not a cache miss)."""
+        if self._live is None:
+            self._live = self._make_live()
+        return self._live
+
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """The ResourceClaim, live (not cached: only pods with claims ask)."""
+        return self._uncached().get_resource_claim(namespace, name)
+
+    def list_resource_slices(self, driver: str) -> list[dict[str, Any]]:
+        """The driver's ResourceSlices, live (only an argument from a device asks)."""
+        return self._uncached().list_resource_slices(driver)
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ConfigMap, live (only an argument from a ConfigMap asks)."""
+        return self._uncached().get_configmap(namespace, name)
+
+    def apply_claim_devices(self, namespace: str, name: str, devices: list[dict[str, Any]],
+                            uid: str = "", resource_version: str = "",
+                            after_answer: bool = False) -> None:
+        """`after_answer`: queued (Publisher; a DEL of the container drops it), never
+        raises; otherwise sent live now (a failed ADD's Ready False, which the runtime's
+        DEL right after it would drop from the queue; DEL's clearing)."""
+        if not after_answer:
+            self._uncached().apply_claim_devices(namespace, name, devices, uid,
+                                                 resource_version)
+            return
+        self._publish(f"apply ResourceClaim {namespace}/{name} status.devices",
+                      lambda kube: kube.apply_claim_devices(namespace, name, devices, uid,
+                                                            resource_version))
+
     def pause(self, seconds: float) -> bool:
         """Out of the live budget (kube.Kube.pause)."""
         if self._live is None:

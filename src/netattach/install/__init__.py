@@ -124,6 +124,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "up. Default: the plugin's, kube-system")
     g.add_argument("--system-namespaces", default=None,
                    help="systemNamespaces, comma-separated. Default: the plugin's, kube-system")
+    g.add_argument("--resource-claims", action="store_true",
+                   help="resourceClaims: read the pod on every ADD, so that networks from "
+                        "its DRA ResourceClaims are seen even where the runtime passes only "
+                        "its annotations (containerd); one API request more per thin ADD")
     g.add_argument("--readiness-indicator-file", default=None,
                    help="readinessindicatorfile (host path) the plugin waits for on ADD. "
                         "Default: none")

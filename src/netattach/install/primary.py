@@ -202,6 +202,8 @@ class PluginSettings:
     multus_namespace: str | None = None
     system_namespaces: str | None = None
     readiness_indicator_file: str | None = None
+    resource_claims: bool = False
+    """resourceClaims: ADD reads the pod even when the runtime passes its annotations."""
     plugin_type: str = "netattach"
     """The plugin the runtime execs: "netattach" (thin mode) or "netattach-shim" (thick)."""
     daemon_socket_dir: str | None = None
@@ -231,6 +233,8 @@ def render_conflist(primary_host_path: str, primary: Primary, s: PluginSettings)
                 "readinessindicatorfile": s.readiness_indicator_file,
                 "daemonSocketDir": s.daemon_socket_dir}
     plugin.update({k: v for k, v in optional.items() if v})
+    if s.resource_claims:
+        plugin["resourceClaims"] = True
     if s.system_namespaces is not None:
         plugin["systemNamespaces"] = [n.strip() for n in s.system_namespaces.split(",")
                                       if n.strip()]
