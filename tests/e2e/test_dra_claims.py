@@ -382,11 +382,13 @@ def _forbidden(call) -> None:
     assert "system:serviceaccount:kube-system:netattach" in json.loads(ei.value.body)["message"]
 
 
-def test_rbac_grants_what_claims_need_and_nothing_more(sa_api, admin_api, k8s_namespace,
-                                                       resource_slice, host_env):
+def test_rbac_grants_what_claims_need_and_nothing_more(request, sa_api, admin_api,
+                                                       k8s_namespace, resource_slice,
+                                                       host_env):
     """The ServiceAccounts may get a claim, server-side apply its status.devices, list
     ResourceSlices and get a ConfigMap, as netattach does; not change or delete a claim,
-    list claims or ConfigMaps, nor publish a ResourceSlice."""
+    list claims or ConfigMaps; the thin plugin's may not publish a ResourceSlice (the
+    daemon's may, for `--dra`: tests/e2e/test_dra_node.py)."""
     from netattach.kube import CLAIM_FIELD_MANAGER
     pool = resource_slice("eth9")
     device_class(admin_api)
@@ -424,6 +426,8 @@ def test_rbac_grants_what_claims_need_and_nothing_more(sa_api, admin_api, k8s_na
     _forbidden(lambda: objs.list_namespaced_custom_object(
         GROUP, VERSION, k8s_namespace, "resourceclaims"))
     _forbidden(lambda: core.list_namespaced_config_map(k8s_namespace))
+    if request.node.callspec.params["sa_api"] == "daemon":
+        return
     _forbidden(lambda: objs.create_cluster_custom_object(GROUP, VERSION, "resourceslices", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceSlice",
         "metadata": {"name": "rogue"},

@@ -305,9 +305,10 @@ def assert_forbidden(call) -> None:
 
 
 def test_daemon_rbac_is_what_the_plugin_needs(admin_api, daemon_kubeconfig, k8s_namespace):
-    """deploy/thick/rbac.yaml's netattach-daemon-dra, applied to the real API server: the
-    daemon's account gets claims and gets, creates and updates slices; it cannot list,
-    change or delete claims, nor list or delete slices."""
+    """deploy/thick/rbac.yaml, applied to the real API server: the daemon's account gets
+    claims and gets, creates and updates slices; it cannot list, change or delete
+    claims, nor delete slices. (Claim networks add listing slices and applying a
+    claim's status: tests/e2e/test_dra_claims.py proves those.)"""
     claim = allocated_claim(admin_api, k8s_namespace, "rbac", "cni-0")
     mine = cl.api_client(daemon_kubeconfig)
     api = k8s.CustomObjectsApi(mine)
@@ -326,8 +327,6 @@ def test_daemon_rbac_is_what_the_plugin_needs(admin_api, daemon_kubeconfig, k8s_
             "spec"]["pool"]["generation"] == 2
         assert_forbidden(lambda: api.delete_cluster_custom_object(
             GROUP, VERSION, "resourceslices", name))
-        assert_forbidden(lambda: api.list_cluster_custom_object(GROUP, VERSION,
-                                                                "resourceslices"))
     finally:
         k8s.CustomObjectsApi(admin_api).delete_cluster_custom_object(
             GROUP, VERSION, "resourceslices", name)
@@ -338,9 +337,6 @@ def test_daemon_rbac_is_what_the_plugin_needs(admin_api, daemon_kubeconfig, k8s_
     assert_forbidden(lambda: api.patch_namespaced_custom_object(
         GROUP, VERSION, k8s_namespace, "resourceclaims", "rbac",
         {"metadata": {"labels": {"x": "y"}}}))
-    assert_forbidden(lambda: api.patch_namespaced_custom_object_status(
-        GROUP, VERSION, k8s_namespace, "resourceclaims", "rbac",
-        {"status": {"devices": []}}))
     assert_forbidden(lambda: api.create_namespaced_custom_object(
         GROUP, VERSION, k8s_namespace, "resourceclaims", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceClaim",
