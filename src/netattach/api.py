@@ -81,6 +81,13 @@ def writes_after_answer(api: PodApi) -> bool:
     return getattr(api, "WRITES_AFTER_ANSWER", False) is True
 
 
+def pods_cached(api: PodApi | None) -> bool:
+    """True when `api` reads pods from a watch cache (the node daemon's): the whole pod,
+    its spec included, costs no request, so ADD reads it rather than take the pod's
+    annotations from the runtime (networks.build_plan)."""
+    return getattr(api, "PODS_CACHED", False) is True
+
+
 def pod_ref(req: CniRequest) -> PodRef | None:
     """The pod named by CNI_ARGS (K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID), if any.
 

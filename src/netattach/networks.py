@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import delegates, devices, selection
 from . import plan as planning
-from .api import MIRROR_POD_ANNOTATION, PodApi, where
+from .api import MIRROR_POD_ANNOTATION, PodApi, pods_cached, where
 from .cni import invoke
 from .cni.chain import NetworkConfig
 from .cni.errors import CniError, ConfigError, TryAgain, UnknownContainer
@@ -251,8 +251,10 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
     not be asked, ConfigError for configs and the selection, ...).
     """
     pod_obj: dict[str, Any] | None = None
-    # resourceClaims: the claims are in the pod's spec, which the runtime does not pass
-    from_runtime = None if conf.resource_claims else runtime_pod_annotations(conf, pod)
+    # The claims are in the pod's spec, which the runtime does not pass: with
+    # resourceClaims, and in the node daemon (its cache holds whole pods), the pod is read.
+    from_runtime = None if conf.resource_claims or pods_cached(api) \
+        else runtime_pod_annotations(conf, pod)
     if pod and from_runtime is not None:
         log.debug("pod %s: annotations from the runtime (runtimeConfig %s); no pod GET",
                   pod, RUNTIME_POD_ANNOTATIONS)

@@ -343,9 +343,10 @@ def test_daemon_rbac_is_what_the_plugin_needs(admin_api, daemon_kubeconfig, k8s_
             "metadata": {"name": "nope"}, "spec": {"devices": {}}}))
 
 
-def test_thick_overlay_runs_the_dra_driver_with_the_kubelets_dirs():
-    """deploy/thick: the daemon runs with --dra, and the dirs it uses by default (the
-    kubelet's plugins_registry, the driver's plugin dir) are mounted from the host."""
+def test_thick_overlay_mounts_the_kubelets_dirs_for_the_dra_driver():
+    """deploy/thick: the daemon runs without --dra (opt-in: README), and the dirs it uses
+    by default (the kubelet's plugins_registry, the driver's plugin dir) are mounted from
+    the host, so adding `--dra` to its args is all it takes."""
     from netattach import daemon
     from tests.e2e.test_deploy import _thick_daemonset
     spec = _thick_daemonset()["spec"]["template"]["spec"]
@@ -353,6 +354,8 @@ def test_thick_overlay_runs_the_dra_driver_with_the_kubelets_dirs():
     parser = argparse.ArgumentParser(prog="netattach daemon", exit_on_error=False)
     daemon.add_arguments(parser)
     args = parser.parse_args(d["args"])
+    assert not args.dra
+    args = parser.parse_args([*d["args"], "--dra"])
     assert args.dra and args.dra_registry_dir is None and args.dra_plugin_dir is None
     volumes = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
     mounts = {m["mountPath"]: volumes[m["name"]] for m in d["volumeMounts"]}

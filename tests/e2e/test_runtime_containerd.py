@@ -276,25 +276,34 @@ def test_thick_scenario_1_then_stop_and_remove_with_the_daemon_stopped(
     assert [c["runtimeConfig"] for c in calls] == [RUNTIME_CONFIG] * 3
 
 
-@pytest.fixture
-def claims_node(cluster, host_env, cni_testbin, built_artifact):
-    """A node as `node`, installed with --resource-claims (resourceClaims: true)."""
+@pytest.fixture(params=["thin", "thick"])
+def claims_node(request, cluster, host_env, cni_testbin, built_artifact, daemon_kubeconfig):
+    """(mode, node): thin, a node as `node` installed with --resource-claims
+    (resourceClaims: true); thick, one installed with --mode thick and no such flag, its
+    daemon running."""
+    thick = request.param == "thick"
+    flags = ("--mode", "thick", "--daemon-socket-dir", str(host_env.root / "run")) if thick \
+        else ("--resource-claims",)
     n = rt.node_setup(cluster, host_env, str(built_artifact), [cni_testbin],
-                      host_env.bridge_name(), DEFAULT_SUBNET, "--resource-claims")
+                      host_env.bridge_name(), DEFAULT_SUBNET, *flags)
+    daemon = NodeDaemon.start(str(built_artifact), host_env, daemon_kubeconfig) if thick \
+        else None
     rt.start_containerd(n, host_env.root / "containerd")
     try:
-        yield n
+        yield request.param, n
     finally:
         n.containerd.stop()
+        if daemon is not None:
+            daemon.stop()
 
 
-def test_claim_network_under_containerd_with_resource_claims(claims_node, admin_api, host_env,
-                                                             k8s_namespace):
-    """containerd passes the pod's annotations, not its spec: with resourceClaims the ADD
-    reads the pod anyway and the sandbox gets the claim's interface beside net-a; the
-    claim's status.devices is Ready True, and StopPodSandbox's DEL clears it."""
+def test_claim_network_under_containerd(claims_node, admin_api, host_env, k8s_namespace):
+    """containerd passes the pod's annotations, not its spec: with resourceClaims the thin
+    ADD reads the pod anyway, and the node daemon reads it from its cache without the
+    key; the sandbox gets the claim's interface beside net-a, the claim's
+    status.devices is Ready True, and StopPodSandbox's DEL clears it."""
     from tests.e2e import test_dra_claims as dra
-    node = claims_node
+    mode, node = claims_node
     master = host_env.master_link()
     pool = dra.publish_slice(admin_api, master)
     dra.device_class(admin_api)
@@ -308,8 +317,9 @@ def test_claim_network_under_containerd_with_resource_claims(claims_node, admin_
     sid = node.cri.run_sandbox(config)
     status = node.cri.sandbox_status(sid)
     assert rt.netns_links(rt.sandbox_netns(status)) == ["dra0", "eth0", "lo", "net1"]
-    log = netattach_log(host_env)
-    assert f"GET /api/v1/namespaces/{k8s_namespace}/pods/{name}" in log
+    if mode == "thin":
+        log = netattach_log(host_env)
+        assert f"GET /api/v1/namespaces/{k8s_namespace}/pods/{name}" in log
     [entry] = dra.wait_devices(admin_api, k8s_namespace, "net", lambda d: bool(d))
     assert entry["conditions"][0]["status"] == "True"
     assert entry["networkData"]["interfaceName"] == "dra0"

@@ -163,6 +163,9 @@ class CachedPodApi:
 
     WRITES_AFTER_ANSWER = True
     """api.writes_after_answer: ADD records the network-status as pending first."""
+    PODS_CACHED = True
+    """api.pods_cached: ADD reads the pod (spec.resourceClaims included) from the cache,
+    not its annotations from the runtime."""
 
     def __init__(self, pods: WatchCache, nads: WatchCache, make_live: Callable[[], Kube],
                  expected_uid: str, publish: Callable[[str, Callable[[Kube], None]], None],
