@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .plan import generated_name
 from .selection import NetworkSelectionElement
 
 # Element fields that configure an attachment (multi-net spec §4.1.2.1); the identity
@@ -140,10 +141,7 @@ def diff(attached: Sequence[Attached], desired: Sequence[NetworkSelectionElement
                 continue
             ifname = element.interface
         else:
-            n = position
-            while f"net{n}" in used or f"net{n}" in requested:
-                n += 1
-            ifname = f"net{n}"
+            ifname = generated_name(position, used, requested)
         used.add(ifname)
         change.add.append((element, ifname))
     return change

@@ -19,7 +19,7 @@ ipam-claim-reference goes to args.cni of every plugin and to runtimeConfig
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -242,13 +242,20 @@ def interface_names(runtime_ifname: str, elements: Sequence[_Named]) -> list[str
                                 f"by an earlier attachment (multi-net spec §4.1.2.1.5; seed "
                                 f"004 Validation: a valid ifName)")
         else:
-            n = position
-            while f"net{n}" in used or f"net{n}" in requested:
-                n += 1
-            ifname = f"net{n}"
+            ifname = generated_name(position, used, requested)
         used.add(ifname)
         out.append(ifname)
     return out
+
+
+def generated_name(position: int, *taken: Container[str | None]) -> str:
+    """The interface name of an element that names none (§4.1.2.1.5, Multus' rule):
+    `net<position>` (1-based among the secondary attachments), counted up past the
+    names in any of `taken`."""
+    n = position
+    while any(f"net{n}" in names for names in taken):
+        n += 1
+    return f"net{n}"
 
 
 def plan_attachments(

@@ -3,6 +3,6 @@ plugin registration v1 (pluginregistration_v1.proto, package `pluginregistration
 the DRA kubelet plugin API v1 and v1beta1 (dra_v1.proto, dra_v1beta1.proto, packages
 `k8s.io.kubelet.pkg.apis.dra.v1` and `...v1beta1`), from k8s.io/kubelet v0.34.4.
 
-Regenerate with hack/gen-draplugin.sh. Imported only by daemon/dra.py, lazily: never on
+Regenerate with hack/gen-grpc.sh. Imported only by daemon/dra.py, lazily: never on
 the exec'd CNI path.
 """
