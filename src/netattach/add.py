@@ -173,37 +173,35 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
 
 def _claims_ready(api: PodApi, pod: PodRef, plan: Plan, results: list[dict[str, Any]]) -> None:
     """Each claim attachment's status.devices entry, Ready True with its result (seed 004
-    "Status"), one server-side apply per claim; sent after the answer where the seam
-    does so (the node daemon). Best effort: a failure is logged, as the network-status
-    PATCH's."""
-    from . import claims
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    _apply_claims(api, pod, [(a.claim, claims.device_status(a.claim, a.ifname, r, None, now))
-                             for a, r in zip(plan.attachments, results) if a.claim], True)
+    "Status"); sent after the answer where the seam does so (the node daemon)."""
+    _apply_claims(api, pod, plan, results, None)
 
 
 def _claims_failed(api: PodApi | None, pod: PodRef | None, plan: Plan, error: CniError) -> None:
     """After a rollback: each claim attachment's status.devices entry Ready False, reason
     NetworkInterfaceNotReady, message the error (seed 004 "Failures"). Sent before the
     answer in both modes: the runtime DELs the failed sandbox at once, and a DEL drops
-    the container's queued writes. Best effort."""
-    if api is None or pod is None or not any(a.claim for a in plan.attachments):
-        return
+    the container's queued writes."""
+    if api is not None and pod is not None and any(a.claim for a in plan.attachments):
+        _apply_claims(api, pod, plan, None, error.msg)
+
+
+def _apply_claims(api: PodApi, pod: PodRef, plan: Plan, results: list[dict[str, Any]] | None,
+                  error: str | None) -> None:
+    """One server-side apply per claim of its attachments' entries (claims.device_status:
+    with `results` on success, `error` after a rollback). Best effort: a failure is
+    logged, as the network-status PATCH's."""
     from . import claims
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    _apply_claims(api, pod, [(a.claim, claims.device_status(a.claim, a.ifname, None, error.msg,
-                                                            now))
-                             for a in plan.attachments if a.claim], False)
-
-
-def _apply_claims(api: PodApi, pod: PodRef, entries: list[tuple[Any, dict[str, Any]]],
-                  after_answer: bool) -> None:
     by_claim: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for ref, entry in entries:
-        by_claim.setdefault((ref.namespace, ref.name, ref.uid), []).append(entry)
+    for i, a in enumerate(plan.attachments):
+        if a.claim:
+            entry = claims.device_status(a.claim, a.ifname, results[i] if results else None,
+                                         error, now)
+            by_claim.setdefault((a.claim.namespace, a.claim.name, a.claim.uid), []).append(entry)
     for (ns, name, uid), statuses in by_claim.items():
         try:
-            api.apply_claim_devices(ns, name, statuses, uid, after_answer=after_answer)
+            api.apply_claim_devices(ns, name, statuses, uid, after_answer=error is None)
         except KubeError as e:
             log.warning("pod %s: the status.devices of ResourceClaim %s/%s could not be "
                         "written: %s", pod, ns, name, e)
