@@ -136,11 +136,6 @@ class ClaimNetwork:
     config: NetworkConfig
 
 
-def is_claim_network(network: str) -> bool:
-    """True when a network-status name is a claim attachment's (STATUS_PREFIX)."""
-    return network.startswith(STATUS_PREFIX)
-
-
 # ---------------------------------------------------------------- the pod's claims
 
 def pod_claims(pod: dict[str, Any]) -> list[tuple[str, str]]:
@@ -254,6 +249,7 @@ def claim_networks(claim: dict[str, Any], pod_uid: str, api: Any) -> list[ClaimN
                and c["opaque"].get("driver") == DRIVER]
     seen: set[str] = set()
     out = []
+    api = _Reads(api)  # sources shared by the requests are read once
     for result in results:
         request = str(result.get("request", ""))
         ref = ClaimRef(ns, name, uid, request, DRIVER, str(result.get("pool", "")),
@@ -412,14 +408,34 @@ def _field_ref(ref: object) -> str | None:
 
 # ---------------------------------------------------------------- argument sources
 
+class _Reads:
+    """`api`'s reads of argument sources, each made once for all the requests of a claim:
+    the driver's ResourceSlices, ConfigMaps by namespace and name."""
+
+    def __init__(self, api: Any):
+        self.api = api
+        self._slices: dict[str, list[dict[str, Any]]] = {}
+        self._configmaps: dict[tuple[str, str], dict[str, Any] | None] = {}
+
+    def list_resource_slices(self, driver: str) -> list[dict[str, Any]]:
+        if driver not in self._slices:
+            self._slices[driver] = self.api.list_resource_slices(driver)
+        return self._slices[driver]
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if (namespace, name) not in self._configmaps:
+            self._configmaps[namespace, name] = self.api.get_configmap(namespace, name)
+        return self._configmaps[namespace, name]
+
+
 class _Sources:
-    """Lazily read sources of one claim's arguments: the allocated device's ResourceSlice
-    and ConfigMaps of the claim's namespace, each asked for once."""
+    """Lazily read sources of one request's arguments: the allocated device's
+    ResourceSlice and ConfigMaps of the claim's namespace (read through `_Reads`)."""
 
     def __init__(self, ref: ClaimRef, api: Any):
-        self.ref, self.api = ref, api
+        self.ref = ref
+        self.api = api if isinstance(api, _Reads) else _Reads(api)
         self._slice: dict[str, Any] | None = None
-        self._configmaps: dict[str, dict[str, Any]] = {}
 
     def slice(self) -> dict[str, Any]:
         if self._slice is None:
@@ -445,12 +461,10 @@ class _Sources:
             key = self.slice_field(sel["resourceSliceFieldRef"])
         else:
             key = self.attribute(_first(sel, "attribute", "attributeRef"))
-        if name not in self._configmaps:
-            cm = self.api.get_configmap(self.ref.namespace, name)
-            if cm is None:
-                raise ClaimError(f"ConfigMap {self.ref.namespace}/{name} not found")
-            self._configmaps[name] = cm
-        data = self._configmaps[name].get("data") or {}
+        cm = self.api.get_configmap(self.ref.namespace, name)
+        if cm is None:
+            raise ClaimError(f"ConfigMap {self.ref.namespace}/{name} not found")
+        data = cm.get("data") or {}
         if str(key) not in data:
             raise ClaimError(f"ConfigMap {self.ref.namespace}/{name} has no key {key!r}")
         return str(data[str(key)])

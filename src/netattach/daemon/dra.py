@@ -447,15 +447,14 @@ class KubeletPlugin:
         elif not (is_dns1123_label(namespace) and is_dns1123_subdomain(name)):
             result = Prepared(error=f"{ref}: not a valid namespace and claim name")
         else:
-            claim: dict[str, Any] | None = None  # not found (404): prepare_claim says so
-            failed: Prepared | None = None
             try:
                 claim = self.kube(self.api_timeout, "--api-timeout").get_resource_claim(
                     namespace, name)
             except KubeError as e:
-                if e.status != 404:
-                    failed = Prepared(error=f"{ref}: cannot read it: {e}")
-            result = failed or prepare_claim(claim, namespace, name, uid, self.node)
+                result = prepare_claim(None, namespace, name, uid, self.node) \
+                    if e.status == 404 else Prepared(error=f"{ref}: cannot read it: {e}")
+            else:
+                result = prepare_claim(claim, namespace, name, uid, self.node)
         with self.prepares.lock:
             if result.error:
                 self.prepares.failed += 1

@@ -180,11 +180,10 @@ class CachedPodApi:
         self._misses, self._lock = misses, lock
 
     def _kube(self, kind: str) -> Kube:
+        """The live client for a cache miss of `kind` (counted)."""
         with self._lock:
             self._misses[kind] += 1
-        if self._live is None:
-            self._live = self._make_live()
-        return self._live
+        return self._uncached()
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod from the cache, else live (module doc). Raises KubeError."""
@@ -249,9 +248,7 @@ class CachedPodApi:
 
     def pause(self, seconds: float) -> bool:
         """Out of the live budget (kube.Kube.pause)."""
-        if self._live is None:
-            self._live = self._make_live()
-        return self._live.pause(seconds)
+        return self._uncached().pause(seconds)
 
 
 class Publisher:
