@@ -549,7 +549,11 @@ def write_kubeconfig(path: Path, server: str, *, user: dict, ca_file: Path | Non
                      ca_data: bytes | None = None, name: str = "netattach") -> Path:
     """Write a single-context kubeconfig (mode 0600) for `server` with `user` (the
     kubeconfig `user` mapping: token, or client-certificate/-key); the CA given as a
-    file path (`ca_file`) or embedded (`ca_data`, PEM bytes). Returns `path`."""
+    file path (`ca_file`) or embedded (`ca_data`, PEM bytes). Returns `path`.
+
+    JSON, as `netattach install` writes it (YAML loaders read it too): the plugin and
+    the bench then run on the kubeconfig format of a deployed node, which the exec'd
+    path reads without importing a YAML parser (transport.load)."""
     cluster: dict = {"server": server}
     if ca_data is not None:
         cluster["certificate-authority-data"] = base64.b64encode(ca_data).decode()
@@ -562,7 +566,7 @@ def write_kubeconfig(path: Path, server: str, *, user: dict, ca_file: Path | Non
         "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
         "current-context": name,
     }
-    return _write(Path(path), yaml.safe_dump(doc, sort_keys=False), 0o600)
+    return _write(Path(path), json.dumps(doc, indent=1), 0o600)
 
 
 def api_client(kubeconfig: Path) -> k8s.ApiClient:
