@@ -149,7 +149,8 @@ class _Connection(http.client.HTTPConnection):
 
     def connect(self) -> None:
         host: str | bytes = self.host.encode() if self.host.isascii() else self.host
-        self.sock = socket.create_connection((host, self.port), self.timeout)
+        self.sock = socket.create_connection(  # getaddrinfo takes bytes (typeshed says str)
+            (host, self.port), self.timeout)  # type: ignore[arg-type]
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._tls is not None:
             self.sock = self._tls.wrap_socket(self.sock, server_hostname=host)
