@@ -41,7 +41,15 @@ from .delete import delete_attachments
 from .kube import KubeError
 from .netconf import NetConf
 from .networks import InvalidSelection, Plan, build_plan, empty_result
-from .state import CorruptState, PendingStatus, PodRef, SavedState, StateError, StateStore
+from .state import (
+    CorruptState,
+    HotplugContext,
+    PendingStatus,
+    PodRef,
+    SavedState,
+    StateError,
+    StateStore,
+)
 
 if TYPE_CHECKING:
     from .orchestrator import Orchestrator
@@ -136,7 +144,11 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
     except BaseException:
         store.release(req.container_id)  # nothing was attached
         raise
-    state = plan.saved(state)
+    hotplug = conf.hotplug and pod is not None and api is not None and writes_after_answer(api)
+    state = plan.saved(state, identity=hotplug)
+    if hotplug:  # the node daemon may change this sandbox later (daemon/hotplug.py)
+        state.hotplug = HotplugContext(dict(conf.raw), ":".join(req.path),
+                                       plan.default_network)
     store.save(state, durable=False)  # before any child runs
     try:
         results = _attach_all(orch, req, conf, pod, plan, state, store)
@@ -315,6 +327,8 @@ def _record_status(store: StateStore, state: SavedState, pod: PodRef,
     False when it cannot be saved: the PATCH is then not queued either (the daemon sends
     only what the state holds), and the error says so; the ADD still succeeds."""
     state.status_pending = PendingStatus(uid, annotations)
+    if state.hotplug is not None:  # what a hot-plug change edits
+        state.hotplug.network_status = annotations[status.NETWORK_STATUS_ANNOTATION]
     try:
         store.save(state, durable=False)  # re-sent only while its netns exists: no power loss
     except StateError as e:

@@ -11,9 +11,12 @@ netattach adds `apiTimeout`, `delegateTimeout` and `readinessTimeout` (seconds),
 Specification files) and `resourceClaims` (networks from DRA ResourceClaims are read
 from the pod's spec; true makes ADD read the pod even when the runtime passes its
 annotations, so that claims are seen under containerd; false by default, so a thin
-ADD without claims keeps the one request less). `apiTimeout` (5 s) bounds all of an ADD's API
-requests and retry pauses together, not each request: an ADD never waits for the API
-server longer than that in total, then fails with code 11 naming the server (or, for
+ADD without claims keeps the one request less) and `hotplug` (thick mode: the node
+daemon attaches and detaches networks when a running pod's selection changes, for the
+sandboxes ADDed with it; false by default; daemon/hotplug.py). `apiTimeout` (5 s)
+bounds all of an ADD's API requests and retry pauses together, not each request: an
+ADD never waits for the API server longer than that in total, then fails with code 11
+naming the server (or, for
 the network-status PATCH and events after the children succeeded, logs a warning);
 docs/architecture.md "Decisions" says why 5 s. Unknown keys are
 ignored (CNI configs carry plugin-specific keys freely); a known key with a bad
@@ -111,6 +114,9 @@ SCHEMA: dict[str, Any] = {
         # networks from DRA ResourceClaims (claims.py): read the pod even when the
         # runtime passes its annotations (the claims are in its spec)
         "resourceClaims": {"type": "boolean"},
+        # hot-plug (issue 13; thick mode): the node daemon applies later changes of the
+        # pod's selection to the sandboxes ADDed with it
+        "hotplug": {"type": "boolean"},
     },
 }
 
@@ -153,6 +159,7 @@ class NetConf:
     auxiliary_chain: str | None = None
     unhonoured: dict[str, str] = field(default_factory=dict)
     resource_claims: bool = False
+    hotplug: bool = False
 
     @property
     def conf_dir(self) -> str:
@@ -272,4 +279,5 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         auxiliary_chain=aux,
         unhonoured=_unhonoured(config),
         resource_claims=config.get("resourceClaims", False),
+        hotplug=config.get("hotplug", False),
     )

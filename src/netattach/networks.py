@@ -188,23 +188,41 @@ class Plan:
     pod_uid: the UID of the pod as the API server showed it ("" if not read); the
       network-status PATCH is for that pod only (a mirror pod's differs from the
       runtime's K8S_POD_UID).
+    default_network: the pod's `v1.multus-cni.io/default-network` annotation as read
+      ("" for none), which hot-plug keeps (state.HotplugContext).
     """
     attachments: list[planning.Attachment]
     devices: dict[int, tuple[str, str]]
     default_route: routes.DefaultRoutePlan | None
     pod_uid: str = ""
+    default_network: str = ""
 
-    def saved(self, base: SavedState, attempted: bool = False) -> SavedState:
+    def saved(self, base: SavedState, attempted: bool = False,
+              identity: bool = False) -> SavedState:
         """`base` (the container as the runtime named it) with every attachment of the
         plan, as ADD saves them before any child runs (`attempted` False) or as DEL
-        takes a rebuilt plan (True: each may have been attached)."""
+        takes a rebuilt plan (True: each may have been attached). `identity`: each
+        element's attachment carries what hot-plug identifies it by
+        (`saved_selection`)."""
         return base.with_attachments([
             SavedAttachment(network=a.network, ifname=a.ifname, default=a.default,
                             source=a.config.source, config=a.config.raw,
                             capability_args=a.capability_args, attempted=attempted,
                             device=self.devices.get(i),
-                            claim=a.claim.to_dict() if a.claim else None)
+                            claim=a.claim.to_dict() if a.claim else None,
+                            selection=saved_selection(a) if identity else None)
             for i, a in enumerate(self.attachments)])
+
+
+def saved_selection(attachment: planning.Attachment) -> dict[str, Any] | None:
+    """SavedAttachment.selection of an attachment of a network selection element (None
+    for the cluster default network, a claim's, the auxiliary chain's): whether the
+    element named its interface, and its parameters (hotplug.parameters)."""
+    if attachment.element is None:
+        return None
+    from .hotplug import parameters
+    return {"requested": attachment.element.interface is not None,
+            "params": parameters(attachment.element)}
 
 
 def _with_device_id(config: NetworkConfig, device_id: str) -> NetworkConfig:
@@ -239,6 +257,53 @@ def _pod_default_network(conf: NetConf, pod: PodRef | None, api: PodApi | None,
                                                        conf.conf_dirs)
     except CniError as e:
         raise e.within(where(pod, f"{element.ref} (pod's default network)")) from None
+
+
+def selected_elements(conf: NetConf, pod: PodRef | None, annotations: dict[str, Any] | None
+                      ) -> tuple[list[selection.NetworkSelectionElement], int]:
+    """(the network selection elements of `defaultNetworks`, unless the pod is in a
+    system namespace, then of the pod's `k8s.v1.cni.cncf.io/networks` annotation in
+    `annotations` (None: the pod was not read); how many came from defaultNetworks).
+    Raises InvalidSelection (7) naming the pod."""
+    elements: list[selection.NetworkSelectionElement] = []
+    if conf.default_networks and not (pod and pod.namespace in conf.system_namespaces):
+        elements += selection.parse_network_selection(",".join(conf.default_networks),
+                                                      conf.multus_namespace)
+    n_defaults = len(elements)
+    if pod is not None and annotations is not None:
+        try:
+            elements += selection.parse_network_selection(
+                annotations.get(selection.NETWORKS_ANNOTATION, ""), pod.namespace)
+        except selection.SelectionError as e:
+            raise InvalidSelection(f"pod {pod}: {e}") from None
+    return elements, n_defaults
+
+
+def resolve_element(conf: NetConf, pod: PodRef | None, api: PodApi | None,
+                    element: selection.NetworkSelectionElement, from_pod: bool = True
+                    ) -> tuple[dict[str, Any] | None, NetworkConfig]:
+    """(its NetworkAttachmentDefinition or None, the delegate) of one network selection
+    element: `namespaceIsolation` for an element of the pod's annotation (`from_pod`;
+    spec §4.1.1), the NAD through the API seam, its config (spec §3.4), never
+    netattach itself. Raises CniError naming the pod and the network."""
+    if (from_pod and pod is not None and conf.namespace_isolation
+            and element.namespace != pod.namespace
+            and element.namespace not in conf.global_namespaces):
+        raise ConfigError(f"pod {pod}: network {element.ref}: namespace isolation forbids "
+                          f"pods in namespace {pod.namespace} to use "
+                          f"NetworkAttachmentDefinitions in namespace {element.namespace} "
+                          f"(allowed: {', '.join((pod.namespace,) + conf.global_namespaces)})")
+    try:
+        nad = api.get_nad(element.namespace, element.name) if api else None
+        config = delegates.resolve_delegate(nad, element.namespace, element.name,
+                                            conf.conf_dirs)
+        if _is_own(config, conf):
+            raise delegates.DelegateError(element.ref, f"{config.source} names netattach "
+                                          "itself as a plugin; a delegate must be another "
+                                          "plugin")
+    except CniError as e:
+        raise e.within(where(pod, element.ref)) from None
+    return nad, config
 
 
 def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi | None,
@@ -279,35 +344,10 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
 
     secondaries: list[tuple[selection.NetworkSelectionElement, NetworkConfig]] = []
     resources: list[str | None] = []
-    elements: list[selection.NetworkSelectionElement] = []
-    if conf.default_networks and not (pod and pod.namespace in conf.system_namespaces):
-        elements += selection.parse_network_selection(",".join(conf.default_networks),
-                                                      conf.multus_namespace)
-    n_defaults = len(elements)
-    if pod_obj is not None and pod is not None:
-        try:
-            elements += selection.parse_network_selection(
-                annotations.get(selection.NETWORKS_ANNOTATION, ""), pod.namespace)
-        except selection.SelectionError as e:
-            raise InvalidSelection(f"pod {pod}: {e}") from None
+    elements, n_defaults = selected_elements(conf, pod,
+                                             annotations if pod_obj is not None else None)
     for i, element in enumerate(elements):
-        if (i >= n_defaults and pod is not None and conf.namespace_isolation
-                and element.namespace != pod.namespace
-                and element.namespace not in conf.global_namespaces):
-            raise ConfigError(f"pod {pod}: network {element.ref}: namespace isolation forbids "
-                              f"pods in namespace {pod.namespace} to use "
-                              f"NetworkAttachmentDefinitions in namespace {element.namespace} "
-                              f"(allowed: {', '.join((pod.namespace,) + conf.global_namespaces)})")
-        try:
-            nad = api.get_nad(element.namespace, element.name) if api else None
-            config = delegates.resolve_delegate(nad, element.namespace, element.name,
-                                                conf.conf_dirs)
-            if _is_own(config, conf):
-                raise delegates.DelegateError(element.ref, f"{config.source} names netattach "
-                                              "itself as a plugin; a delegate must be another "
-                                              "plugin")
-        except CniError as e:
-            raise e.within(where(pod, element.ref)) from None
+        nad, config = resolve_element(conf, pod, api, element, from_pod=i >= n_defaults)
         secondaries.append((element, config))
         resources.append(devices.nad_resource_name(nad) if nad and element.device_id is None
                          else None)
@@ -335,7 +375,8 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
             devices.cni_device_info_path(req.container_id, attachments[index].ifname,
                                          conf.device_info_dir)
     return Plan(attachments, device_map, route_plan,
-                (pod_obj or {}).get("metadata", {}).get("uid") or "")
+                (pod_obj or {}).get("metadata", {}).get("uid") or "",
+                str(annotations.get(selection.DEFAULT_NETWORK_ANNOTATION, "")).strip())
 
 
 def _claim_networks(pod: PodRef | None, pod_obj: dict[str, Any] | None,

@@ -258,6 +258,22 @@ def generated_name(position: int, *taken: Container[str | None]) -> str:
     return f"net{n}"
 
 
+def element_attachment(element: NetworkSelectionElement, config: NetworkConfig,
+                       ifname: str) -> Attachment:
+    """The attachment of one network selection element as `ifname`: its `cni-args` and
+    `ipam-claim-reference` injected into the delegate's config, its runtimeConfig
+    values (`runtime_args_for`; spec §4.1.2.1). Raises PlanError for a capability the
+    delegate does not declare."""
+    cni_args = dict(element.cni_args or {})
+    if element.ipam_claim_reference:
+        # the dedicated key beats a same-named entry in the element's cni-args
+        cni_args[IPAM_CLAIM_ARGS_KEY] = element.ipam_claim_reference
+    if cni_args:
+        config = with_cni_args(config, cni_args)
+    return Attachment(element.ref, ifname, False, config, runtime_args_for(element, config),
+                      element)
+
+
 def plan_attachments(
     default_network: tuple[str, NetworkConfig],
     runtime_ifname: str,
@@ -289,14 +305,7 @@ def plan_attachments(
         aux_ifname = interface_names(runtime_ifname, elements + [placeholder])[-1]
     ifnames = interface_names(runtime_ifname, elements)
     for (element, config), ifname in zip(secondaries, ifnames):
-        cni_args = dict(element.cni_args or {})
-        if element.ipam_claim_reference:
-            # the dedicated key beats a same-named entry in the element's cni-args
-            cni_args[IPAM_CLAIM_ARGS_KEY] = element.ipam_claim_reference
-        if cni_args:
-            config = with_cni_args(config, cni_args)
-        plan.append(Attachment(element.ref, ifname, False, config,
-                               runtime_args_for(element, config), element))
+        plan.append(element_attachment(element, config, ifname))
     for claim, ifname in zip(claims, ifnames[len(secondaries):]):
         plan.append(Attachment(claim.ref.network, ifname, False, claim.config,
                                claim=claim.ref))

@@ -103,6 +103,12 @@ class SavedAttachment:
     namespace, name, uid, request, driver, pool, device), so DEL and GC clear its status
     entry without asking the API which claim it was (added within format 1: an earlier
     release's DEL releases the attachment without it).
+    selection: for an attachment of a network selection element, in a sandbox ADDed
+    with `hotplug` (HotplugContext): {"requested": the element named the interface,
+    "params": hotplug.parameters() of the element}, what hot-plug identifies it by.
+    change: "add" or "remove" while a hot-plug change of it runs (recorded before the
+    child runs, daemon/hotplug.py); None otherwise. Both added within format 1: an
+    earlier release's DEL undoes every attempted attachment, these included.
     """
     network: str
     ifname: str
@@ -116,6 +122,8 @@ class SavedAttachment:
     from_config: bool = False
     device: tuple[str, str] | None = None
     claim: dict[str, str] | None = None
+    selection: dict[str, Any] | None = None
+    change: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -132,6 +140,10 @@ class SavedAttachment:
             out["device"] = {"resourceName": self.device[0], "deviceID": self.device[1]}
         if self.claim:
             out["claim"] = self.claim
+        if self.selection is not None:
+            out["selection"] = self.selection
+        if self.change:
+            out["change"] = self.change
         return out
 
     @classmethod
@@ -157,6 +169,14 @@ class SavedAttachment:
         if claim is not None and not (isinstance(claim, dict) and all(
                 isinstance(k, str) and isinstance(v, str) for k, v in claim.items())):
             return None
+        selection = data.get("selection")
+        if selection is not None and not (isinstance(selection, dict)
+                                          and isinstance(selection.get("requested"), bool)
+                                          and isinstance(selection.get("params"), dict)):
+            return None
+        change = data.get("change")
+        if change not in (None, "add", "remove"):
+            return None
         source = data.get("source")
         return cls(network=data["network"], ifname=data["ifname"], config=data["config"],
                    source=source if isinstance(source, str) else data["network"],
@@ -164,7 +184,7 @@ class SavedAttachment:
                    attempted=data.get("attempted", True) is not False, result=result,
                    add_failed=data.get("addFailed") is True,
                    from_config=data.get("fromConfig") is True, device=dev,
-                   claim=dict(claim) if claim else None)
+                   claim=dict(claim) if claim else None, selection=selection, change=change)
 
 
 @dataclass
@@ -205,6 +225,40 @@ class PendingStatus:
 
 
 @dataclass
+class HotplugContext:
+    """What the node daemon needs to change a sandbox's attachments later, without a call
+    of the runtime (hot-plug, daemon/hotplug.py): saved by an ADD whose configuration
+    has `hotplug` true, served by the daemon.
+
+    netconf: netattach's own configuration as the runtime passed it (stdin, parsed);
+    cni_path: the runtime's CNI_PATH; default_network: the pod's
+    `v1.multus-cni.io/default-network` annotation as the ADD read it ("" for none): a
+    change of it is refused; network_status: the pod's network-status (the annotation's
+    JSON text) as last recorded by the ADD or a hot-plug change, which a change edits.
+    """
+    netconf: dict[str, Any]
+    cni_path: str
+    default_network: str = ""
+    network_status: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"netconf": self.netconf, "cniPath": self.cni_path,
+                "defaultNetwork": self.default_network, "networkStatus": self.network_status}
+
+    @classmethod
+    def from_dict(cls, data: object) -> HotplugContext | None:
+        """None unless `data` has the keys to_dict writes, of their types."""
+        if not isinstance(data, dict):
+            return None
+        netconf, path = data.get("netconf"), data.get("cniPath")
+        default, status_text = data.get("defaultNetwork", ""), data.get("networkStatus", "")
+        if not (isinstance(netconf, dict) and isinstance(path, str)
+                and isinstance(default, str) and isinstance(status_text, str)):
+            return None
+        return cls(netconf, path, default, status_text)
+
+
+@dataclass
 class SavedState:
     """Everything DEL, CHECK and GC need of one container, saved by ADD.
 
@@ -213,7 +267,8 @@ class SavedState:
     netattach's own config version. attachments: in ADD order, the cluster default
     network first; [] for the marker an ADD saves before its first API request (it
     has attached nothing yet). del_pending: see DelPending. status_pending: see
-    PendingStatus (only the node daemon saves one).
+    PendingStatus (only the node daemon saves one). hotplug: see HotplugContext (a
+    sandbox the node daemon may change later; added within format 1).
     """
     container_id: str
     netns: str
@@ -224,6 +279,7 @@ class SavedState:
     attachments: list[SavedAttachment] = field(default_factory=list)
     del_pending: DelPending | None = None
     status_pending: PendingStatus | None = None
+    hotplug: HotplugContext | None = None
 
     @classmethod
     def for_request(cls, req: CniRequest, pod: PodRef | None, cni_version: str) -> SavedState:
@@ -254,6 +310,8 @@ class SavedState:
                                  "reason": self.del_pending.reason}
         if self.status_pending:
             out["statusPending"] = self.status_pending.to_dict()
+        if self.hotplug:
+            out["hotplug"] = self.hotplug.to_dict()
         out["attachments"] = [a.to_dict() for a in self.attachments]
         out["format"] = STATE_FORMAT
         return out
@@ -261,8 +319,8 @@ class SavedState:
 
 def _read_v1(data: dict[str, Any], container_id: str) -> SavedState | None:
     """Format 1 (every release up to this one): None when it is not a whole state of
-    `container_id`. `statusPending` (added within format 1, see STATE_FORMAT) is
-    optional; a malformed one is read as none."""
+    `container_id`. `statusPending` and `hotplug` (added within format 1, see
+    STATE_FORMAT) are optional; a malformed one is read as none."""
     atts = data.get("attachments")
     if (data.get("containerID") != container_id or not isinstance(data.get("ifname"), str)
             or not isinstance(atts, list)):
@@ -293,7 +351,8 @@ def _read_v1(data: dict[str, Any], container_id: str) -> SavedState | None:
                       cni_version=version if isinstance(version, str) else "",
                       attachments=[a for a in attachments if a is not None],
                       del_pending=del_pending,
-                      status_pending=PendingStatus.from_dict(data.get("statusPending")))
+                      status_pending=PendingStatus.from_dict(data.get("statusPending")),
+                      hotplug=HotplugContext.from_dict(data.get("hotplug")))
 
 
 _READERS: dict[int, Callable[[dict[str, Any], str], SavedState | None]] = {1: _read_v1}

@@ -13,6 +13,7 @@ import pytest
 from netattach.state import (
     TOMBSTONE_SECONDS,
     DelPending,
+    HotplugContext,
     PendingStatus,
     PodRef,
     SavedAttachment,
@@ -71,6 +72,37 @@ def test_a_pending_status_round_trips_and_a_malformed_one_reads_as_none(tmp_path
         loaded = store.load("abc")
         assert loaded is not None and loaded.status_pending is None
         assert loaded.attachments == pending.attachments
+
+
+def test_the_hotplug_keys_round_trip_and_malformed_ones_are_caught(tmp_path):
+    """A sandbox ADDed with `hotplug` (daemon/hotplug.py): the context (configuration,
+    CNI_PATH, default-network annotation, network-status) is an optional header key of
+    format 1, read as none when malformed; an element attachment's `selection` and a
+    change in progress (`change`) are optional attachment keys, and one of the wrong
+    type makes the attachment unusable (as any other key of its would)."""
+    store = StateStore(str(tmp_path))
+    element = SavedAttachment(network="ns/net-a", ifname="net1", config={"type": "macvlan"},
+                              source="NetworkAttachmentDefinition ns/net-a",
+                              attempted=True, selection={"requested": False,
+                                                         "params": {"ips": ["10.1.1.1/24"]}},
+                              change="add")
+    saved = state("abc", ATT, element)
+    saved.hotplug = HotplugContext({"type": "netattach-shim", "hotplug": True}, "/opt/cni/bin",
+                                   "", "[]")
+    store.save(saved)
+    assert store.load("abc") == saved
+    raw = json.loads((tmp_path / "abc.json").read_text())
+    assert raw["format"] == 1 and list(raw).index("hotplug") < list(raw).index("attachments")
+    for bad in ({"netconf": [], "cniPath": ""}, {"netconf": {}, "cniPath": 1}, "x"):
+        (tmp_path / "abc.json").write_text(json.dumps({**raw, "hotplug": bad}))
+        loaded = store.load("abc")
+        assert loaded is not None and loaded.hotplug is None
+        assert loaded.attachments == saved.attachments
+    for key, bad in (("selection", {"requested": 1, "params": {}}), ("selection", []),
+                     ("change", "replace")):
+        assert SavedAttachment.from_dict({**element.to_dict(), key: bad}) is None
+    plain = SavedAttachment.from_dict({**element.to_dict(), "selection": None, "change": None})
+    assert plain is not None and plain.selection is None and plain.change is None
 
 
 def test_remove_takes_the_temp_files_a_killed_save_left(tmp_path):

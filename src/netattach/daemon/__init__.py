@@ -111,6 +111,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     dra.add_argument("--dra-resync", type=_positive(float), default=10.0,
                      help="seconds between looks at the host interfaces; the ResourceSlice "
                           "is updated when its devices change (default: %(default)s)")
+    parser.add_argument("--hotplug-interval", type=_positive(float), default=2.0,
+                        help="seconds: at most one hot-plug change per pod in that time; "
+                             "edits in between are applied together (daemon/hotplug.py; "
+                             "sandboxes ADDed with `hotplug` in the conflist) "
+                             "(default: %(default)s)")
     parser.add_argument("--shutdown-timeout", type=_positive(float), default=20.0,
                         help="seconds to finish calls and queued writes on SIGTERM "
                              "(default: %(default)s)")
@@ -132,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
 
     pods, nads = node_caches(args.kubeconfig, args.node_name)
     daemon = Daemon(pods, nads, args.kubeconfig, args.socket_dir, args.max_parallel,
-                    args.api_timeout, args.cni_dir)
+                    args.api_timeout, args.cni_dir, args.hotplug_interval)
     stop = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda signum, _frame: stop.set())

@@ -76,6 +76,10 @@ class WatchCache:
     `synced` is set once the first LIST is stored and stays set; `watching` is true
     while a WATCH is established (false while reconnecting: the cache may be behind).
     `events` counts the watch events applied, `requests` the LIST and WATCH requests.
+    `listeners`: functions called as `listener(old, new)` (trimmed objects; old None
+    when it was not cached, new None when it was deleted) after each change is stored,
+    from the watch thread, for every object of a LIST too (hot-plug); they must be
+    quick and must not raise.
     """
 
     def __init__(self, kind: str, path: str, selector: str | None,
@@ -89,6 +93,7 @@ class WatchCache:
         self.requests = 0
         self.events = 0
         self._objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.listeners: list[Callable[[dict[str, Any] | None, dict[str, Any] | None], None]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"watch-{kind}", daemon=True)
@@ -164,7 +169,11 @@ class WatchCache:
         finally:
             http.close()
         with self._lock:
-            self._objects = objects
+            before, self._objects = self._objects, objects
+        for key, obj in objects.items():
+            self._tell(before.get(key), obj)
+        for key in before.keys() - objects.keys():
+            self._tell(before[key], None)
         self.synced.set()
         log.info("cache %s: listed %d objects (resourceVersion %s)", self.kind, len(objects),
                  version)
@@ -210,14 +219,23 @@ class WatchCache:
         if kind == "BOOKMARK":
             return rv
         key = (meta.get("namespace", ""), meta.get("name", ""))
+        new = None if kind == "DELETED" else trim(obj)
         with self._lock:
-            if kind == "DELETED":
-                self._objects.pop(key, None)
-            else:
-                self._objects[key] = trim(obj)
+            old = self._objects.pop(key, None) if new is None else self._objects.get(key)
+            if new is not None:
+                self._objects[key] = new
+        self._tell(old, new)
         self.events += 1
         log.debug("cache %s %s/%s %s (resourceVersion %s)", self.kind, key[0], key[1], kind, rv)
         return rv
+
+
+    def _tell(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        for listener in self.listeners:
+            try:
+                listener(old, new)
+            except Exception:  # a bug in a listener never stops the watch
+                log.exception("cache %s: a listener failed", self.kind)
 
 
 def _events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:

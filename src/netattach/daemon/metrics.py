@@ -18,6 +18,8 @@ Metrics (all prefixed `netattach_`):
 * publish_{sent,failed,dropped}_total, publish_pending: the queued writes
   (network-status PATCH, Events): sent, tries that failed, given up or cancelled by a
   DEL, waiting now;
+* hotplug_changes_total{result}: hot-plug (daemon/hotplug.py): attachments "added" and
+  "removed", "failed" (a child or the delegate failed) and "refused" changes;
 * with --dra (daemon/dra.py): dra_registered (1 registered, 0 refused by the kubelet,
   -1 before its verdict), dra_prepared_claims_total{result} (NodePrepareResources, per
   claim: "ok" or "error"), dra_slice_generation (the pool generation last published, 0
@@ -96,6 +98,13 @@ class _Collector:
                                       f"and event writes {name}", value=value)
         yield GaugeMetricFamily("netattach_publish_pending", "queued writes not sent yet",
                                 value=p.pending())
+        with d.hotplug.lock:
+            changes = dict(d.hotplug.changes)
+        c = CounterMetricFamily("netattach_hotplug_changes", "hot-plug changes of running "
+                                "pods' attachments, by result", labels=["result"])
+        for result, n in sorted(changes.items()):
+            c.add_metric([result], n)
+        yield c
         if d.dra is not None:
             yield from _dra_metrics(d.dra)
 

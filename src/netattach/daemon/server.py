@@ -37,6 +37,7 @@ from ..netconf import DEFAULT_CNI_DIR, NetConf
 from ..orchestrator import Orchestrator
 from ..state import StateError, StateStore
 from .cache import WatchCache
+from .hotplug import Hotplugger
 from .podapi import CachedPodApi, Publisher, republish
 
 log = logging.getLogger("netattach.daemon")
@@ -155,12 +156,14 @@ class Daemon:
     socket is made; max_parallel: operations at once; api_timeout: seconds, the budget
     of each queued write's try; cni_dir: the state dir (the conflist's cniDir) whose
     network-status writes left pending by an earlier daemon are sent at start
-    (podapi.republish).
+    (podapi.republish), and whose sandboxes ADDed with `hotplug` are changed when their
+    pod's selection changes (hotplug.Hotplugger, at most one change per pod every
+    `hotplug_interval` seconds).
     """
 
     def __init__(self, pods: WatchCache, nads: WatchCache, kubeconfig: str | None,
                  socket_dir: str, max_parallel: int, api_timeout: float,
-                 cni_dir: str = DEFAULT_CNI_DIR):
+                 cni_dir: str = DEFAULT_CNI_DIR, hotplug_interval: float = 2.0):
         self.pods, self.nads = pods, nads
         self.kubeconfig = kubeconfig
         self.cni_dir = cni_dir
@@ -172,6 +175,9 @@ class Daemon:
         self.client = SharedClient(kubeconfig)
         self.publisher = Publisher(lambda: self.client.kube(api_timeout, "--api-timeout"))
         self.pool = ThreadPoolExecutor(max_parallel, thread_name_prefix="cni")
+        self.hotplug = Hotplugger(pods, cni_dir, lambda environ, conf: self._api(environ, conf, []),
+                                  self.publisher.cancel, hotplug_interval)
+        pods.listeners.append(self.hotplug.pod_changed)
         self.listening = False
         self.in_flight = 0
         self._listener: socket.socket | None = None
@@ -197,6 +203,7 @@ class Daemon:
         self._accept_thread.start()
         threading.Thread(target=self._republish, args=(saved,), name="republish",
                          daemon=True).start()
+        self.hotplug.start()
         log.info("serving CNI calls on %s (%d at once)", self.socket_path, self.max_parallel)
 
     def _republish(self, saved: list[str]) -> None:
@@ -233,6 +240,7 @@ class Daemon:
                 self._listener.shutdown(socket.SHUT_RDWR)
             self._listener.close()
         self.pool.shutdown(wait=True, cancel_futures=False)
+        self.hotplug.stop()
         if not self.publisher.drain(timeout):
             log.warning("stopping with %d network-status/event write(s) not sent",
                         self.publisher.pending())
@@ -321,6 +329,10 @@ class Daemon:
                 clock=time.time, drop_writes=self.publisher.cancel))
             if command == "ADD" and code == 0 and seen:
                 self._count_attachments(seen[0], cid)
+                if seen[0].hotplug:
+                    self._track(environ, seen[0], cid)
+            elif command == "DEL" and code == 0:
+                self.hotplug.untrack(cid)
         finally:
             with self.stats.lock:
                 self.in_flight -= 1
@@ -351,6 +363,16 @@ class Daemon:
             lambda: self.client.kube(conf.api_timeout, "apiTimeout"), uid,
             lambda what, send: self.publisher.submit(cid, what, send),
             StateStore(conf.cni_dir), cid, self.stats.misses, self.stats.lock)
+
+    def _track(self, environ: dict[str, str], conf: NetConf, cid: str) -> None:
+        """Hand a sandbox ADDed with `hotplug` to the hot-plug worker."""
+        try:
+            args = dict(parse_cni_args(environ.get("CNI_ARGS", "")))
+        except CniError:
+            return
+        namespace, name = args.get("K8S_POD_NAMESPACE"), args.get("K8S_POD_NAME")
+        if namespace and name:
+            self.hotplug.track(conf.cni_dir, cid, (namespace, name))
 
     def _count_attachments(self, conf: NetConf, cid: str) -> None:
         try:

@@ -1,0 +1,412 @@
+"""Hot-plug (issue 13): the node daemon attaches and detaches networks of a running pod
+when its `k8s.v1.cni.cncf.io/networks` annotation changes.
+
+Which sandboxes: those whose ADD the daemon served with `hotplug` true in netattach's
+configuration; that ADD saved what a later change needs (state.HotplugContext: the
+configuration, CNI_PATH, the pod's default-network annotation, the network-status;
+and each element's identity, SavedAttachment.selection). A pod opts out with the
+annotation `netattach.io/hotplug: "false"`. Sandboxes whose cniDir is not the daemon's
+`--cni-dir` are found while this daemon runs (it saw their ADD), not after a restart.
+
+When: the watch of this node's pods reports a change of the selection (or of the
+default-network or opt-out annotation), and once for every such sandbox when the
+daemon starts (a change made while it was down, or one it was killed in). At most one
+change per pod every `interval` seconds; the annotation as it is when its turn comes
+is applied (later edits in between are coalesced).
+
+What (`Hotplugger.reconcile`, under the container's lock, spec §7.3, so it never
+races the runtime's calls): `hotplug.diff` of the saved attachments and the elements
+selected now gives what to remove, add and refuse. Removed attachments are DELed in
+reverse order, then new ones ADDed in the pod's netns with the same delegate
+resolution, name injection, runtimeConfig and capability checks as ADD
+(networks.resolve_element, plan.element_attachment). Each step is recorded in the
+state before its child runs (SavedAttachment.change, fsync'ed): a daemon killed
+mid-change leaves a state the runtime's DEL fully cleans (the attachment is in it,
+attempted), and the restarted daemon undoes the interrupted step, then applies the
+annotation anew. A child that fails rolls back that attachment only (its DEL), and a
+Warning event names the network and the child's message. Refused, with a Warning
+event: a changed `v1.multus-cni.io/default-network` (the cluster default network is
+the runtime's interface), an element whose parameters changed in place, an interface
+name already in use, a NAD with a device resource (devices are given at pod creation).
+Afterwards the network-status is brought in line with the state (`_synced_status`)
+and PATCHed through the daemon's queue, as an ADD's (recorded pending first), and
+each interface gets an `AddedInterface` or `RemovedInterface` event.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import hotplug, netnsinfo, networks, status
+from .. import plan as planning
+from ..api import PodApi
+from ..cni import chain, invoke
+from ..cni.errors import CniError
+from ..cni.request import CniRequest, parse_request
+from ..delete import delete_attachments
+from ..devices import nad_resource_name
+from ..netconf import NetConf, parse_netconf
+from ..orchestrator import Orchestrator
+from ..selection import DEFAULT_NETWORK_ANNOTATION, NETWORKS_ANNOTATION
+from ..state import (
+    PendingStatus,
+    SavedAttachment,
+    SavedState,
+    StateError,
+    StateStore,
+    is_missing_netns,
+)
+from .cache import WatchCache
+
+log = logging.getLogger("netattach.daemon")
+
+OPT_OUT_ANNOTATION = "netattach.io/hotplug"
+"""A pod with this annotation "false" is never changed by hot-plug."""
+WATCHED = (NETWORKS_ANNOTATION, DEFAULT_NETWORK_ANNOTATION, OPT_OUT_ANNOTATION)
+"""The annotations whose change makes the pod's sandboxes be looked at."""
+
+PodKey = tuple[str, str]
+
+
+def _annotations(obj: dict[str, Any] | None) -> dict[str, Any]:
+    return ((obj or {}).get("metadata") or {}).get("annotations") or {}
+
+
+def _identity(att: SavedAttachment) -> hotplug.Attached:
+    """What hotplug.diff knows of a saved element attachment."""
+    assert att.selection is not None
+    return hotplug.Attached(att.network, att.ifname, att.selection["requested"],
+                            att.selection["params"])
+
+
+def _request(state: SavedState) -> tuple[CniRequest, NetConf]:
+    """The runtime's ADD of `state`'s sandbox as it was (container, netns, CNI_IFNAME,
+    CNI_ARGS, CNI_PATH, configuration), parsed as the ADD parsed it. Raises CniError."""
+    assert state.hotplug is not None
+    environ = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": state.container_id,
+               "CNI_NETNS": state.netns, "CNI_IFNAME": state.ifname,
+               "CNI_ARGS": ";".join(f"{k}={v}" for k, v in state.cni_args),
+               "CNI_PATH": state.hotplug.cni_path}
+    req = parse_request(environ, json.dumps(state.hotplug.netconf).encode())
+    assert req.config is not None
+    return req, parse_netconf(req.config)
+
+
+def _synced_status(state: SavedState) -> str | None:
+    """The network-status of `state` after a change: the entries the sandbox had (as
+    last recorded) of attachments it still has, in order, then one per element
+    attachment it has without an entry (hot-plugged; MTU read from the netns). None
+    when nothing was recorded (the ADD could not record it: there is nothing to edit)."""
+    assert state.hotplug is not None
+    if not state.hotplug.network_status:
+        return None
+    try:
+        entries = json.loads(state.hotplug.network_status)
+    except ValueError:
+        return None
+    present = [a for a in state.attachments
+               if a.attempted and a.result is not None and not a.change and not a.add_failed]
+    keys = {(a.network, a.ifname) for a in present}
+    kept = [e for e in entries if isinstance(e, dict)
+            and (e.get("name"), e.get("interface")) in keys]
+    have = {(e.get("name"), e.get("interface")) for e in kept}
+    new = [a for a in present if a.selection is not None and (a.network, a.ifname) not in have]
+    mtus = netnsinfo.link_mtus(state.netns, [a.ifname for a in new]) if new else {}
+    kept += [status.status_entry(a.network, a.result, ifname=a.ifname, default=False,
+                                 mtu=mtus.get(a.ifname)) for a in new]
+    return status.encode_status(kept)
+
+
+class Hotplugger:
+    """The daemon's hot-plug worker (module doc).
+
+    pods: the cache of this node's pods (its listener feeds `pod_changed`); cni_dir:
+    the daemon's --cni-dir, scanned at start; make_api: (environ, conf) -> the API seam
+    of one operation on a container (Daemon._api: cached reads, queued writes);
+    drop_writes: the orchestrator's (Publisher.cancel); interval: seconds between two
+    changes of one pod; clock: monotonic seconds.
+    Counters for the metrics (under `lock`): changes by result ("added", "removed",
+    "failed", "refused").
+    """
+
+    def __init__(self, pods: WatchCache, cni_dir: str,
+                 make_api: Callable[[dict[str, str], NetConf], PodApi],
+                 drop_writes: Callable[[str], None], interval: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.pods, self.cni_dir = pods, cni_dir
+        self.make_api, self.drop_writes = make_api, drop_writes
+        self.interval, self.clock = interval, clock
+        self.lock = threading.Lock()
+        self.changes: dict[str, int] = {"added": 0, "removed": 0, "failed": 0, "refused": 0}
+        self._sandboxes: dict[PodKey, dict[str, str]] = {}  # pod -> {container ID: cni dir}
+        self._due: list[tuple[float, PodKey]] = []  # heap of (when, pod)
+        self._queued: set[PodKey] = set()
+        self._last: dict[PodKey, float] = {}
+        self._wake = threading.Condition(self.lock)
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="hotplug", daemon=True)
+
+    # -- what the daemon tells it
+
+    def track(self, cni_dir: str, container_id: str, pod: PodKey) -> None:
+        """A sandbox of `pod` was ADDed with `hotplug` (Daemon.serve): looked at now,
+        for a change made while its ADD ran."""
+        with self.lock:
+            self._sandboxes.setdefault(pod, {})[container_id] = cni_dir
+        self.notify(pod)
+
+    def untrack(self, container_id: str) -> None:
+        """The sandbox was DELed."""
+        with self.lock:
+            for pod, ids in list(self._sandboxes.items()):
+                if ids.pop(container_id, None) is not None and not ids:
+                    del self._sandboxes[pod]
+
+    def pod_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """The pod cache's listener: a pod whose watched annotations changed (WATCHED)."""
+        if new is None:
+            return
+        before, after = _annotations(old), _annotations(new)
+        if old is not None and all(before.get(k) == after.get(k) for k in WATCHED):
+            return
+        meta = new.get("metadata") or {}
+        pod = (meta.get("namespace", ""), meta.get("name", ""))
+        with self.lock:
+            tracked = pod in self._sandboxes
+        if tracked:
+            self.notify(pod)
+
+    def notify(self, pod: PodKey) -> None:
+        """Look at `pod`'s sandboxes as soon as its rate limit allows."""
+        with self.lock:
+            if pod in self._queued:
+                return
+            due = max(self.clock(), self._last.get(pod, float("-inf")) + self.interval)
+            heapq.heappush(self._due, (due, pod))
+            self._queued.add(pod)
+            self._wake.notify()
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self.lock:
+            self._stop = True
+            self._wake.notify()
+
+    def _run(self) -> None:
+        self.pods.synced.wait()
+        try:
+            self._scan()
+        except Exception:  # a bug: logged; later ADDs are still tracked
+            log.exception("hot-plug: scanning %s failed", self.cni_dir)
+        while True:
+            with self.lock:
+                while not self._stop and (not self._due or self._due[0][0] > self.clock()):
+                    self._wake.wait(None if not self._due
+                                    else max(0.0, self._due[0][0] - self.clock()))
+                if self._stop:
+                    return
+                _, pod = heapq.heappop(self._due)
+                self._queued.discard(pod)
+                self._last[pod] = self.clock()
+                sandboxes = dict(self._sandboxes.get(pod, {}))
+            for cid, cni_dir in sandboxes.items():
+                try:
+                    self.reconcile(StateStore(cni_dir), cid)
+                except Exception:  # a bug: logged, the next change is looked at anyway
+                    log.exception("hot-plug of pod %s/%s, container %s failed", *pod, cid)
+
+    def _scan(self) -> None:
+        """At start: every sandbox of --cni-dir ADDed with `hotplug` is tracked and looked
+        at (a change made while the daemon was down, or one it was killed in)."""
+        store = StateStore(self.cni_dir)
+        found = 0
+        for cid in store.container_ids():
+            try:
+                state = store.load(cid)
+            except StateError:
+                continue
+            if state is None or state.hotplug is None or state.pod is None:
+                continue
+            pod = (state.pod.namespace, state.pod.name)
+            with self.lock:
+                self._sandboxes.setdefault(pod, {})[cid] = self.cni_dir
+            self.notify(pod)
+            found += 1
+        log.info("hot-plug: %d sandbox(es) in %s can be changed", found, self.cni_dir)
+
+    # -- one sandbox
+
+    def _count(self, result: str, n: int = 1) -> None:
+        with self.lock:
+            self.changes[result] += n
+
+    def reconcile(self, store: StateStore, container_id: str) -> None:
+        """Bring the sandbox `container_id` in line with its pod's selection now (module
+        doc), under the container's lock. Never raises CniError: failures are logged
+        and reported as events."""
+        with store.lock(container_id):
+            state = store.load(container_id)
+            if (state is None or state.hotplug is None or state.pod is None
+                    or state.del_pending is not None or is_missing_netns(state.netns)):
+                return
+            ref = state.pod
+            obj = self.pods.get(ref.namespace, ref.name)
+            meta = (obj or {}).get("metadata") or {}
+            if obj is None or (ref.uid and meta.get("uid") != ref.uid) \
+                    or meta.get("deletionTimestamp"):
+                return  # the pod is gone, re-created or being deleted: its DEL comes
+            req, conf = _request(state)
+            api = self.make_api({"CNI_CONTAINERID": container_id,
+                                 "CNI_ARGS": ";".join(f"{k}={v}" for k, v in state.cni_args)},
+                                conf)
+            orch = Orchestrator(api=lambda _conf: api, executor=invoke.PROCESS_EXECUTOR,
+                                drop_writes=self.drop_writes)
+            pod_doc = {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid}
+
+            def event(type_: str, reason: str, message: str) -> None:
+                api.create_event(pod_doc, type_, reason, message)
+
+            self._finish_interrupted(orch, req, conf, store, state)
+            annotations = _annotations(obj)
+            if str(annotations.get(OPT_OUT_ANNOTATION, "")).strip().lower() != "false":
+                self._apply(orch, req, conf, store, state, api, annotations, event)
+            self._publish(store, state, api, meta.get("uid") or ref.uid, event)
+
+    def _finish_interrupted(self, orch: Orchestrator, req: CniRequest, conf: NetConf,
+                            store: StateStore, state: SavedState) -> None:
+        """Undo each step a killed daemon left recorded (an ADD or a DEL begun): DEL it and
+        drop it from the state."""
+        for att in [a for a in state.attachments if a.change]:
+            log.info("pod %s: hot-plug %s of %s (%s) was interrupted: undoing it", state.pod,
+                     att.change, att.network, att.ifname)
+            self._delete(orch, req, conf, store, state, att)
+
+    def _delete(self, orch: Orchestrator, req: CniRequest, conf: NetConf, store: StateStore,
+                state: SavedState, att: SavedAttachment) -> bool:
+        """DEL one attachment and drop it from the state (saved). False when its DEL
+        failed: it stays, without a change mark, for the runtime's DEL."""
+        errors = delete_attachments(orch, req, conf, state.with_attachments([att]))
+        if errors:
+            att.change = None
+            store.save(state)
+            log.error("pod %s: hot-plug DEL of %s failed: %s", state.pod, att.network,
+                      "; ".join(errors))
+            return False
+        state.attachments.remove(att)
+        store.save(state)
+        return True
+
+    def _apply(self, orch: Orchestrator, req: CniRequest, conf: NetConf, store: StateStore,
+               state: SavedState, api: PodApi, annotations: dict[str, Any],
+               event: Callable[[str, str, str], None]) -> None:
+        """The change itself (module doc)."""
+        assert state.hotplug is not None and state.pod is not None
+        pod = state.pod
+        refused: list[str] = []
+        default_now = str(annotations.get(DEFAULT_NETWORK_ANNOTATION, "")).strip()
+        if default_now != state.hotplug.default_network:
+            refused.append(f"{DEFAULT_NETWORK_ANNOTATION} changed (from "
+                           f"{state.hotplug.default_network or 'none'!r} to "
+                           f"{default_now or 'none'!r}): the cluster default network of a "
+                           "running pod is not changed")
+        try:
+            elements, _ = networks.selected_elements(conf, pod, annotations)
+        except CniError as e:
+            self._refuse(refused + [e.msg], pod, event)
+            return
+        saved = [a for a in state.attachments if a.selection is not None and not a.change]
+        change = hotplug.diff([_identity(a) for a in saved], elements,
+                              [a.ifname for a in state.attachments if a.selection is None])
+        self._refuse(refused + change.refused, pod, event)
+        for index in change.remove:
+            att = saved[index]
+            att.change = "remove"
+            store.save(state)  # recorded before the child runs
+            if self._delete(orch, req, conf, store, state, att):
+                self._count("removed")
+                event("Normal", "RemovedInterface", f"Remove {att.ifname} from {att.network}")
+            else:
+                self._count("failed")
+                event("Warning", "ErrorRemovingNetwork",
+                      f"network {att.network} (interface {att.ifname}) could not be removed; "
+                      "it stays until the pod's sandbox is deleted")
+        for element, ifname in change.add:
+            self._add(orch, req, conf, store, state, api, element, ifname, event)
+
+    def _refuse(self, reasons: list[str], pod: Any, event: Callable[[str, str, str], None]
+                ) -> None:
+        for reason in reasons:
+            log.warning("pod %s: hot-plug refused: %s", pod, reason)
+            self._count("refused")
+            event("Warning", "HotplugRefused", reason)
+
+    def _add(self, orch: Orchestrator, req: CniRequest, conf: NetConf, store: StateStore,
+             state: SavedState, api: PodApi, element: Any, ifname: str,
+             event: Callable[[str, str, str], None]) -> None:
+        """ADD one element's attachment as `ifname`, recorded first; a failure DELs it."""
+        pod = state.pod
+        try:
+            nad, config = networks.resolve_element(conf, pod, api, element)
+            if nad is not None and nad_resource_name(nad) and element.device_id is None:
+                self._refuse([f"network {element.ref}: its NetworkAttachmentDefinition asks "
+                              f"for device resource {nad_resource_name(nad)}, which the "
+                              "kubelet allocates at pod creation only"], pod, event)
+                return
+            att = planning.element_attachment(element, config, ifname)
+            for plugin in att.config.plugins:
+                invoke.check_plugin_type(plugin.get("type"))
+        except CniError as e:
+            self._count("failed")
+            event("Warning", "ErrorAddingNetwork", f"hot-plug of {element.ref}: {e.msg}")
+            return
+        saved = SavedAttachment(network=att.network, ifname=ifname, config=att.config.raw,
+                                source=att.config.source, capability_args=att.capability_args,
+                                attempted=True, selection=networks.saved_selection(att),
+                                change="add")
+        state.attachments.append(saved)
+        store.save(state)  # recorded before the child runs
+        try:
+            result = chain.add(att.config, orch.runtime_conf(req, conf, ifname,
+                                                             att.capability_args), None)
+        except CniError as e:
+            log.error("pod %s: hot-plug ADD of %s (%s) failed: %s", pod, att.network, ifname, e)
+            saved.add_failed = True
+            self._delete(orch, req, conf, store, state, saved)
+            self._count("failed")
+            event("Warning", "ErrorAddingNetwork",
+                  f"hot-plug of {att.network} (interface {ifname}) failed: {e.msg}")
+            return
+        saved.result, saved.change = result, None
+        store.save(state)
+        self._count("added")
+        log.info("pod %s: hot-plug attached network %s as %s", pod, att.network, ifname)
+
+    def _publish(self, store: StateStore, state: SavedState, api: PodApi, uid: str,
+                 event: Callable[[str, str, str], None]) -> None:
+        """network-status in line with the state (recorded pending, then queued), PATCHed
+        onto the pod of UID `uid` only, and an AddedInterface event per interface it
+        gained."""
+        assert state.hotplug is not None and state.pod is not None
+        text = _synced_status(state)
+        if text is None or text == state.hotplug.network_status:
+            return
+        before = {(e.get("name"), e.get("interface"))
+                  for e in json.loads(state.hotplug.network_status)}
+        annotations = {status.NETWORK_STATUS_ANNOTATION: text}
+        state.hotplug.network_status = text
+        state.status_pending = PendingStatus(uid, annotations)
+        store.save(state, durable=False)
+        api.patch_pod_annotations(state.pod.namespace, state.pod.name, annotations, uid)
+        for entry in json.loads(text):
+            if (entry.get("name"), entry.get("interface")) not in before:
+                event("Normal", "AddedInterface", f"Add {entry.get('interface')} "
+                      f"{entry.get('ips', [])} from {entry.get('name')}")
