@@ -128,11 +128,14 @@ class NodeDaemon:
             time.sleep(0.05)
 
     def wait_cache_event(self, kind: str, namespace: str, name: str, event: str,
-                         timeout: float = 120.0) -> None:
+                         timeout: float = 120.0, resource_version: str | None = None) -> None:
         """Until the daemon's watch of `kind` ("Pod", "NetworkAttachmentDefinition")
         delivered `event` (ADDED, MODIFIED, DELETED) of namespace/name (its debug line;
-        `timeout` is a hang guard)."""
+        `timeout` is a hang guard); with `resource_version`, that version of it (e.g.
+        the one an annotation PATCH returned: scenario.patch_pod_annotations)."""
         line = f"cache {kind} {namespace}/{name} {event} "
+        if resource_version is not None:
+            line += f"(resourceVersion {resource_version})"
         deadline = time.monotonic() + timeout
         while line not in self.log_text():
             if time.monotonic() > deadline:

@@ -43,6 +43,14 @@ def addresses(netns: str, ifname: str) -> list[str]:
             if a.get("scope") != "link"]
 
 
+def addresses_by_link(netns: str) -> dict[str, list[str]]:
+    """Every link of `netns` -> its CIDR addresses (as `addresses`), from one `ip addr`:
+    a consistent view while something adds or removes links there."""
+    data = json.loads(run("ip", "-j", "-n", netns, "addr", "show").stdout or "[]")
+    return {link["ifname"]: [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])
+                             if a.get("scope") != "link"] for link in data}
+
+
 def link_mac(netns: str, ifname: str) -> str:
     """MAC address of `ifname` in `netns`, lower case."""
     return json.loads(run("ip", "-j", "-n", netns, "link", "show", "dev", ifname).stdout)[0]["address"]

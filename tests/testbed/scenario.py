@@ -28,6 +28,8 @@ from .netns import HostEnv, links, netns_path
 DEBIAN_CNI_DIR = "/usr/lib/cni"
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
 STATUS = "k8s.v1.cni.cncf.io/network-status"
+DEFAULT_NETWORK = "v1.multus-cni.io/default-network"
+HOTPLUG_OPT_OUT = "netattach.io/hotplug"
 OTHER_NS = "other"
 SUBNETS = {"default": "198.18.1.0/24", "net-a": "198.18.2.0/24", "net-b": "198.18.3.0/24"}
 NET_A_MTU = 1420
@@ -267,6 +269,25 @@ def create_pod(api, obj: dict[str, Any]) -> str:
 def read_pod_annotations(api, namespace: str, name: str) -> dict[str, str]:
     from kubernetes.client import CoreV1Api
     return CoreV1Api(api).read_namespaced_pod(name, namespace).metadata.annotations or {}
+
+
+def patch_pod_annotations(api, namespace: str, name: str,
+                          annotations: dict[str, str | None]) -> str:
+    """Merge `annotations` into the running pod's (a None value removes that key), as
+    `kubectl annotate --overwrite` does (admin client); returns the pod's new
+    resourceVersion, which the node daemon's cache logs when its watch delivers it."""
+    from kubernetes.client import CoreV1Api
+    patched = CoreV1Api(api).patch_namespaced_pod(
+        name, namespace, {"metadata": {"annotations": annotations}})
+    return patched.metadata.resource_version
+
+
+def pod_events(api, namespace: str, name: str) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of every Event recorded on the pod, as `kubectl describe
+    pod` lists them."""
+    from kubernetes.client import CoreV1Api
+    return [(e.type, e.reason, e.message) for e in CoreV1Api(api).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}").items]
 
 
 def network_status(api, namespace: str, name: str, timeout: float = 60.0) -> list[dict]:
