@@ -95,11 +95,10 @@ def add(admin_api, s: sc.Scenario, expected: dict[str, str]) -> dict[str, str]:
     return wait_attached(admin_api, s, expected)
 
 
-def select(admin_api, s: sc.Scenario, networks: str, **annotations: str | None) -> str:
-    """Edit the running pod's selection to `networks` (and `annotations`, by key);
-    returns the pod's new resourceVersion."""
-    return sc.patch_pod_annotations(admin_api, s.namespace, s.pod_name,
-                                    {sc.NETWORKS: networks, **annotations})
+def select(admin_api, s: sc.Scenario, networks: str) -> str:
+    """Edit the running pod's selection to `networks`, as a user does; returns the pod's
+    new resourceVersion."""
+    return sc.patch_pod_annotations(admin_api, s.namespace, s.pod_name, {sc.NETWORKS: networks})
 
 
 def wait_event(admin_api, s: sc.Scenario, type_: str, reason: str, *texts: str) -> str:
