@@ -361,7 +361,7 @@ class Daemon:
         return CachedPodApi(
             self.pods, self.nads,
             lambda: self.client.kube(conf.api_timeout, "apiTimeout"), uid,
-            lambda what, send: self.publisher.submit(cid, what, send),
+            lambda what, send, awaited: self.publisher.submit(cid, what, send, awaited),
             StateStore(conf.cni_dir), cid, self.stats.misses, self.stats.lock)
 
     def _track(self, environ: dict[str, str], conf: NetConf, cid: str) -> None:
