@@ -49,6 +49,9 @@ READ_TIMEOUT = 30.0
 """Seconds a client may take to send its request (the shim sends it at once)."""
 
 
+DAEMON_RBAC = "deploy/thick/rbac.yaml"
+"""The manifest granting the daemon's ServiceAccount its requests (named on a 403)."""
+
 CLIENT_REUSE_SECONDS = 60.0
 """How long the daemon's calls share one loaded API client (SharedClient) before the
 kubeconfig, its token and CA files are read again: a rotated ServiceAccount token is
@@ -78,7 +81,7 @@ class SharedClient:
                 self._client = Kube(self.kubeconfig, timeout, setting).loaded_client()
                 self._loaded_at = now
             shared = self._client
-        return Kube(self.kubeconfig, timeout, setting, shared=shared)
+        return Kube(self.kubeconfig, timeout, setting, shared=shared, rbac=DAEMON_RBAC)
 
 
 CNI_ENV = frozenset(("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS",
