@@ -608,12 +608,7 @@ def resolve(pod: dict[str, Any], api: Any) -> list[ClaimNetwork]:
         raise ClaimError(f"pod namespace {ns!r} is not a DNS-1123 label")
     out: list[ClaimNetwork] = []
     for pod_name, claim_name in pod_claims(pod):
-        try:
-            claim = api.get_resource_claim(ns, claim_name)
-        except CniError as e:  # kube.KubeError: 404 is an answer, not an unreachable API
-            if getattr(e, "status", None) != 404:
-                raise
-            claim = None
+        claim = api.get_resource_claim(ns, claim_name)
         if claim is None:
             raise ClaimNotReady(f"claim {pod_name}: ResourceClaim {ns}/{claim_name} not found")
         out += claim_networks(claim, uid, api)

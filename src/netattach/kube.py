@@ -478,15 +478,12 @@ class Kube:
     # ---- DRA ResourceClaims (issue 12): claims.py's reads and the claim's status.devices.
     # Kept as one block at the end of the class (the node side adds get_resource_claim too).
 
-    def get_resource_claim(self, namespace: str, name: str) -> dict:
-        """The ResourceClaim (resource.k8s.io/v1) as a JSON dict. Retries and errors as
-        `get_pod`; 404 raises KubeError(status=404) saying it does not exist."""
-        what = f"ResourceClaim {namespace}/{name}"
-        obj = self._get(f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{namespace}/"
-                        f"resourceclaims/{name}", what, f"resourceclaims.{RESOURCE_GROUP}")
-        if obj is None:
-            raise KubeError(f"get {what}: not found", 404)
-        return obj
+    def get_resource_claim(self, namespace: str, name: str) -> dict | None:
+        """The ResourceClaim (resource.k8s.io/v1) as a JSON dict, or None if it does not
+        exist (404). Retries and errors as `get_pod`."""
+        return self._get(f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{namespace}/"
+                         f"resourceclaims/{name}", f"ResourceClaim {namespace}/{name}",
+                         f"resourceclaims.{RESOURCE_GROUP}")
 
     def list_resource_slices(self, driver: str) -> list[dict]:
         """Every ResourceSlice of `driver` (fieldSelector spec.driver), as JSON dicts.

@@ -451,8 +451,7 @@ class KubeletPlugin:
                 claim = self.kube(self.api_timeout, "--api-timeout").get_resource_claim(
                     namespace, name)
             except KubeError as e:
-                result = prepare_claim(None, namespace, name, uid, self.node) \
-                    if e.status == 404 else Prepared(error=f"{ref}: cannot read it: {e}")
+                result = Prepared(error=f"{ref}: cannot read it: {e}")
             else:
                 result = prepare_claim(claim, namespace, name, uid, self.node)
         with self.prepares.lock:

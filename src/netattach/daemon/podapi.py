@@ -223,7 +223,7 @@ class CachedPodApi:
             self._live = self._make_live()
         return self._live
 
-    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ResourceClaim, live (not cached: only pods with claims ask)."""
         return self._uncached().get_resource_claim(namespace, name)
 
