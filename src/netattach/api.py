@@ -47,9 +47,9 @@ class PodApi(Protocol):
     # DRA ResourceClaims (claims.py), asked only for a pod with spec.resourceClaims or
     # an attachment saved with its claim
 
-    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        """The ResourceClaim (resource.k8s.io/v1). Raises KubeError (status 404 when it
-        does not exist)."""
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ResourceClaim (resource.k8s.io/v1), or None if it does not exist. Raises
+        KubeError."""
         ...
 
     def list_resource_slices(self, driver: str) -> list[dict[str, Any]]:

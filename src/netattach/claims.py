@@ -210,15 +210,23 @@ def _check_reserved(claim: dict[str, Any], where: str, pod_uid: str) -> None:
                          "for the CNI DRA driver is claimed by one and only one pod)")
 
 
+def exact_one_problem(exact: dict[str, Any]) -> str | None:
+    """Why a request's ExactDeviceRequest shape (`_requests`' values) does not ask for
+    exactly one device, or None (seed 004 Validation: allocationMode ExactCount, the
+    default, with count 1, the default). `netattach validate` words it the same way."""
+    mode, count = exact.get("allocationMode") or "ExactCount", exact.get("count", 1)
+    if mode != "ExactCount" or count != 1:
+        return (f"allocationMode {mode} with count {count}; the CNI DRA driver's requests "
+                "must use allocationMode ExactCount with count 1 (seed 004 Validation)")
+    return None
+
+
 def _check_exact_one(req: dict[str, Any] | None, where: str) -> None:
     if req is None:
         raise ClaimError(f"{where}: not in spec.devices.requests")
-    mode = req.get("allocationMode") or "ExactCount"
-    count = req.get("count", 1)
-    if mode != "ExactCount" or count != 1:
-        raise ClaimError(f"{where}: allocationMode {mode} with count {count}; the CNI DRA "
-                         "driver's requests must use allocationMode ExactCount with count 1 "
-                         "(seed 004 Validation)")
+    problem = exact_one_problem(req)
+    if problem:
+        raise ClaimError(f"{where}: {problem}")
 
 
 def claim_networks(claim: dict[str, Any], pod_uid: str, api: Any) -> list[ClaimNetwork]:
@@ -608,12 +616,7 @@ def resolve(pod: dict[str, Any], api: Any) -> list[ClaimNetwork]:
         raise ClaimError(f"pod namespace {ns!r} is not a DNS-1123 label")
     out: list[ClaimNetwork] = []
     for pod_name, claim_name in pod_claims(pod):
-        try:
-            claim = api.get_resource_claim(ns, claim_name)
-        except CniError as e:  # kube.KubeError: 404 is an answer, not an unreachable API
-            if getattr(e, "status", None) != 404:
-                raise
-            claim = None
+        claim = api.get_resource_claim(ns, claim_name)
         if claim is None:
             raise ClaimNotReady(f"claim {pod_name}: ResourceClaim {ns}/{claim_name} not found")
         out += claim_networks(claim, uid, api)

@@ -135,12 +135,9 @@ def clear_claims(orch: Orchestrator, conf: NetConf, pod: PodRef | None,
     for (ns, name), ref in claims.items():
         try:
             for _ in range(2):
-                try:
-                    claim = api.get_resource_claim(ns, name)
-                except KubeError as e:
-                    if e.status == 404:
-                        break
-                    raise
+                claim = api.get_resource_claim(ns, name)
+                if claim is None:
+                    break
                 meta = claim.get("metadata") or {}
                 if ref.get("uid") and meta.get("uid") != ref["uid"]:
                     break  # re-created: not ours

@@ -142,11 +142,12 @@ class KubeError(TryAgain):
 
 
 def _explain(status: int, what: str, body: bytes, kubeconfig: str | None,
-             permission: str, note: str = "") -> str:
+             permission: str, note: str = "", rbac: str = "deploy/rbac.yaml") -> str:
     """The message of a failed request: `what`, the HTTP status, `note` (why the
     retries stopped) in parentheses, what to fix for 401 and 403, and the API
     server's own message (the Status' `message`; else a short, sanitized start of
-    the body). `permission`: the RBAC verb and resource the request needs ("get pods")."""
+    the body). `permission`: the RBAC verb and resource the request needs ("get pods");
+    `rbac`: the manifest whose ClusterRole grants it (the plugin's, or the daemon's)."""
     try:
         detail = str(json.loads(body).get("message", ""))
     except (ValueError, AttributeError, RecursionError):
@@ -160,8 +161,8 @@ def _explain(status: int, what: str, body: bytes, kubeconfig: str | None,
                  "this node)")
     elif status == 403:
         hint += (f" (RBAC forbids it: the kubeconfig's user may not {permission}; bind the "
-                 "netattach ClusterRole from deploy/rbac.yaml, which grants it, to the "
-                 "ServiceAccount in the kubeconfig)")
+                 f"ClusterRole from {rbac}, which grants it, to the ServiceAccount in the "
+                 "kubeconfig)")
     return f"{what}: HTTP {status}{hint}: {detail}".rstrip(": ")
 
 
@@ -178,19 +179,26 @@ class Kube:
     shared: the loaded client of another Kube of the same kubeconfig (`loaded_client`),
       used instead of loading one: the daemon's calls share its connection. The budget
       stays this Kube's own.
+    rbac: the manifest whose ClusterRole grants this client's requests, named in a 403's
+      message (the node daemon's: deploy/thick/rbac.yaml).
     """
 
     def __init__(self, kubeconfig: str | None, timeout: float = 10.0, setting: str | None = None,
-                 shared: tuple[Any, Any, str] | None = None):
+                 shared: tuple[Any, Any, str] | None = None, rbac: str = "deploy/rbac.yaml"):
         self.kubeconfig = kubeconfig
         self.timeout = timeout
         self.setting = setting
+        self.rbac = rbac
         self.spent = 0.0
         self._http: Any = None
         self._errors: Any = None
         self._namespace = "default"
         if shared is not None:
             self._http, self._errors, self._namespace = shared
+
+    def _why(self, status: int, what: str, body: bytes, permission: str, note: str = "") -> str:
+        """_explain with this client's kubeconfig and RBAC manifest."""
+        return _explain(status, what, body, self.kubeconfig, permission, note, self.rbac)
 
     def loaded_client(self) -> tuple[Any, Any, str]:
         """(HTTP client, its error classes, namespace) for `Kube(..., shared=)`, the
@@ -357,16 +365,15 @@ class Kube:
                             "its Retry-After" if asked is not None else "backoff",
                             _seconds(self.remaining()))
                 continue
-            raise KubeError(_explain(status, what, resp.content, self.kubeconfig, permission,
-                                     note), status)
+            raise KubeError(self._why(status, what, resp.content, permission, note), status)
 
     def _get(self, path: str, what: str, resource: str) -> dict | None:
         resp, _ = self._exchange("GET", path, f"get {what}", f"get {resource}")
         if resp.status_code == 404:
             return None
         if resp.status_code != 200:
-            raise KubeError(_explain(resp.status_code, f"get {what}", resp.content,
-                                     self.kubeconfig, f"get {resource}"), resp.status_code)
+            raise KubeError(self._why(resp.status_code, f"get {what}", resp.content,
+                                      f"get {resource}"), resp.status_code)
         return self._object(resp, "GET", path, f"get {what}")
 
     def _object(self, resp: Any, method: str, path: str, what: str) -> dict:
@@ -434,8 +441,7 @@ class Kube:
                             f"and re-created under the same name since it was read (UID {uid}); "
                             "the new pod is left alone", status)
         if status != 200:
-            raise KubeError(_explain(status, what, data, self.kubeconfig, "patch pods/status"),
-                            status)
+            raise KubeError(self._why(status, what, data, "patch pods/status"), status)
 
     def create_event(self, pod: dict, type_: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on a pod (what `kubectl describe pod` shows).
@@ -466,21 +472,18 @@ class Kube:
         if resp.status_code == 409 and tries > 1:
             return  # AlreadyExists: an earlier try of this POST was stored after all
         if resp.status_code != 201:
-            raise KubeError(_explain(resp.status_code, what, resp.content, self.kubeconfig,
-                                     "create events"), resp.status_code)
+            raise KubeError(self._why(resp.status_code, what, resp.content, "create events"),
+                            resp.status_code)
 
     # ---- DRA ResourceClaims (issue 12): claims.py's reads and the claim's status.devices.
     # Kept as one block at the end of the class (the node side adds get_resource_claim too).
 
-    def get_resource_claim(self, namespace: str, name: str) -> dict:
-        """The ResourceClaim (resource.k8s.io/v1) as a JSON dict. Retries and errors as
-        `get_pod`; 404 raises KubeError(status=404) saying it does not exist."""
-        what = f"ResourceClaim {namespace}/{name}"
-        obj = self._get(f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{namespace}/"
-                        f"resourceclaims/{name}", what, f"resourceclaims.{RESOURCE_GROUP}")
-        if obj is None:
-            raise KubeError(f"get {what}: not found", 404)
-        return obj
+    def get_resource_claim(self, namespace: str, name: str) -> dict | None:
+        """The ResourceClaim (resource.k8s.io/v1) as a JSON dict, or None if it does not
+        exist (404). Retries and errors as `get_pod`."""
+        return self._get(f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}/namespaces/{namespace}/"
+                         f"resourceclaims/{name}", f"ResourceClaim {namespace}/{name}",
+                         f"resourceclaims.{RESOURCE_GROUP}")
 
     def list_resource_slices(self, driver: str) -> list[dict]:
         """Every ResourceSlice of `driver` (fieldSelector spec.driver), as JSON dicts.
@@ -524,8 +527,8 @@ class Kube:
             what, f"patch resourceclaims/status.{RESOURCE_GROUP}", body=body,
             content_type="application/apply-patch+yaml")
         if resp.status_code != 200:
-            raise KubeError(_explain(resp.status_code, what, resp.content, self.kubeconfig,
-                                     f"patch resourceclaims/status.{RESOURCE_GROUP}"),
+            raise KubeError(self._why(resp.status_code, what, resp.content,
+                                      f"patch resourceclaims/status.{RESOURCE_GROUP}"),
                             resp.status_code)
 
     # -- the node's ResourceSlice (daemon/dra.py, the node side of the DRA driver)
@@ -545,8 +548,8 @@ class Kube:
         what = f"create ResourceSlice {body.get('metadata', {}).get('name')}"
         resp = self._send("POST", path, body, "application/json")
         if resp.status_code != 201:
-            raise KubeError(_explain(resp.status_code, what, resp.content, self.kubeconfig,
-                                     f"create resourceslices.{RESOURCE_GROUP}"),
+            raise KubeError(self._why(resp.status_code, what, resp.content,
+                                      f"create resourceslices.{RESOURCE_GROUP}"),
                             resp.status_code)
         return self._object(resp, "POST", path, what)
 
@@ -561,8 +564,8 @@ class Kube:
         resp, _ = self._exchange("PUT", path, what, f"update resourceslices.{RESOURCE_GROUP}",
                                  body=body, content_type="application/json")
         if resp.status_code != 200:
-            raise KubeError(_explain(resp.status_code, what, resp.content, self.kubeconfig,
-                                     f"update resourceslices.{RESOURCE_GROUP}"),
+            raise KubeError(self._why(resp.status_code, what, resp.content,
+                                      f"update resourceslices.{RESOURCE_GROUP}"),
                             resp.status_code)
         return self._object(resp, "PUT", path, what)
 

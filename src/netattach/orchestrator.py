@@ -9,7 +9,8 @@ invoke.Exec:
 * `drop_writes`: container ID -> None, called as every DEL of a container begins (the
   runtime's, and GC's of a stale container), before its lock is taken: the API seam's
   writes still queued for it are dropped (the node daemon: `Publisher.cancel`, which
-  also waits for one being sent). Thin mode queues none (a no-op).
+  also waits for a status write being sent, not for an Event). Thin mode queues none
+  (a no-op).
 Thin mode (`thin()`) hands it the live client and the process executor; unit tests
 hand it fakes and table-test ADD rollback and DEL recovery without root.
 

@@ -671,10 +671,9 @@ def _lint_claim(doc: _Doc, report: Report) -> None:
         if mine and name not in names:
             report(ERROR, rkey, f"request {name!r} of DeviceClass {claims.DEVICE_CLASS} has no "
                    f"config of driver {claims.DRIVER} (seed 004 Validation)")
-        mode, count = exact.get("allocationMode") or "ExactCount", exact.get("count", 1)
-        if mine and (mode != "ExactCount" or count != 1) and "firstAvailable" not in req:
-            report(ERROR, rkey, f"allocationMode {mode} with count {count}: a request of the "
-                   "CNI DRA driver must be ExactCount with count 1 (seed 004 Validation)")
+        problem = claims.exact_one_problem(exact)
+        if mine and problem and "firstAvailable" not in req:
+            report(ERROR, rkey, problem)
 
 
 # ---------------------------------------------------------------- the whole run

@@ -872,6 +872,23 @@ def test_thick_mode_links_the_shim_and_writes_its_conflist(node):
     assert node.plugin()["type"] == "netattach" and "daemonSocketDir" not in node.plugin()
 
 
+def test_hotplug_is_written_in_thick_mode_and_refused_in_thin(node):
+    """--hotplug writes the conflist key `hotplug` (the node daemon then changes running
+    pods' attachments); thin mode has no daemon, so the flag is refused there."""
+    write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
+    src = node.root / "dir"
+    artifact_dir(src, "a")
+    (src / "shim").mkdir()
+    shutil.copy(shutil.which("readlink"), src / "shim" / "netattach-shim")
+    assert node.run("--once", "--source", str(src), "--mode", "thick")[0] == 0
+    assert "hotplug" not in node.plugin()
+    code, err = node.run("--once", "--source", str(src), "--mode", "thick", "--hotplug")
+    assert code == 0, err
+    assert node.plugin()["hotplug"] is True
+    code, err = node.run("--once", "--source", str(src), "--hotplug")
+    assert code == 1 and "--hotplug needs --mode thick" in err
+
+
 def test_thick_mode_refuses_an_artifact_without_the_shim(node):
     write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
     artifact_dir(node.root / "dir", "a")

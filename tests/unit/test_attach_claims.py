@@ -14,7 +14,6 @@ import pytest
 
 from netattach import claims
 from netattach.cni.errors import CniError
-from netattach.kube import KubeError
 from tests.unit.test_attach import CID, NETNS, NS, POD, UID, Bed, FakeApi
 
 DRIVER = claims.DRIVER
@@ -49,10 +48,8 @@ class ClaimApi(FakeApi):
             pod["spec"] = {"resourceClaims": [{"name": "net", "resourceClaimName": "c1"}]}
         return pod
 
-    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         self._ask("GET resourceclaim", f"{namespace}/{name}")
-        if self.claim is None:
-            raise KubeError(f"get ResourceClaim {namespace}/{name}: not found", 404)
         return self.claim
 
     def list_resource_slices(self, driver: str) -> list[dict[str, Any]]:

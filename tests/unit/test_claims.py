@@ -304,13 +304,13 @@ def test_resolve_asks_each_claim_and_names_a_missing_one():
 
 
 def test_a_claim_the_api_server_does_not_have_is_not_an_unreachable_api():
-    """kube.Kube.get_resource_claim raises KubeError(404): resolve makes it ClaimNotReady,
-    so a DEL rebuilding its plan does not take it for an API it cannot ask."""
+    """A claim the API server does not have (None) is ClaimNotReady, so a DEL rebuilding
+    its plan does not take it for an API it cannot ask; an unreachable API stays one."""
     from netattach.kube import KubeError
 
     class Api(Sources):
         def get_resource_claim(self, namespace, name):
-            raise KubeError(f"get ResourceClaim {namespace}/{name}: not found", 404)
+            return None
     pod = {"metadata": {"namespace": "ns", "uid": UID}, "spec": {"resourceClaims": [
         {"name": "n", "resourceClaimName": "c1"}]}}
     with pytest.raises(ClaimNotReady) as ei:

@@ -297,7 +297,7 @@ def test_plugin_sockets_a_second_plugin_and_a_stale_socket(short_dir):
     first.start()
     try:
         reg, endpoint = first.registration_socket, first.dra_socket
-        with pytest.raises(dra.DraError, match="another plugin answers on"):
+        with pytest.raises(dra.DraError, match="another process answers on"):
             plugin().start()
         assert os.path.exists(reg) and os.path.exists(endpoint)
         assert first.info()[2] == endpoint

@@ -189,6 +189,27 @@ def test_del_cancels_what_is_queued_and_waits_for_the_send_in_progress():
     assert calls == ["patch"] and p.dropped == 1  # the event was dropped, not sent
 
 
+def test_del_does_not_wait_for_an_event_being_sent():
+    """An Event in flight changes nothing a DEL undoes: cancel returns while it is still
+    being sent (the DEL does not pay its round trip); the writes queued after it go."""
+    calls: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(kube: FakeKube) -> None:
+        entered.set()
+        release.wait(30)
+        kube.calls.append("event 1")
+
+    p = publisher([], calls)
+    p.submit("c1", "event 1", slow, awaited=False)
+    p.submit("c1", "event 2", send("event 2"), awaited=False)
+    assert entered.wait(30)
+    p.cancel("c1")  # returns with event 1 still in flight
+    assert not release.is_set()
+    release.set()
+    assert p.drain(30) and calls == ["event 1"] and p.dropped == 1
+
+
 def test_the_daemons_calls_share_one_client_reloaded_each_minute(tmp_path):
     """SharedClient: one loaded client (one connection) for every live read and queued
     write, each Kube with its own budget; the token file read again after

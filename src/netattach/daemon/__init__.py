@@ -31,28 +31,18 @@ DEFAULT_SOCKET_DIR = "/run/netattach"
 DEFAULT_METRICS_PORT = 9095
 
 
-def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
-    """An argparse type: `kind(text)`, refused unless > 0."""
+def _number(kind: Callable[[str], Any], zero: bool = False) -> Callable[[str], Any]:
+    """An argparse type: `kind(text)`, refused unless > 0 (>= 0 with `zero`)."""
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+        if value < 0 or (value == 0 and not zero):
+            raise argparse.ArgumentTypeError(
+                f"must not be negative: {text!r}" if zero else f"must be positive: {text!r}")
         return value
     return parse
-
-
-def _non_negative_int(text: str) -> int:
-    """An argparse type: an int >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,10 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="netattach's state dir, the conflist's cniDir: network-status "
                              "writes an earlier daemon left unsent there are sent at start "
                              "(default: %(default)s)")
-    parser.add_argument("--max-parallel", type=_positive(int), default=8,
+    parser.add_argument("--max-parallel", type=_number(int), default=8,
                         help="CNI calls served at once, each running its children "
                              "(default: %(default)s)")
-    parser.add_argument("--api-timeout", type=_positive(float), default=5.0,
+    parser.add_argument("--api-timeout", type=_number(float), default=5.0,
                         help="seconds, the budget of each try of a queued network-status "
                              "PATCH or Event (default: %(default)s)")
     parser.add_argument("--metrics-address", default="127.0.0.1",
@@ -102,21 +92,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="comma-separated shell patterns of the host interfaces that get "
                           "devices in the ResourceSlice, e.g. 'eth*,ens1f0' (default: every "
                           "interface backed by a device, /sys/class/net/<name>/device)")
-    dra.add_argument("--dra-devices-per-interface", type=_positive(int), default=8,
+    dra.add_argument("--dra-devices-per-interface", type=_number(int), default=8,
                      help="devices per selected host interface, each one attachment using it "
                           "as master (default: %(default)s)")
-    dra.add_argument("--dra-generic-devices", type=_non_negative_int, default=16,
+    dra.add_argument("--dra-generic-devices", type=_number(int, zero=True), default=16,
                      help="devices cni-0, cni-1, ... for attachments that need nothing of "
                           "the node (default: %(default)s; at most 128 devices in all)")
-    dra.add_argument("--dra-resync", type=_positive(float), default=10.0,
+    dra.add_argument("--dra-resync", type=_number(float), default=10.0,
                      help="seconds between looks at the host interfaces; the ResourceSlice "
                           "is updated when its devices change (default: %(default)s)")
-    parser.add_argument("--hotplug-interval", type=_positive(float), default=2.0,
+    parser.add_argument("--hotplug-interval", type=_number(float), default=2.0,
                         help="seconds: at most one hot-plug change per pod in that time; "
                              "edits in between are applied together (daemon/hotplug.py; "
                              "sandboxes ADDed with `hotplug` in the conflist) "
                              "(default: %(default)s)")
-    parser.add_argument("--shutdown-timeout", type=_positive(float), default=20.0,
+    parser.add_argument("--shutdown-timeout", type=_number(float), default=20.0,
                         help="seconds to finish calls and queued writes on SIGTERM "
                              "(default: %(default)s)")
 

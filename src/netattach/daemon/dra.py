@@ -34,7 +34,6 @@ import logging
 import os
 import re
 import socket
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -44,6 +43,7 @@ from typing import Any
 from ..claims import DRIVER as DRIVER_NAME
 from ..kube import RESOURCE_GROUP, RESOURCE_VERSION, Kube, KubeError
 from ..names import is_dns1123_label, is_dns1123_subdomain
+from .unixsock import SocketError, clear_stale, socket_dir
 
 log = logging.getLogger("netattach.daemon.dra")
 
@@ -255,41 +255,6 @@ class DraError(Exception):
     socket)."""
 
 
-def _listen_dir(path: str, own: bool) -> None:
-    """Make dir `path` (0700) if missing. own: the dir is the plugin's alone (its
-    plugins/<driver> dir): made 0700 even when it exists. Either way it must be a
-    directory of this uid (root). Raises DraError."""
-    try:
-        os.makedirs(path, 0o700, exist_ok=True)
-        st = os.lstat(path)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-            raise DraError(f"{path} is not a directory of uid {os.geteuid()}")
-        if own:
-            os.chmod(path, 0o700)
-    except OSError as e:
-        raise DraError(f"cannot use dir {path}: {e.strerror or e}") from None
-
-
-def _clear_socket(path: str) -> None:
-    """Remove a socket left at `path` by a plugin that died; DraError when one answers
-    there (another netattach daemon) or `path` is not a socket."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise DraError(f"{path} exists and is not a socket")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(path)
-    except OSError:
-        os.unlink(path)
-    else:
-        raise DraError(f"another plugin answers on {path}")
-    finally:
-        probe.close()
-
-
 def _serve(path: str, add: Callable[[Any], None], workers: int) -> Any:
     """A started grpc.Server on unix socket `path` (made 0600) with the servicers `add`
     registers. Raises DraError."""
@@ -299,7 +264,10 @@ def _serve(path: str, add: Callable[[Any], None], workers: int) -> Any:
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         raise DraError(f"socket path {path} is longer than {MAX_SOCKET_PATH} bytes, the "
                        "most a unix socket's address holds: choose a shorter dir")
-    _clear_socket(path)
+    try:
+        clear_stale(path)
+    except SocketError as e:
+        raise DraError(str(e)) from None
     server = grpc.server(ThreadPoolExecutor(workers, thread_name_prefix="dra-grpc"))
     add(server)
     umask = os.umask(0o077)  # the socket is made 0600 (as server._bind does)
@@ -375,8 +343,11 @@ class KubeletPlugin:
             pluginregistration_v1_pb2,
             pluginregistration_v1_pb2_grpc,
         )
-        _listen_dir(self.plugin_dir, own=True)
-        _listen_dir(self.registry_dir, own=False)
+        try:
+            socket_dir(self.plugin_dir, own=True)
+            socket_dir(self.registry_dir, own=False)
+        except SocketError as e:
+            raise DraError(str(e)) from None
 
         def add_dra(server: Any) -> None:
             dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(
@@ -451,8 +422,7 @@ class KubeletPlugin:
                 claim = self.kube(self.api_timeout, "--api-timeout").get_resource_claim(
                     namespace, name)
             except KubeError as e:
-                result = prepare_claim(None, namespace, name, uid, self.node) \
-                    if e.status == 404 else Prepared(error=f"{ref}: cannot read it: {e}")
+                result = Prepared(error=f"{ref}: cannot read it: {e}")
             else:
                 result = prepare_claim(claim, namespace, name, uid, self.node)
         with self.prepares.lock:

@@ -17,7 +17,9 @@ container and sent in order by a worker after the runtime has its answer. A fail
 is retried (RETRY_PAUSES) and logged, never lost silently; an answer that says the pod
 is gone or was re-created (404, 422) ends it. Every DEL of a container (the runtime's,
 and GC's of a stale one: Orchestrator.drop_writes) first drops what it still has
-queued and waits for a send in progress (`Publisher.cancel`).
+queued and waits for a network-status or claim status write in progress
+(`Publisher.cancel`); an Event being sent is not waited for (it changes nothing a DEL
+undoes, and the DEL would pay its round trip).
 
 The network-status survives the daemon (`status_sender`, `republish`): ADD saves it in
 the container's state as pending before answering (add._record_status,
@@ -168,7 +170,7 @@ class CachedPodApi:
     not its annotations from the runtime."""
 
     def __init__(self, pods: WatchCache, nads: WatchCache, make_live: Callable[[], Kube],
-                 expected_uid: str, publish: Callable[[str, Callable[[Kube], None]], None],
+                 expected_uid: str, publish: Callable[[str, Callable[[Kube], None], bool], None],
                  store: StateStore, container_id: str,
                  misses: collections.Counter[str], lock: threading.Lock):
         self.pods, self.nads = pods, nads
@@ -207,12 +209,13 @@ class CachedPodApi:
         """Queued (Publisher), sent while the container's state holds it as pending
         (add._record_status saved it; `status_sender`); never raises."""
         self._publish(f"patch pod {namespace}/{name} status", status_sender(
-            self.store, self.container_id, namespace, name, PendingStatus(uid or "", annotations)))
+            self.store, self.container_id, namespace, name, PendingStatus(uid or "", annotations)),
+            True)
 
     def create_event(self, pod: dict[str, str], type_: str, reason: str, message: str) -> None:
         """Queued (Publisher); never raises."""
         self._publish(f"event {reason} on pod {pod['namespace']}/{pod['name']}",
-                      lambda kube: kube.create_event(pod, type_, reason, message))
+                      lambda kube: kube.create_event(pod, type_, reason, message), False)
 
     def _uncached(self) -> Kube:
         """The operation's live client for what no cache holds (not a cache miss)."""
@@ -220,7 +223,7 @@ class CachedPodApi:
             self._live = self._make_live()
         return self._live
 
-    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any]:
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ResourceClaim, live (not cached: only pods with claims ask)."""
         return self._uncached().get_resource_claim(namespace, name)
 
@@ -244,7 +247,7 @@ class CachedPodApi:
             return
         self._publish(f"apply ResourceClaim {namespace}/{name} status.devices",
                       lambda kube: kube.apply_claim_devices(namespace, name, devices, uid,
-                                                            resource_version))
+                                                            resource_version), True)
 
     def pause(self, seconds: float) -> bool:
         """Out of the live budget (kube.Kube.pause)."""
@@ -263,9 +266,9 @@ class Publisher:
     def __init__(self, make_kube: Callable[[], Kube], workers: int = 2):
         self.make_kube = make_kube
         self.sent = self.failed = self.dropped = 0
-        self._queues: dict[str, collections.deque[tuple[str, Callable[[Kube], None]]]] = {}
+        self._queues: dict[str, collections.deque[tuple[str, Callable[[Kube], None], bool]]] = {}
         self._ready: collections.deque[str] = collections.deque()
-        self._busy: set[str] = set()
+        self._busy: dict[str, bool] = {}  # container -> the write being sent is `awaited`
         self._cond = threading.Condition()
         self._stopping = False
         self._threads = [threading.Thread(target=self._work, name=f"publish-{i}", daemon=True)
@@ -277,27 +280,31 @@ class Publisher:
         with self._cond:
             return sum(len(q) for q in self._queues.values()) + len(self._busy)
 
-    def submit(self, container_id: str, what: str, send: Callable[[Kube], None]) -> None:
-        """Queue `send` (one write, described by `what`) for `container_id`."""
+    def submit(self, container_id: str, what: str, send: Callable[[Kube], None],
+               awaited: bool = True) -> None:
+        """Queue `send` (one write, described by `what`) for `container_id`. `awaited`:
+        a DEL of the container that begins while it is being sent waits for it (`cancel`;
+        the network-status and a claim's status must not land after the DEL's own
+        writes); an Event is not awaited."""
         with self._cond:
             queue = self._queues.setdefault(container_id, collections.deque())
-            queue.append((what, send))
+            queue.append((what, send, awaited))
             if container_id not in self._busy and container_id not in self._ready:
                 self._ready.append(container_id)
             self._cond.notify()
 
     def cancel(self, container_id: str) -> None:
-        """Drop the container's queued writes and wait until none is being sent (a DEL
-        of it begins: Orchestrator.drop_writes). Never called with the container's lock
-        held: a status write being sent holds it."""
+        """Drop the container's queued writes and wait until none that is `awaited` is
+        being sent (a DEL of it begins: Orchestrator.drop_writes). Never called with the
+        container's lock held: a status write being sent holds it."""
         with self._cond:
             dropped = self._queues.pop(container_id, None)
             self._cond.notify_all()  # a worker pausing before a retry of it stops
             if dropped:
                 self.dropped += len(dropped)
                 log.info("container %s: DEL: %d queued write(s) not sent: %s", container_id,
-                         len(dropped), "; ".join(w for w, _ in dropped))
-            while container_id in self._busy:
+                         len(dropped), "; ".join(w for w, _, _ in dropped))
+            while self._busy.get(container_id):
                 self._cond.wait()
 
     def drain(self, timeout: float) -> bool:
@@ -321,13 +328,13 @@ class Publisher:
                 if not queue:
                     self._queues.pop(cid, None)
                     continue
-                what, send = queue.popleft()
-                self._busy.add(cid)
+                what, send, awaited = queue.popleft()
+                self._busy[cid] = awaited
             try:
                 self._send(cid, what, send)
             finally:
                 with self._cond:
-                    self._busy.discard(cid)
+                    self._busy.pop(cid, None)
                     if self._queues.get(cid):
                         self._ready.append(cid)
                     else:

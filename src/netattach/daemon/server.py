@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import socket
-import stat
 import struct
 import threading
 import time
@@ -39,6 +38,7 @@ from ..state import StateError, StateStore
 from .cache import WatchCache
 from .hotplug import Hotplugger
 from .podapi import CachedPodApi, Publisher, republish
+from .unixsock import SocketError, clear_stale, socket_dir
 
 log = logging.getLogger("netattach.daemon")
 
@@ -48,6 +48,9 @@ MAX_REQUEST = 16 << 20
 READ_TIMEOUT = 30.0
 """Seconds a client may take to send its request (the shim sends it at once)."""
 
+
+DAEMON_RBAC = "deploy/thick/rbac.yaml"
+"""The manifest granting the daemon's ServiceAccount its requests (named on a 403)."""
 
 CLIENT_REUSE_SECONDS = 60.0
 """How long the daemon's calls share one loaded API client (SharedClient) before the
@@ -78,7 +81,7 @@ class SharedClient:
                 self._client = Kube(self.kubeconfig, timeout, setting).loaded_client()
                 self._loaded_at = now
             shared = self._client
-        return Kube(self.kubeconfig, timeout, setting, shared=shared)
+        return Kube(self.kubeconfig, timeout, setting, shared=shared, rbac=DAEMON_RBAC)
 
 
 CNI_ENV = frozenset(("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS",
@@ -249,24 +252,13 @@ class Daemon:
 
     def _bind(self) -> socket.socket:
         """The listening socket in a 0700 dir of ours, 0600 from the start."""
+        try:
+            socket_dir(self.socket_dir)
+            clear_stale(self.socket_path)
+        except SocketError as e:
+            raise DaemonError(f"cannot listen on {self.socket_path}: {e}") from None
         umask = os.umask(0o077)
         try:
-            os.makedirs(self.socket_dir, 0o700, exist_ok=True)
-            st = os.lstat(self.socket_dir)
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-                raise DaemonError(f"socket dir {self.socket_dir} is not a directory of uid "
-                                  f"{os.geteuid()}")
-            os.chmod(self.socket_dir, 0o700)
-            if os.path.lexists(self.socket_path):
-                probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                try:
-                    probe.connect(self.socket_path)
-                except OSError:
-                    os.unlink(self.socket_path)  # a socket left by a daemon that died
-                else:
-                    raise DaemonError(f"another netattach daemon answers on {self.socket_path}")
-                finally:
-                    probe.close()
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
             s.bind(self.socket_path)
             os.chmod(self.socket_path, 0o600)
@@ -361,7 +353,7 @@ class Daemon:
         return CachedPodApi(
             self.pods, self.nads,
             lambda: self.client.kube(conf.api_timeout, "apiTimeout"), uid,
-            lambda what, send: self.publisher.submit(cid, what, send),
+            lambda what, send, awaited: self.publisher.submit(cid, what, send, awaited),
             StateStore(conf.cni_dir), cid, self.stats.misses, self.stats.lock)
 
     def _track(self, environ: dict[str, str], conf: NetConf, cid: str) -> None:

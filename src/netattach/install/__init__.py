@@ -128,6 +128,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="resourceClaims: read the pod on every ADD, so that networks from "
                         "its DRA ResourceClaims are seen even where the runtime passes only "
                         "its annotations (containerd); one API request more per thin ADD")
+    g.add_argument("--hotplug", action="store_true",
+                   help="hotplug (thick mode): the node daemon attaches and detaches networks "
+                        "of running pods when their k8s.v1.cni.cncf.io/networks annotation "
+                        "changes (README, \"Networks on running pods\")")
     g.add_argument("--readiness-indicator-file", default=None,
                    help="readinessindicatorfile (host path) the plugin waits for on ADD. "
                         "Default: none")
@@ -171,6 +175,10 @@ def _setup_logging(level: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """`netattach install`: 0 done or stopped by a signal, 1 failed (message on stderr)."""
     _setup_logging(args.installer_log_level)
+    if args.hotplug and args.mode != "thick":
+        log.error("--hotplug needs --mode thick: the node daemon changes running pods' "
+                  "attachments, and thin mode has no daemon")
+        return 1
     try:
         installer = Installer(args, dict(os.environ))
         if args.check:

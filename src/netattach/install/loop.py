@@ -108,7 +108,7 @@ class Installer:
             global_namespaces=args.global_namespaces, multus_namespace=args.multus_namespace,
             system_namespaces=args.system_namespaces,
             readiness_indicator_file=args.readiness_indicator_file,
-            resource_claims=args.resource_claims,
+            resource_claims=args.resource_claims, hotplug=args.hotplug,
             plugin_type=SHIM_NAME if args.mode == "thick" else BINARY_NAME,
             daemon_socket_dir=args.daemon_socket_dir if args.mode == "thick" else None)
         self._token_id: str | None = None

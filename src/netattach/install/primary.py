@@ -204,6 +204,8 @@ class PluginSettings:
     readiness_indicator_file: str | None = None
     resource_claims: bool = False
     """resourceClaims: ADD reads the pod even when the runtime passes its annotations."""
+    hotplug: bool = False
+    """hotplug: the node daemon changes a running pod's attachments (thick mode)."""
     plugin_type: str = "netattach"
     """The plugin the runtime execs: "netattach" (thin mode) or "netattach-shim" (thick)."""
     daemon_socket_dir: str | None = None
@@ -235,6 +237,8 @@ def render_conflist(primary_host_path: str, primary: Primary, s: PluginSettings)
     plugin.update({k: v for k, v in optional.items() if v})
     if s.resource_claims:
         plugin["resourceClaims"] = True
+    if s.hotplug:
+        plugin["hotplug"] = True
     if s.system_namespaces is not None:
         plugin["systemNamespaces"] = [n.strip() for n in s.system_namespaces.split(",")
                                       if n.strip()]
