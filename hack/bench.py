@@ -87,13 +87,6 @@ def sweep_attachments(n: int) -> list[Attachment]:
                              for i in range(1, n + 1)]
 
 
-def netns_addrs(netns: str) -> dict[str, list[str]]:
-    """Interface -> its addresses (CIDR, link-local v6 left out) in `netns`."""
-    data = json.loads(tb.run("ip", "-j", "-n", netns, "addr", "show").stdout or "[]")
-    return {link["ifname"]: [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])
-                             if a.get("scope") != "link"] for link in data}
-
-
 class Bench:
     def __init__(self, bed: Bed, api: k8s.ApiClient, subjects: list[Subject], runs: int):
         self.bed, self.api, self.subjects, self.runs = bed, api, subjects, runs
@@ -134,7 +127,7 @@ class Bench:
         return e
 
     def check_added(self, subject: Subject, pod: Pod) -> None:
-        addrs = netns_addrs(pod.s.netns)
+        addrs = tb.addresses_by_link(pod.s.netns)
         want = {"lo"} | {a.ifname for a in pod.attachments}
         wrong = [a.ifname for a in pod.attachments
                  if not any(sc.in_subnet(c, a.subnet) for c in addrs.get(a.ifname, []))]
@@ -144,8 +137,8 @@ class Bench:
                           f"{[(a.ifname, a.subnet) for a in pod.attachments]}")
 
     def check_deleted(self, subject: Subject, pods: list[Pod]) -> None:
-        left = [f"{p.s.pod_name}: {sorted(netns_addrs(p.s.netns))}" for p in pods
-                if set(netns_addrs(p.s.netns)) != {"lo"}]
+        left = [f"{p.s.pod_name}: {sorted(tb.addresses_by_link(p.s.netns))}" for p in pods
+                if set(tb.addresses_by_link(p.s.netns)) != {"lo"}]
         left += [f"IP allocation {a}" for a in self.bed.env.ipam_allocations()]
         left += [x for p in pods for x in subject.leftovers(p)]
         if left:

@@ -85,6 +85,25 @@ def test_edits_within_the_interval_are_coalesced_into_one_later_change(tmp_path)
         w.stop()
 
 
+def test_a_refusal_is_reported_once_while_it_stands(tmp_path):
+    """The same refused change seen at every look at the pod: one Warning event and one
+    count; once it no longer stands it is forgotten, and reported if it comes back."""
+    w, _ = worker(60.0, tmp_path)
+    events: list = []
+
+    def report(*reasons: str) -> None:
+        w._refuse("c1", list(reasons), "ns/p", lambda *e: events.append(e))
+
+    report("default-network changed")
+    report("default-network changed")
+    assert events == [("Warning", "HotplugRefused", "default-network changed")]
+    report("default-network changed", "ips of ns/a changed")
+    assert len(events) == 2 and w.changes["refused"] == 2
+    report()
+    report("default-network changed")
+    assert len(events) == 3 and events[-1][2] == "default-network changed"
+
+
 def entry(name: str, ifname: str, ip: str, default: bool = False) -> dict:
     return {"name": name, "interface": ifname, "ips": [ip], "mac": "02:00:00:00:00:01",
             "default": default}

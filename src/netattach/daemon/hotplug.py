@@ -147,6 +147,7 @@ class Hotplugger:
         self._due: list[tuple[float, PodKey]] = []  # heap of (when, pod)
         self._queued: set[PodKey] = set()
         self._last: dict[PodKey, float] = {}
+        self._refused: dict[str, set[str]] = {}  # container -> reasons last reported
         self._wake = threading.Condition(self.lock)
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="hotplug", daemon=True)
@@ -163,6 +164,7 @@ class Hotplugger:
     def untrack(self, container_id: str) -> None:
         """The sandbox was DELed."""
         with self.lock:
+            self._refused.pop(container_id, None)
             for pod, ids in list(self._sandboxes.items()):
                 if ids.pop(container_id, None) is not None and not ids:
                     del self._sandboxes[pod]
@@ -277,7 +279,9 @@ class Hotplugger:
 
             self._finish_interrupted(orch, req, conf, store, state)
             annotations = _annotations(obj)
-            if str(annotations.get(OPT_OUT_ANNOTATION, "")).strip().lower() != "false":
+            if str(annotations.get(OPT_OUT_ANNOTATION, "")).strip().lower() == "false":
+                log.debug("pod %s: %s is \"false\": not hot-plugged", ref, OPT_OUT_ANNOTATION)
+            else:
                 self._apply(orch, req, conf, store, state, api, annotations, event)
             self._publish(store, state, api, meta.get("uid") or ref.uid, event)
 
@@ -321,12 +325,12 @@ class Hotplugger:
         try:
             elements, _ = networks.selected_elements(conf, pod, annotations)
         except CniError as e:
-            self._refuse(refused + [e.msg], pod, event)
+            self._refuse(state.container_id, refused + [e.msg], pod, event)
             return
         saved = [a for a in state.attachments if a.selection is not None and not a.change]
         change = hotplug.diff([_identity(a) for a in saved], elements,
                               [a.ifname for a in state.attachments if a.selection is None])
-        self._refuse(refused + change.refused, pod, event)
+        refused += change.refused
         for index in change.remove:
             att = saved[index]
             att.change = "remove"
@@ -340,26 +344,36 @@ class Hotplugger:
                       f"network {att.network} (interface {att.ifname}) could not be removed; "
                       "it stays until the pod's sandbox is deleted")
         for element, ifname in change.add:
-            self._add(orch, req, conf, store, state, api, element, ifname, event)
+            self._add(orch, req, conf, store, state, api, element, ifname, event, refused)
+        self._refuse(state.container_id, refused, pod, event)
 
-    def _refuse(self, reasons: list[str], pod: Any, event: Callable[[str, str, str], None]
-                ) -> None:
+    def _refuse(self, container_id: str, reasons: list[str], pod: Any,
+                event: Callable[[str, str, str], None]) -> None:
+        """Report each refusal once while it stands: a Warning event and the metric for a
+        reason not reported at the sandbox's last look (`reasons`: all that stand now;
+        one no longer there is forgotten, and reported again if it comes back)."""
+        with self.lock:
+            before = self._refused.get(container_id, set())
+            self._refused[container_id] = set(reasons)
         for reason in reasons:
+            if reason in before:
+                continue
             log.warning("pod %s: hot-plug refused: %s", pod, reason)
             self._count("refused")
             event("Warning", "HotplugRefused", reason)
 
     def _add(self, orch: Orchestrator, req: CniRequest, conf: NetConf, store: StateStore,
              state: SavedState, api: PodApi, element: Any, ifname: str,
-             event: Callable[[str, str, str], None]) -> None:
-        """ADD one element's attachment as `ifname`, recorded first; a failure DELs it."""
+             event: Callable[[str, str, str], None], refused: list[str]) -> None:
+        """ADD one element's attachment as `ifname`, recorded first; a failure DELs it. A
+        refusal is appended to `refused`."""
         pod = state.pod
         try:
             nad, config = networks.resolve_element(conf, pod, api, element)
             if nad is not None and nad_resource_name(nad) and element.device_id is None:
-                self._refuse([f"network {element.ref}: its NetworkAttachmentDefinition asks "
-                              f"for device resource {nad_resource_name(nad)}, which the "
-                              "kubelet allocates at pod creation only"], pod, event)
+                refused.append(f"network {element.ref}: its NetworkAttachmentDefinition asks "
+                               f"for device resource {nad_resource_name(nad)}, which the "
+                               "kubelet allocates at pod creation only")
                 return
             att = planning.element_attachment(element, config, ifname)
             for plugin in att.config.plugins:
