@@ -1,7 +1,7 @@
 """The node daemon's hot-plug worker (daemon/hotplug.py), its pure parts: which pod
 changes wake it, the per-pod rate limit that coalesces edits, and the network-status a
 change leaves (kept entries in order, removed ones dropped, new ones appended). The
-change itself runs real plugins in a real netns: tests/e2e/test_hotplug.py."""
+change itself runs real plugins in a real netns: tests/e2e/test_hotplug_e2e.py."""
 from __future__ import annotations
 
 import json
