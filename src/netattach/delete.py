@@ -100,7 +100,7 @@ def cmd_del(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
             state, as_saved = _load_or_rebuild(orch, req, conf, pod, store)
             if state is None:
                 return
-            if state.status_pending is not None:
+            if state.status_pending is not None or state.hotplug is not None:
                 _drop_pending_status(req, pod, state, store)
             errors = delete_attachments(orch, req, conf, state)
             if errors:
@@ -169,13 +169,16 @@ def clear_claims(orch: Orchestrator, conf: NetConf, pod: PodRef | None,
 
 def _drop_pending_status(req: CniRequest, pod: PodRef | None, state: SavedState,
                          store: StateStore) -> None:
-    """The ADD's network-status was not published yet (thick mode, state.PendingStatus):
-    the DEL drops it, saved before any child runs, so that it is never sent (nor sent
-    again by a daemon that starts) for a sandbox whose DEL began, even when this DEL
-    fails or is killed."""
-    log.info("%s: the network-status of container %s was not published yet; the DEL drops "
-             "it", where(pod), req.container_id)
+    """Thick mode: the ADD's network-status not published yet (state.PendingStatus) and
+    the hot-plug context (state.HotplugContext): the DEL drops both, saved before any
+    child runs, so that no status is sent (nor sent again by a daemon that starts) and
+    no hot-plug change made for a sandbox whose DEL began, even when this DEL fails or
+    is killed."""
+    if state.status_pending is not None:
+        log.info("%s: the network-status of container %s was not published yet; the DEL "
+                 "drops it", where(pod), req.container_id)
     state.status_pending = None
+    state.hotplug = None  # nor is the sandbox changed any more (daemon/hotplug.py)
     store.save(state, durable=False)  # after a power loss, its netns is gone: not re-sent
 
 

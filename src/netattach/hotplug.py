@@ -14,7 +14,10 @@ multi-net spec §4.1.1) and its interface name:
   was generated, taken in the order of both lists (the first unnamed `ns/a` element
   is the first such `ns/a` attachment, and so on). So an unnamed attachment keeps its
   interface when an element before it is removed, where a fresh ADD would number it
-  anew (`net<position>`, §4.1.2.1.5);
+  anew (`net<position>`, §4.1.2.1.5). Failing that, it is an attachment of the same
+  reference whose name was requested and that no element asks for now: dropping
+  `@data0` from an element keeps data0, rather than tearing the interface down to
+  make it again under another name;
 * an element left unmatched is ADDed; its generated name is `net<position>` counted
   up past every interface the sandbox keeps or an element requests
   (`plan.interface_names`' rule, with the kept names taken);
@@ -120,13 +123,22 @@ def diff(attached: Sequence[Attached], desired: Sequence[NetworkSelectionElement
             pending.append(element)
         else:
             matched[index] = element
+    wanted = {e.interface for e in pending if e.interface is not None}
+    for element in list(pending):  # unnamed ones left: a requested name no element wants
+        if element.interface is not None:
+            continue
+        index = next((i for i, a in enumerate(attached) if i not in matched
+                      and a.network == element.ref and a.ifname not in wanted), None)
+        if index is not None:
+            matched[index] = element
+            pending.remove(element)
     for index, element in sorted(matched.items(), key=lambda m: m[1].index):
         now = parameters(element)
         if now != attached[index].params:
             change.refused.append(
                 f"network {element.ref} (interface {attached[index].ifname}): its parameters "
                 f"changed ({_changed(attached[index].params, now)}); an attachment is not "
-                "changed in place: remove the element, then add it back")
+                "changed in place: remove the element, then add it back in a later edit")
         change.keep.append((index, element))
     change.remove = sorted((i for i in range(len(attached)) if i not in matched), reverse=True)
     used = set(taken) | {attached[i].ifname for i in matched}

@@ -169,14 +169,15 @@ class SavedAttachment:
         if claim is not None and not (isinstance(claim, dict) and all(
                 isinstance(k, str) and isinstance(v, str) for k, v in claim.items())):
             return None
+        # hot-plug's keys: a malformed one (or a change of a later release) reads as none,
+        # never as a damaged state: DEL does not need them
         selection = data.get("selection")
-        if selection is not None and not (isinstance(selection, dict)
-                                          and isinstance(selection.get("requested"), bool)
-                                          and isinstance(selection.get("params"), dict)):
-            return None
+        if not (isinstance(selection, dict) and isinstance(selection.get("requested"), bool)
+                and isinstance(selection.get("params"), dict)):
+            selection = None
         change = data.get("change")
-        if change not in (None, "add", "remove"):
-            return None
+        if change not in ("add", "remove"):
+            change = None
         source = data.get("source")
         return cls(network=data["network"], ifname=data["ifname"], config=data["config"],
                    source=source if isinstance(source, str) else data["network"],

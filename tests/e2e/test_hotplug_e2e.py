@@ -11,8 +11,10 @@ netns, updates its network-status and records Events.
 * the daemon SIGKILLed between the DEL and the ADD of one change, then restarted (or
   left down): the interrupted step is undone, the annotation applied, and DEL frees all;
 * 20 pods changed at once: each gets its change, nothing leaks;
-* refused changes (the default network, an element's parameters in place), a pod that
-  opts out, a sandbox ADDed without `hotplug`: nothing changes;
+* refused changes (the default network, an element's parameters in place, an element
+  with default-route), a pod that opts out, a sandbox ADDed without `hotplug`: nothing
+  changes;
+* a network named before its NAD exists is attached once the NAD is created;
 * an unnamed attachment keeps its generated name; edits made while the container's
   lock is held (a runtime call in progress) wait for it and are applied together.
 No assertion is about time: every wait polls for its condition under a hang guard.
@@ -314,7 +316,10 @@ def test_twenty_pods_changed_at_once(admin_api, make_scenario, host_env, k8s_nam
     ('[{"name": "net-a", "interface": "net1"}]',
      {sc.NETWORKS: '[{"name": "net-a", "interface": "net1", "ips": ["198.18.2.200/24"]}]'},
      ("/net-a (interface net1)", "its parameters changed (ips)")),
-], ids=["default-network", "mac", "ips"])
+    ("net-a", {sc.NETWORKS: '[{"name": "net-a"}, {"name": "net-b", "namespace": "other", '
+                            '"interface": "data0", "default-route": ["198.18.3.1"]}]'},
+     ("network other/net-b", "default-route is chosen when the pod is created")),
+], ids=["default-network", "mac", "ips", "default-route"])
 def test_a_refused_change_changes_nothing(admin_api, make_scenario, networks, edit, texts):
     """A change with no safe CNI equivalent: the pod's default network, or the
     parameters of an element whose attachment is kept (same net, same interface, other
@@ -330,6 +335,24 @@ def test_a_refused_change_changes_nothing(admin_api, make_scenario, networks, ed
     assert snapshot(admin_api, s) == before
     assert s.daemon.metric("netattach_hotplug_changes_total", result="refused") >= 1
     assert s.daemon.metric("netattach_hotplug_changes_total", result="added") == 0
+    del_twice(s)
+
+
+def test_a_network_named_before_its_nad_exists_is_attached_when_it_appears(
+        admin_api, make_scenario):
+    """The selection names a NetworkAttachmentDefinition not created yet: the hot-plug
+    ADD fails (a Warning event says why) and the pod keeps what it has; once the NAD is
+    created, the daemon's NAD watch makes it look at the pod again, and the network is
+    attached without another edit."""
+    from tests.e2e.test_thick_mode import late_nad
+    s = hotplug(make_scenario(networks="net-a"))
+    add(admin_api, s, NET_A)
+    select(admin_api, s, "net-a,net-late@data0")
+    wait_event(admin_api, s, "Warning", "ErrorAddingNetwork", f"{s.namespace}/net-late")
+    assert sorted(attached(admin_api, s)[0]) == ["eth0", "net1"]
+    late_nad(admin_api, s)
+    wait_attached(admin_api, s, {**NET_A, "data0": "198.18.6.0/24"})
+    wait_event(admin_api, s, "Normal", "AddedInterface", "data0", f"{s.namespace}/net-late")
     del_twice(s)
 
 

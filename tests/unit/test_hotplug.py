@@ -86,6 +86,17 @@ def test_an_element_naming_a_generated_interface_is_that_attachment():
     assert change.empty and not change.refused
 
 
+def test_an_element_that_no_longer_names_its_interface_keeps_it():
+    """Dropping `@data0` keeps data0 (no DEL + ADD under the pod's feet), unless another
+    element now asks for that name: then the interface goes to that one."""
+    attached = attached_by_add(elements("a@data0"))
+    change = hotplug.diff(attached, elements("a"), ["eth0"])
+    assert change.empty and not change.refused and change.keep[0][0] == 0
+    change = hotplug.diff(attached, elements("a,b@data0"), ["eth0"])
+    assert change.remove == [0] and not change.refused
+    assert [(e.ref, n) for e, n in change.add] == [("ns/a", "net1"), ("ns/b", "data0")]
+
+
 def test_taken_names_are_never_given():
     change = hotplug.diff([], elements("a"), ["eth0", "net1"])
     assert [ifname for _, ifname in change.add] == ["net2"]

@@ -64,6 +64,32 @@ def test_only_a_tracked_pod_whose_watched_annotations_changed_wakes_it(tmp_path)
     assert woken == [("ns", "p")] * 4
 
 
+def test_a_new_nad_wakes_every_tracked_pod_and_a_gone_sandbox_is_forgotten(tmp_path):
+    """A NAD created (not changed, not deleted) may be one a failed hot-plug ADD could
+    not find: every tracked pod is looked at again. A sandbox whose state is gone (GC
+    DELed it) is forgotten at its next look, with its pod's bookkeeping."""
+    from netattach.state import StateStore
+    w, _ = worker(60.0, tmp_path)
+    woken: list = []
+    real_notify = w.notify
+    w.notify = woken.append  # type: ignore[method-assign]
+    w.track(str(tmp_path), "c1", ("ns", "p"))
+    w.track(str(tmp_path), "c2", ("ns", "q"))
+    woken.clear()
+    w.nad_changed({"metadata": {}}, {"metadata": {}})  # changed: nothing
+    w.nad_changed({"metadata": {}}, None)  # deleted: nothing
+    assert woken == []
+    w.nad_changed(None, {"metadata": {"namespace": "ns", "name": "n"}})
+    assert sorted(woken) == [("ns", "p"), ("ns", "q")]
+    w.notify = real_notify  # type: ignore[method-assign]
+    with w.lock:
+        w._last[("ns", "p")] = 1.0
+    hp.Hotplugger.reconcile(w, StateStore(str(tmp_path)), "c1")  # no state file: gone
+    with w.lock:
+        assert ("ns", "p") not in w._sandboxes and ("ns", "p") not in w._last
+        assert w._sandboxes == {("ns", "q"): {"c2": str(tmp_path)}}
+
+
 def test_edits_within_the_interval_are_coalesced_into_one_later_change(tmp_path):
     """The first change of a pod runs at once; the edits that follow within the interval
     wait in one queued entry, due when the interval since that change ends."""
@@ -139,5 +165,11 @@ def test_network_status_keeps_the_entries_it_had_drops_the_removed_appends_the_n
         ("cluster-net", "eth0"), ("other/net-b", "data0"), ("ns/net-c", "net3")]
     assert entries[0] == recorded[0] and entries[1] == recorded[2]
     assert entries[2]["ips"] == ["10.3.0.2/24"] and entries[2]["default"] is False
+    # net-c as net3 removed, then added again before the status was sent: its recorded
+    # entry is the old attachment's, and is made anew
+    state.hotplug = HotplugContext({}, "", "", encode_status(
+        recorded + [entry("ns/net-c", "net3", "10.3.0.99/24")]))
+    entries = json.loads(hp._synced_status(state, {("ns/net-c", "net3")}))
+    assert [e["ips"] for e in entries if e["name"] == "ns/net-c"] == [["10.3.0.2/24"]]
     state.hotplug = HotplugContext({}, "", "", "")
     assert hp._synced_status(state) is None

@@ -39,7 +39,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from .. import hotplug, netnsinfo, networks, status
@@ -97,11 +97,14 @@ def _request(state: SavedState) -> tuple[CniRequest, NetConf]:
     return req, parse_netconf(req.config)
 
 
-def _synced_status(state: SavedState) -> str | None:
+def _synced_status(state: SavedState, fresh: Collection[tuple[str, str]] = ()) -> str | None:
     """The network-status of `state` after a change: the entries the sandbox had (as
     last recorded) of attachments it still has, in order, then one per element
-    attachment it has without an entry (hot-plugged; MTU read from the netns). None
-    when nothing was recorded (the ADD could not record it: there is nothing to edit)."""
+    attachment it has without an entry (hot-plugged; MTU read from the netns).
+    `fresh`: (network, interface) of attachments added by this change: an entry
+    recorded under the same key is an earlier attachment's (removed, then added again
+    before the status was sent) and is made anew. None when nothing was recorded (the
+    ADD could not record it: there is nothing to edit)."""
     assert state.hotplug is not None
     if not state.hotplug.network_status:
         return None
@@ -113,7 +116,7 @@ def _synced_status(state: SavedState) -> str | None:
                if a.attempted and a.result is not None and not a.change and not a.add_failed]
     keys = {(a.network, a.ifname) for a in present}
     kept = [e for e in entries if isinstance(e, dict)
-            and (e.get("name"), e.get("interface")) in keys]
+            and (e.get("name"), e.get("interface")) in keys - set(fresh)]
     have = {(e.get("name"), e.get("interface")) for e in kept}
     new = [a for a in present if a.selection is not None and (a.network, a.ifname) not in have]
     mtus = netnsinfo.link_mtus(state.netns, [a.ifname for a in new]) if new else {}
@@ -149,6 +152,11 @@ class Hotplugger:
         self._last: dict[PodKey, float] = {}
         self._refused: dict[str, set[str]] = {}  # container -> reasons last reported
         self._wake = threading.Condition(self.lock)
+        self.exclusive = threading.Lock()
+        """Held by each reconcile and by the daemon's GC (Daemon.serve): GC tells the
+        delegates which attachments are valid from the states it read, so no hot-plug
+        ADD may come between its reading and its delegates' GC (they would free the
+        new attachment's IP)."""
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="hotplug", daemon=True)
 
@@ -162,12 +170,24 @@ class Hotplugger:
         self.notify(pod)
 
     def untrack(self, container_id: str) -> None:
-        """The sandbox was DELed."""
+        """The sandbox was DELed (by the runtime; found gone at a reconcile: GC's)."""
         with self.lock:
             self._refused.pop(container_id, None)
             for pod, ids in list(self._sandboxes.items()):
                 if ids.pop(container_id, None) is not None and not ids:
                     del self._sandboxes[pod]
+                    self._last.pop(pod, None)
+
+    def nad_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """The NAD cache's listener: a NetworkAttachmentDefinition created (not changed,
+        not deleted) may be one a pod's selection names and a hot-plug ADD could not
+        find: every tracked pod is looked at again (a diff, cheap when nothing changed)."""
+        if old is not None or new is None:
+            return
+        with self.lock:
+            pods = list(self._sandboxes)
+        for pod in pods:
+            self.notify(pod)
 
     def pod_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         """The pod cache's listener: a pod whose watched annotations changed (WATCHED)."""
@@ -253,18 +273,26 @@ class Hotplugger:
 
     def reconcile(self, store: StateStore, container_id: str) -> None:
         """Bring the sandbox `container_id` in line with its pod's selection now (module
-        doc), under the container's lock. Never raises CniError: failures are logged
-        and reported as events."""
-        with store.lock(container_id):
+        doc), under the container's lock (and `exclusive`). A child's failure is
+        logged and reported as an event; a state that cannot be read or written raises
+        StateError (the worker logs it)."""
+        with self.exclusive, store.lock(container_id):
             state = store.load(container_id)
-            if (state is None or state.hotplug is None or state.pod is None
+            if state is None:
+                self.untrack(container_id)  # DELed (GC's, or before it was tracked)
+                return
+            if (state.hotplug is None or not state.hotplug.network_status or state.pod is None
                     or state.del_pending is not None or is_missing_netns(state.netns)):
+                # not a sandbox whose ADD completed (network_status is recorded last), or
+                # one whose DEL began (it drops the context first)
                 return
             ref = state.pod
             obj = self.pods.get(ref.namespace, ref.name)
             meta = (obj or {}).get("metadata") or {}
             if obj is None or (ref.uid and meta.get("uid") != ref.uid) \
                     or meta.get("deletionTimestamp"):
+                log.debug("pod %s: not hot-plugged: not in the cache with UID %s (a static "
+                          "pod's mirror has another), or being deleted", ref, ref.uid)
                 return  # the pod is gone, re-created or being deleted: its DEL comes
             req, conf = _request(state)
             api = self.make_api({"CNI_CONTAINERID": container_id,
@@ -279,11 +307,12 @@ class Hotplugger:
 
             self._finish_interrupted(orch, req, conf, store, state)
             annotations = _annotations(obj)
+            fresh: set[tuple[str, str]] = set()
             if str(annotations.get(OPT_OUT_ANNOTATION, "")).strip().lower() == "false":
                 log.debug("pod %s: %s is \"false\": not hot-plugged", ref, OPT_OUT_ANNOTATION)
             else:
-                self._apply(orch, req, conf, store, state, api, annotations, event)
-            self._publish(store, state, api, meta.get("uid") or ref.uid, event)
+                fresh = self._apply(orch, req, conf, store, state, api, annotations, event)
+            self._publish(store, state, api, meta.get("uid") or ref.uid, fresh, event)
 
     def _finish_interrupted(self, orch: Orchestrator, req: CniRequest, conf: NetConf,
                             store: StateStore, state: SavedState) -> None:
@@ -292,15 +321,18 @@ class Hotplugger:
         for att in [a for a in state.attachments if a.change]:
             log.info("pod %s: hot-plug %s of %s (%s) was interrupted: undoing it", state.pod,
                      att.change, att.network, att.ifname)
-            self._delete(orch, req, conf, store, state, att)
+            self._delete(orch, req, conf, store, state, att, keep_mark=True)
 
     def _delete(self, orch: Orchestrator, req: CniRequest, conf: NetConf, store: StateStore,
-                state: SavedState, att: SavedAttachment) -> bool:
+                state: SavedState, att: SavedAttachment, keep_mark: bool = False) -> bool:
         """DEL one attachment and drop it from the state (saved). False when its DEL
-        failed: it stays, without a change mark, for the runtime's DEL."""
+        failed: it stays for the runtime's DEL, without its change mark (a removal
+        refused by its child: the attachment is as it was), or with it (`keep_mark`: an
+        interrupted step, undone again at the next look)."""
         errors = delete_attachments(orch, req, conf, state.with_attachments([att]))
         if errors:
-            att.change = None
+            if not keep_mark:
+                att.change = None
             store.save(state)
             log.error("pod %s: hot-plug DEL of %s failed: %s", state.pod, att.network,
                       "; ".join(errors))
@@ -311,8 +343,9 @@ class Hotplugger:
 
     def _apply(self, orch: Orchestrator, req: CniRequest, conf: NetConf, store: StateStore,
                state: SavedState, api: PodApi, annotations: dict[str, Any],
-               event: Callable[[str, str, str], None]) -> None:
-        """The change itself (module doc)."""
+               event: Callable[[str, str, str], None]) -> set[tuple[str, str]]:
+        """The change itself (module doc). Returns (network, interface) of each
+        attachment it added."""
         assert state.hotplug is not None and state.pod is not None
         pod = state.pod
         refused: list[str] = []
@@ -326,13 +359,18 @@ class Hotplugger:
             elements, _ = networks.selected_elements(conf, pod, annotations)
         except CniError as e:
             self._refuse(state.container_id, refused + [e.msg], pod, event)
-            return
+            return set()
         saved = [a for a in state.attachments if a.selection is not None and not a.change]
         change = hotplug.diff([_identity(a) for a in saved], elements,
                               [a.ifname for a in state.attachments if a.selection is None])
         refused += change.refused
         for index in change.remove:
             att = saved[index]
+            if "default_route" in (att.selection or {}).get("params", {}):
+                refused.append(f"network {att.network} (interface {att.ifname}): its element "
+                               "chose the pod's default route (default-route), which "
+                               "removing it would leave without one; it is not removed")
+                continue
             att.change = "remove"
             store.save(state)  # recorded before the child runs
             if self._delete(orch, req, conf, store, state, att):
@@ -343,9 +381,20 @@ class Hotplugger:
                 event("Warning", "ErrorRemovingNetwork",
                       f"network {att.network} (interface {att.ifname}) could not be removed; "
                       "it stays until the pod's sandbox is deleted")
+        fresh = set()
         for element, ifname in change.add:
-            self._add(orch, req, conf, store, state, api, element, ifname, event, refused)
+            holder = next((a for a in state.attachments if a.ifname == ifname), None)
+            if holder is not None:  # a removal above failed: the name is still in use
+                refused.append(f"network {element.ref}: interface {ifname} is still held by "
+                               f"{holder.network}, whose removal failed")
+            elif element.default_route is not None:
+                refused.append(f"network {element.ref}: default-route is chosen when the pod "
+                               "is created; add the element without it")
+            elif self._add(orch, req, conf, store, state, api, element, ifname, event,
+                           refused):
+                fresh.add((element.ref, ifname))
         self._refuse(state.container_id, refused, pod, event)
+        return fresh
 
     def _refuse(self, container_id: str, reasons: list[str], pod: Any,
                 event: Callable[[str, str, str], None]) -> None:
@@ -364,9 +413,9 @@ class Hotplugger:
 
     def _add(self, orch: Orchestrator, req: CniRequest, conf: NetConf, store: StateStore,
              state: SavedState, api: PodApi, element: Any, ifname: str,
-             event: Callable[[str, str, str], None], refused: list[str]) -> None:
+             event: Callable[[str, str, str], None], refused: list[str]) -> bool:
         """ADD one element's attachment as `ifname`, recorded first; a failure DELs it. A
-        refusal is appended to `refused`."""
+        refusal is appended to `refused`. True when it was added."""
         pod = state.pod
         try:
             nad, config = networks.resolve_element(conf, pod, api, element)
@@ -374,14 +423,14 @@ class Hotplugger:
                 refused.append(f"network {element.ref}: its NetworkAttachmentDefinition asks "
                                f"for device resource {nad_resource_name(nad)}, which the "
                                "kubelet allocates at pod creation only")
-                return
+                return False
             att = planning.element_attachment(element, config, ifname)
             for plugin in att.config.plugins:
                 invoke.check_plugin_type(plugin.get("type"))
         except CniError as e:
             self._count("failed")
             event("Warning", "ErrorAddingNetwork", f"hot-plug of {element.ref}: {e.msg}")
-            return
+            return False
         saved = SavedAttachment(network=att.network, ifname=ifname, config=att.config.raw,
                                 source=att.config.source, capability_args=att.capability_args,
                                 attempted=True, selection=networks.saved_selection(att),
@@ -398,19 +447,21 @@ class Hotplugger:
             self._count("failed")
             event("Warning", "ErrorAddingNetwork",
                   f"hot-plug of {att.network} (interface {ifname}) failed: {e.msg}")
-            return
+            return False
         saved.result, saved.change = result, None
         store.save(state)
         self._count("added")
         log.info("pod %s: hot-plug attached network %s as %s", pod, att.network, ifname)
+        return True
 
     def _publish(self, store: StateStore, state: SavedState, api: PodApi, uid: str,
-                 event: Callable[[str, str, str], None]) -> None:
+                 fresh: set[tuple[str, str]], event: Callable[[str, str, str], None]) -> None:
         """network-status in line with the state (recorded pending, then queued), PATCHed
         onto the pod of UID `uid` only, and an AddedInterface event per interface it
-        gained."""
+        gained (`fresh`: (network, interface) added now, whose recorded entry, if any,
+        is an earlier attachment's)."""
         assert state.hotplug is not None and state.pod is not None
-        text = _synced_status(state)
+        text = _synced_status(state, fresh)
         if text is None or text == state.hotplug.network_status:
             return
         before = {(e.get("name"), e.get("interface"))
@@ -421,6 +472,7 @@ class Hotplugger:
         store.save(state, durable=False)
         api.patch_pod_annotations(state.pod.namespace, state.pod.name, annotations, uid)
         for entry in json.loads(text):
-            if (entry.get("name"), entry.get("interface")) not in before:
+            key = (entry.get("name"), entry.get("interface"))
+            if key not in before or key in fresh:
                 event("Normal", "AddedInterface", f"Add {entry.get('interface')} "
                       f"{entry.get('ips', [])} from {entry.get('name')}")

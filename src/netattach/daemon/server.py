@@ -181,6 +181,7 @@ class Daemon:
         self.hotplug = Hotplugger(pods, cni_dir, lambda environ, conf: self._api(environ, conf, []),
                                   self.publisher.cancel, hotplug_interval)
         pods.listeners.append(self.hotplug.pod_changed)
+        nads.listeners.append(self.hotplug.nad_changed)
         self.listening = False
         self.in_flight = 0
         self._listener: socket.socket | None = None
@@ -316,9 +317,13 @@ class Daemon:
             self.in_flight += 1
         try:
             seen: list[NetConf] = []
-            doc, code = cli.cni_main(environ, stdin, Orchestrator(
-                api=lambda conf: self._api(environ, conf, seen), executor=invoke.PROCESS_EXECUTOR,
-                clock=time.time, drop_writes=self.publisher.cancel))
+            # GC tells the delegates which attachments are valid from the states it read:
+            # no hot-plug ADD may come in between (hotplug.Hotplugger.exclusive)
+            with self.hotplug.exclusive if command == "GC" else contextlib.nullcontext():
+                doc, code = cli.cni_main(environ, stdin, Orchestrator(
+                    api=lambda conf: self._api(environ, conf, seen),
+                    executor=invoke.PROCESS_EXECUTOR, clock=time.time,
+                    drop_writes=self.publisher.cancel))
             if command == "ADD" and code == 0 and seen:
                 self._count_attachments(seen[0], cid)
                 if seen[0].hotplug:
