@@ -113,7 +113,9 @@ def test_client_key_never_shown_nor_left_on_disk(scenario, cluster, tmp_path):
 
 
 def _broken(kubeconfig: Path, old: str, new: str) -> str:
-    text = kubeconfig.read_text()
+    """The kubeconfig as YAML (a hand-written one: the test bed writes JSON, as the
+    installer does) with `old` replaced by `new`, once."""
+    text = yaml.safe_dump(yaml.safe_load(kubeconfig.read_text()), sort_keys=False)
     assert text.count(old) == 1
     return text.replace(old, new)
 
