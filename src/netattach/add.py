@@ -179,7 +179,7 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
             _claims_ready(api, pod, plan, results)
         for att, entry in zip([a for a in plan.attachments if not a.auxiliary], entries):
             _event(api, pod, "Normal", "AddedInterface",
-                   f"Add {att.ifname} {entry.get('ips', [])} from {att.network}")
+                   status.added_interface_message(att.ifname, entry, att.network))
     return out
 
 

@@ -101,7 +101,7 @@ def cmd_del(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
             if state is None:
                 return
             if state.status_pending is not None or state.hotplug is not None:
-                _drop_pending_status(req, pod, state, store)
+                _drop_pending(req, pod, state, store)
             errors = delete_attachments(orch, req, conf, state)
             if errors:
                 if not as_saved:
@@ -167,7 +167,7 @@ def clear_claims(orch: Orchestrator, conf: NetConf, pod: PodRef | None,
                         "attachments are released): %s", where(pod), ns, name, e)
 
 
-def _drop_pending_status(req: CniRequest, pod: PodRef | None, state: SavedState,
+def _drop_pending(req: CniRequest, pod: PodRef | None, state: SavedState,
                          store: StateStore) -> None:
     """Thick mode: the ADD's network-status not published yet (state.PendingStatus) and
     the hot-plug context (state.HotplugContext): the DEL drops both, saved before any

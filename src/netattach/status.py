@@ -215,6 +215,13 @@ def status_entry(
     return {key: fields[key] for key in _KEY_ORDER if key in fields}
 
 
+def added_interface_message(ifname: Any, entry: dict[str, Any], network: Any) -> str:
+    """The message of the `AddedInterface` event of interface `ifname` of `network`, its
+    network-status entry `entry` (its `ips`): "Add <ifname> <ips> from <network>", as ADD
+    and hot-plug record it."""
+    return f"Add {ifname} {entry.get('ips', [])} from {network}"
+
+
 def encode_status(entries: list[dict[str, Any]]) -> str:
     """The ``network-status`` annotation value for *entries* (§5).
 

@@ -229,7 +229,6 @@ class WatchCache:
         log.debug("cache %s %s/%s %s (resourceVersion %s)", self.kind, key[0], key[1], kind, rv)
         return rv
 
-
     def _tell(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         for listener in self.listeners:
             try:

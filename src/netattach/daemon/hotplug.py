@@ -84,9 +84,10 @@ def _identity(att: SavedAttachment) -> hotplug.Attached:
                             att.selection["params"])
 
 
-def _request(state: SavedState) -> tuple[CniRequest, NetConf]:
-    """The runtime's ADD of `state`'s sandbox as it was (container, netns, CNI_IFNAME,
-    CNI_ARGS, CNI_PATH, configuration), parsed as the ADD parsed it. Raises CniError."""
+def _request(state: SavedState) -> tuple[dict[str, str], CniRequest, NetConf]:
+    """The runtime's ADD of `state`'s sandbox as it was: (its CNI variables, the request
+    and configuration parsed from them and the saved stdin as the ADD parsed them).
+    Raises CniError."""
     assert state.hotplug is not None
     environ = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": state.container_id,
                "CNI_NETNS": state.netns, "CNI_IFNAME": state.ifname,
@@ -94,7 +95,7 @@ def _request(state: SavedState) -> tuple[CniRequest, NetConf]:
                "CNI_PATH": state.hotplug.cni_path}
     req = parse_request(environ, json.dumps(state.hotplug.netconf).encode())
     assert req.config is not None
-    return req, parse_netconf(req.config)
+    return environ, req, parse_netconf(req.config)
 
 
 def _synced_status(state: SavedState, fresh: Collection[tuple[str, str]] = ()) -> str | None:
@@ -294,10 +295,8 @@ class Hotplugger:
                 log.debug("pod %s: not hot-plugged: not in the cache with UID %s (a static "
                           "pod's mirror has another), or being deleted", ref, ref.uid)
                 return  # the pod is gone, re-created or being deleted: its DEL comes
-            req, conf = _request(state)
-            api = self.make_api({"CNI_CONTAINERID": container_id,
-                                 "CNI_ARGS": ";".join(f"{k}={v}" for k, v in state.cni_args)},
-                                conf)
+            environ, req, conf = _request(state)
+            api = self.make_api(environ, conf)
             orch = Orchestrator(api=lambda _conf: api, executor=invoke.PROCESS_EXECUTOR,
                                 drop_writes=self.drop_writes)
             pod_doc = {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid}
@@ -366,7 +365,7 @@ class Hotplugger:
         refused += change.refused
         for index in change.remove:
             att = saved[index]
-            if "default_route" in (att.selection or {}).get("params", {}):
+            if "default_route" in _identity(att).params:
                 refused.append(f"network {att.network} (interface {att.ifname}): its element "
                                "chose the pod's default route (default-route), which "
                                "removing it would leave without one; it is not removed")
@@ -474,5 +473,5 @@ class Hotplugger:
         for entry in json.loads(text):
             key = (entry.get("name"), entry.get("interface"))
             if key not in before or key in fresh:
-                event("Normal", "AddedInterface", f"Add {entry.get('interface')} "
-                      f"{entry.get('ips', [])} from {entry.get('name')}")
+                event("Normal", "AddedInterface", status.added_interface_message(
+                    entry.get("interface"), entry, entry.get("name")))
