@@ -1,5 +1,6 @@
-# Go-built test bed: kube-apiserver + etcd (the real control plane the e2e tests,
-# `make demo` and `make bench` run against), cnitool + the CNI reference plugins, and
+# Go-built test bed: etcd + kube-apiserver (the real control plane the e2e tests,
+# `make demo` and `make bench` run against), kube-controller-manager, kube-scheduler,
+# kubelet and kubectl (the real node of tests/testbed/node.py), cnitool + the CNI reference plugins, and
 # containerd (the real container runtime, with its runc shim, ctr, the tests' CRI
 # client and the sandbox image's pause program; runc itself is Debian's), and Multus
 # CNI (thin plugin, thick-mode shim and daemon: what `make bench` measures netattach
@@ -37,6 +38,9 @@ endif
 # Keep these names in sync with tests/testbed/cluster.py (default_k8s_bin_dir),
 # which derives the same key from the same go.mod.
 TESTBIN_K8S_DIR := $(TESTBIN_DIR)/k8s-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
+# The Kubernetes commands of the tools module (etcd, built apart, is not one of them).
+K8S_PKGS := $(filter k8s.io/kubernetes/cmd/%,$(call gomod_tools,$(TESTBIN_SRC)/k8s/go.mod))
+K8S_BINS := $(addprefix $(TESTBIN_K8S_DIR)/,$(notdir $(K8S_PKGS)))
 TESTBIN_CNI_DIR := $(TESTBIN_DIR)/cni-$(CNI_PLUGINS_VERSION)
 CNI_PKGS := $(call gomod_tools,$(TESTBIN_SRC)/cni/go.mod)
 CNI_BINS := $(addprefix $(TESTBIN_CNI_DIR)/,$(notdir $(CNI_PKGS)))
@@ -76,17 +80,20 @@ K8S_LDFLAGS := -s -w \
 	-X $(K8S_VERSION_PKG).gitTreeState=clean
 
 .PHONY: testbin testbin-multus testbin-clean
-testbin: $(TESTBIN_K8S_DIR)/kube-apiserver $(TESTBIN_K8S_DIR)/etcd $(CNI_BINS) $(CONTAINERD_BINS)
+testbin: $(K8S_BINS) $(TESTBIN_K8S_DIR)/etcd $(CNI_BINS) $(CONTAINERD_BINS)
 
 # Each binary is linked to a temporary name and renamed into place, so an
 # interrupted build never leaves a truncated binary that passes the existence check.
-$(TESTBIN_K8S_DIR)/kube-apiserver:
-	@mkdir -p $(@D)
-	@echo "building kube-apiserver $(K8S_VERSION) (takes ~9 min on 2 cores the first time, downloads included, cached afterwards in $(@D))"
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl: one
+# `go build` (they share most packages), grouped target.
+$(K8S_BINS) &:
+	@mkdir -p $(TESTBIN_K8S_DIR).tmp
+	@echo "building Kubernetes $(K8S_VERSION): $(notdir $(K8S_BINS)) (takes ~12 min on 2 cores the first time, downloads included, cached afterwards in $(TESTBIN_K8S_DIR))"
 	@$(call testbin_download,$(TESTBIN_SRC)/k8s)
 	cd $(TESTBIN_SRC)/k8s && $(TESTBIN_GOENV) $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' \
-	  -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver
-	@mv -f $@.tmp $@
+	  -o $(TESTBIN_K8S_DIR).tmp/ $(K8S_PKGS)
+	@mkdir -p $(TESTBIN_K8S_DIR) && mv -f $(addprefix $(TESTBIN_K8S_DIR).tmp/,$(notdir $(K8S_BINS))) $(TESTBIN_K8S_DIR)/ \
+	  && rmdir $(TESTBIN_K8S_DIR).tmp
 
 # etcd's main package is go.etcd.io/etcd/server/v3, which go would name `server`.
 $(TESTBIN_K8S_DIR)/etcd:
@@ -139,6 +146,6 @@ $(MULTUS_BINS) &:
 # Drops the binaries of the pinned versions only (Go's build cache stays, so a
 # rebuild is mostly linking).
 testbin-clean:
-	rm -rf $(TESTBIN_K8S_DIR) $(TESTBIN_CNI_DIR) $(TESTBIN_CNI_DIR).tmp \
+	rm -rf $(TESTBIN_K8S_DIR) $(TESTBIN_K8S_DIR).tmp $(TESTBIN_CNI_DIR) $(TESTBIN_CNI_DIR).tmp \
 	  $(TESTBIN_CONTAINERD_DIR) $(TESTBIN_CONTAINERD_DIR).tmp \
 	  $(TESTBIN_MULTUS_DIR) $(TESTBIN_MULTUS_DIR).tmp
