@@ -99,6 +99,10 @@ def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator |
                   ",".join(k for k, _ in req.args) or "-",
                   ",".join(sorted(conf.runtime_config)) or "-")
         if orchestrator is not None:
+            if conf.retired_conflist is not None:  # its files are the host's (retired.py)
+                from .cni.errors import ConfigError
+                raise ConfigError("the retired configuration (netattach being uninstalled) "
+                                  "is run by the thin netattach, not the node daemon")
             return orchestrator.run(req, conf), 0
         from .orchestrator import thin
         try:

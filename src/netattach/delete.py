@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from . import devices
 from .api import PodApi, pod_ref, where
 from .cni import chain
-from .cni.errors import CniError, TryAgain
+from .cni.errors import CniError, ConfigError, TryAgain
 from .cni.request import CniRequest
 from .netconf import NetConf
 from .state import (
@@ -126,6 +126,11 @@ def clear_claims(orch: Orchestrator, conf: NetConf, pod: PodRef | None,
     sandbox than this container's netns was written by a later ADD of the pod (a new
     sandbox) and is left alone; the removal is an apply conditional on the
     resourceVersion read, tried twice, so such a write in between is never undone."""
+    if conf.retired_conflist is not None:  # no API access while uninstalled (retired.py)
+        log.info("%s: the status.devices of its ResourceClaims are not cleared: netattach "
+                 "is being uninstalled from this node (its attachments are released)",
+                 where(pod))
+        return
     from .kube import KubeError
     claims = {}
     for a in state.attempted():
@@ -231,6 +236,13 @@ def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: Po
             situation = ("a DEL pending since "
                          f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(since))}")
             loud = True
+    if conf.retired_conflist is not None:
+        # netattach is being uninstalled (retired.py): its token is gone, the API server
+        # is not asked, and waiting for it (DEL_RETRY_WINDOW) cannot help
+        cause = ConfigError("netattach is being uninstalled from this node, so the API "
+                            "server is not asked")
+        return _best_effort(orch, req, conf, base, known, cause, None, None, situation,
+                            loud), False
     api = orch.api(conf) if pod else None
     # the rebuild's modules (NADs, planning, the API client) only when a DEL needs them:
     # a DEL from a whole saved state never does

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import delete
@@ -139,7 +140,11 @@ def cmd_gc(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
     store.prune_tombstones()
 
     unknown = sorted(p for p in valid if p[0] not in kept or kept[p[0]].ifname != p[1])
-    if unknown:
+    if unknown and conf.retired_conflist is not None:
+        # netattach is being uninstalled (retired.py): a sandbox without state is one it
+        # did not attach, the cluster default network's alone under the runtime's pair
+        errors += _forward(orch, req, conf, kept, valid, unknown)
+    elif unknown:
         errors.append(UnknownContainer(
             "GC not forwarded to any delegate: valid attachment(s) without saved state on "
             f"this node: {', '.join(f'{c}/{i}' for c, i in unknown)}",
@@ -209,10 +214,13 @@ def _delegates(conf: NetConf, states: dict[str, SavedState]
 
 
 def _forward(orch: Orchestrator, req: CniRequest, conf: NetConf, states: dict[str, SavedState],
-             valid: set[Pair]) -> list[CniError]:
-    """GC every distinct 1.1.0+ delegate (not disableGC) with the children's valid pairs."""
+             valid: set[Pair], unattached: Sequence[Pair] = ()) -> list[CniError]:
+    """GC every distinct 1.1.0+ delegate (not disableGC) with the children's valid pairs,
+    and `unattached`: valid pairs of sandboxes netattach did not attach (the retired
+    configuration's), as the runtime gave them."""
     nets, errors = _delegates(conf, states)
     attachments = child_attachments(states, valid)
+    attachments += [{"containerID": c, "ifname": i} for c, i in unattached]
     rt = orch.bare_runtime_conf(req, conf)
     for net in nets:
         if not version.at_least(net.cni_version, "1.1.0") or net.disable_gc:

@@ -24,6 +24,7 @@ value fails with CNI code 7 naming the key.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,6 +118,9 @@ SCHEMA: dict[str, Any] = {
         # hot-plug (issue 13; thick mode): the node daemon applies later changes of the
         # pod's selection to the sandboxes ADDed with it
         "hotplug": {"type": "boolean"},
+        # written by `netattach install` only, when netattach is uninstalled (retired.py)
+        "retired": {"type": "object", "required": ["conflist"], "additionalProperties": False,
+                    "properties": {"conflist": _PATH}},
     },
 }
 
@@ -130,7 +134,10 @@ class NetConf:
     `logOptions` (maxSize MB, maxAge days, maxBackups, compress; None when absent: no
     rotation; a key left out gets Multus' default). auxiliary_chain:
     `auxiliaryCNIChainName` or None. unhonoured: Multus keys present in the config
-    that netattach does not honour -> why (MULTUS_ONLY_KEYS).
+    that netattach does not honour -> why (MULTUS_ONLY_KEYS). retired_conflist: the
+    host path of the conflist in `retired.conflist`, set only in the retired
+    configuration `netattach install` writes when netattach is uninstalled
+    (retired.py); None otherwise.
     """
     raw: dict[str, Any]
     name: str
@@ -160,6 +167,7 @@ class NetConf:
     unhonoured: dict[str, str] = field(default_factory=dict)
     resource_claims: bool = False
     hotplug: bool = False
+    retired_conflist: str | None = None
 
     @property
     def conf_dir(self) -> str:
@@ -250,6 +258,12 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         global_namespaces = tuple(n for n in (s.strip() for s in items) if n)
     conf_dirs = ((config["confDir"],) if "confDir" in config
                  else (DEFAULT_CONF_DIR, MULTUS_CONF_DIR))
+    retired = config["retired"]["conflist"] if "retired" in config else None
+    if retired is not None:
+        from .nodefiles import CONFLIST_NAME  # only a retired configuration pays for it
+        if not retired.startswith("/") or os.path.basename(retired) != CONFLIST_NAME:
+            raise _invalid("retired.conflist", f"{retired!r} is not an absolute path to "
+                           f"{CONFLIST_NAME}, the conflist `netattach install` writes")
     return NetConf(
         raw=config,
         name=config.get("name", "netattach"),
@@ -280,4 +294,5 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         unhonoured=_unhonoured(config),
         resource_claims=config.get("resourceClaims", False),
         hotplug=config.get("hotplug", False),
+        retired_conflist=retired,
     )

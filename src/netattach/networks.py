@@ -45,10 +45,17 @@ class PodNotFound(TryAgain):
     not be visible yet)."""
 
 
-def _is_own(config: NetworkConfig, conf: NetConf) -> bool:
-    """True when a plugin of `config` is netattach itself (its own `type`)."""
-    own = conf.raw.get("type", "netattach")
-    return any(p.get("type") == own for p in config.plugins)
+OWN_TYPES = frozenset({"netattach", "netattach-shim"})
+"""netattach's executables in the bin dir (thin mode's plugin, thick mode's shim)."""
+
+
+def is_own(config: NetworkConfig, conf: NetConf) -> bool:
+    """True when a plugin of `config` is netattach itself: its own `type`, or either of
+    its executables (OWN_TYPES) whatever the mode. A delegate that runs netattach would
+    run it with a configuration the NAD's or claim's author wrote (its cniDir, logFile,
+    kubeconfig, `retired`...), which only the admin may choose."""
+    own = OWN_TYPES | {conf.raw.get("type", "netattach")}
+    return any(p.get("type") in own for p in config.plugins)
 
 
 def resolve_cluster_network(conf: NetConf, api: PodApi | None) -> tuple[str, NetworkConfig]:
@@ -70,14 +77,14 @@ def resolve_cluster_network(conf: NetConf, api: PodApi | None) -> tuple[str, Net
                 except CniError as e:
                     log.warning("skipping %s: %s", path, e)
                     continue
-                if not _is_own(config, conf):
+                if not is_own(config, conf):
                     return config.name, config
             raise delegates.DelegateError(value, f"no CNI config for the cluster default "
                                                  f"network in {value}")
         config = delegates.load_conf_file(value)
         return config.name, config
     on_disk = delegates.find_on_disk(conf.conf_dirs, value)
-    if on_disk is not None and not _is_own(on_disk, conf):
+    if on_disk is not None and not is_own(on_disk, conf):
         return on_disk.name, on_disk
     ns, _, name = value.rpartition("/")
     ns = ns or conf.multus_namespace
@@ -297,7 +304,7 @@ def resolve_element(conf: NetConf, pod: PodRef | None, api: PodApi | None,
         nad = api.get_nad(element.namespace, element.name) if api else None
         config = delegates.resolve_delegate(nad, element.namespace, element.name,
                                             conf.conf_dirs)
-        if _is_own(config, conf):
+        if is_own(config, conf):
             raise delegates.DelegateError(element.ref, f"{config.source} names netattach "
                                           "itself as a plugin; a delegate must be another "
                                           "plugin")
@@ -364,10 +371,14 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
                 [(a.ifname, a.default_route, a.network) for a in attachments if not a.auxiliary])
     except CniError as e:
         raise e.within(where(pod)) from None
-    for a in attachments:  # a type naming a path: refused before any state or child
+    for a in attachments:  # a type naming a path or netattach: refused before any child
         try:
             for plugin in a.config.plugins:
                 invoke.check_plugin_type(plugin.get("type"))
+            if is_own(a.config, conf):
+                raise delegates.DelegateError(a.config.source, f"{a.config.source} names "
+                                              "netattach itself as a plugin; a delegate must "
+                                              "be another plugin")
         except CniError as e:
             raise e.within(where(pod, a.network)) from None
     for index in device_map:

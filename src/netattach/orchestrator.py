@@ -77,7 +77,12 @@ class Orchestrator:
 
     def run(self, req: CniRequest, conf: NetConf) -> dict[str, Any] | None:
         """Run `req.command` (ADD, DEL, CHECK, STATUS, GC; parse_request allows no other);
-        returns the document for stdout (ADD's result) or None. Raises CniError."""
+        returns the document for stdout (ADD's result) or None. Raises CniError. The
+        retired configuration (netattach being uninstalled) runs them as retired.py
+        says."""
+        if conf.retired_conflist is not None:
+            from . import retired
+            return retired.run(self, req, conf)
         if req.command == "ADD":
             from . import add
             return add.cmd_add(self, req, conf)

@@ -588,6 +588,82 @@ class StateStore:
         ids = (n[:-len(".json")] for n in names if n.endswith(".json"))
         return sorted(i for i in ids if container_id_problem(i) is None)
 
+    def operations_running(self) -> list[str]:
+        """IDs of the containers whose lock an operation holds now (ADD, DEL, CHECK, GC's
+        DEL, a hot-plug change), sorted. A `<id>.lock` left by a process that was killed
+        is not held and does not count. Raises StateError when the dir exists but
+        cannot be listed; [] when it is absent."""
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise StateError(f"cannot list state dir {self.dir}: {e.strerror}") from None
+        held = []
+        for name in sorted(names):
+            cid = name[:-len(".lock")]
+            if not name.endswith(".lock") or container_id_problem(cid) is not None:
+                continue
+            try:
+                fd = os.open(os.path.join(self.dir, name),
+                             os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            except OSError:
+                continue  # released (and unlinked) meanwhile, or not a lock file
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.append(cid)
+            finally:
+                os.close(fd)  # releases the flock, if it was taken
+        return held
+
+    def _ours(self, name: str) -> bool:
+        """True when `name` is an entry netattach writes in cniDir (module doc): a state,
+        a damaged one set aside, a lock, a tombstone, a save's temp file of this or an
+        earlier release, the tombstone pruning stamp."""
+        if name == _PRUNE_STAMP:
+            return True
+        for suffix in (".json", ".json.corrupt", ".lock", _TOMBSTONE):
+            if name.endswith(suffix) and container_id_problem(name[:-len(suffix)]) is None:
+                return True
+        for prefix, sep in ((".", ".json.tmp-"), ("", _OLD_TMP)):
+            cid, found, pid = name[len(prefix):].rpartition(sep)
+            if (name.startswith(prefix) and found and pid.isdigit()
+                    and container_id_problem(cid) is None):
+                return True
+        return False
+
+    def remove_dir(self) -> list[str]:
+        """netattach is uninstalled (nodefiles.remove_when_unused): remove every entry
+        netattach writes in cniDir, then the dir itself when nothing else is in it.
+        Returns the paths not removed with the reason; entries that are not
+        netattach's are left, and so is the dir then. Raises OSError when the dir
+        cannot be listed (absent is fine)."""
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        left = []
+        for name in names:
+            path = os.path.join(self.dir, name)
+            if not self._ours(name):
+                left.append(f"{path} (not netattach's: left, and so is {self.dir})")
+                continue
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                left.append(f"{path} ({e.strerror})")
+        if not left:
+            try:
+                os.rmdir(self.dir)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                left.append(f"{self.dir} ({e.strerror})")
+        return left
+
     def remove(self, container_id: str) -> None:
         """Delete the state file if present, and the temp files of saves that a killed
         netattach left for this container (this release's `.<id>.json.tmp-<pid>` and
