@@ -569,6 +569,16 @@ class Kube:
                             resp.status_code)
         return self._object(resp, "PUT", path, what)
 
+    # -- the installer's DaemonSet (install/uninstall.py: uninstall or restart)
+
+    def get_daemonset(self, namespace: str, name: str) -> dict | None:
+        """The DaemonSet (apps/v1) as a JSON dict, or None when it does not exist (404).
+        Retries and errors as `get_pod` (a 401 or 403 is a KubeError with that status).
+        RBAC: the installer's Role in deploy/rbac.yaml grants `get` on its own
+        DaemonSet by name."""
+        return self._get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}",
+                         f"DaemonSet {namespace}/{name}", "daemonsets.apps")
+
 
 def _retryable(status: int) -> bool:
     """429 and every 5xx: the statuses client-go retries (rest/with_retry.go `checkWait`);

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -92,6 +93,12 @@ class Node:
         self.source = root / "artifact"
         self.source_bytes = artifact_file(self.source, "v1", size=64 << 10)
         self.procs: list[tuple[subprocess.Popen, Path, Path]] = []
+        # The API server: a loopback port bound and never listened on, so every request
+        # is refused at once (and none leaves the machine): a stop gets no answer.
+        # Plain HTTP: the ServiceAccount's CA here is no certificate.
+        self.refusing = socket.socket()
+        self.refusing.bind(("127.0.0.1", 0))
+        self.api_server = f"http://127.0.0.1:{self.refusing.getsockname()[1]}"
 
     @property
     def ours(self) -> Path:
@@ -104,7 +111,8 @@ class Node:
     def argv(self, *extra: str, source: bool = True) -> list[str]:
         return [netattach_command(), "install", "--bin-dir", str(self.bin),
                 "--conf-dir", str(self.conf), "--service-account-dir", str(self.sa),
-                "--api-server", "https://10.96.0.1:443", "--poll-interval", POLL,
+                "--api-server", self.api_server, "--poll-interval", POLL,
+                "--uninstall-timeout", "1",
                 *(("--source", str(self.source)) if source else ()), *extra]
 
     def run(self, *extra: str, source: bool = True, env: dict | None = None
@@ -171,6 +179,7 @@ def node(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    n.refusing.close()
 
 
 def snapshot(root: Path) -> dict[str, tuple]:
@@ -615,7 +624,7 @@ def test_conflist_follows_the_primary(node):
 
     code, err = node.stop(proc)
     assert code == 0
-    assert node.netattach_leftovers() == []
+    assert node.netattach_leftovers() == ["00-netattach.conflist"]  # a restart keeps it
     for said in ("is now", "changed: rewrote", "was deleted: rewrote",
                  "was edited by someone else", "there is no cluster default network config"):
         assert said in err, said
@@ -645,9 +654,11 @@ def test_half_written_primary_is_ignored_until_valid(node):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_with_cleanup_leaves_no_conflist(node, sig):
-    """SIGTERM while the primary churns: at the end no 00-netattach.* and no temp file;
-    the binary and the kubeconfig stay."""
+def test_a_stop_without_an_answer_keeps_everything(node, sig):
+    """A signal while the primary churns, and the API server refuses every connection:
+    no answer is no uninstall (uninstall.py), so the node keeps attaching pods with
+    netattach: the conflist stays, whole and current, with no temp file beside it, and
+    so do the binary and the kubeconfig. The API server was asked more than once."""
     primary = node.conf / "10-a.conflist"
     write_atomically(primary, PRIMARY)
     proc = node.start()
@@ -671,10 +682,14 @@ def test_signal_with_cleanup_leaves_no_conflist(node, sig):
         stop.set()
         t.join()
     assert code == 0, err
-    assert node.netattach_leftovers() == []
+    assert node.netattach_leftovers() == ["00-netattach.conflist"]
+    assert node.plugin()["clusterNetwork"] == "/etc/cni/net.d/10-a.conflist"
+    assert node.plugin()["type"] == "netattach"  # whole, never torn
     assert (node.bin / "netattach").read_bytes() == node.source_bytes
     assert node.kubeconfig.exists()
-    assert f"{signal.Signals(sig).name} received, cleanup on exit" in err
+    name = signal.Signals(sig).name
+    assert f"{name} received; netattach stays installed on this node: no answer" in err
+    assert "asking again" in err and "ConnectionRefusedError" in err
 
 
 def test_sigterm_without_cleanup_keeps_the_conflist(node):
@@ -689,8 +704,8 @@ def test_sigterm_without_cleanup_keeps_the_conflist(node):
 
 def test_rolling_update_old_installer_leaves_the_conflist_to_the_new_one(node):
     """maxSurge: the new installer runs before the old one gets SIGTERM. The old one
-    sees it is not the last (installer.lock) and keeps the conflist; the last one
-    out removes it."""
+    sees it is not the last (installer.lock) and keeps everything without asking the
+    API server; so does the last one when no answer comes."""
     write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
     old = node.start()
     wait_for(node.plugin, "our conflist")
@@ -698,12 +713,13 @@ def test_rolling_update_old_installer_leaves_the_conflist_to_the_new_one(node):
     wait_for(lambda: "presence held" in node.stderr(new), "the new installer running")
     code, err = node.stop(old)
     assert code == 0, err
-    assert "another netattach installer on this node" in err
+    assert "another netattach installer runs on this node" in err
+    assert "no answer" not in err  # the API server was not asked
     assert node.netattach_leftovers() == ["00-netattach.conflist"]
     code, err = node.stop(new)
     assert code == 0, err
-    assert "cleanup on exit" in err
-    assert node.netattach_leftovers() == []
+    assert "stays installed on this node: no answer" in err
+    assert node.netattach_leftovers() == ["00-netattach.conflist"]
 
 
 def test_sigterm_while_waiting_for_the_primary(node):

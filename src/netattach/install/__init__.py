@@ -10,8 +10,12 @@ It runs as root in a pod that mounts the node's CNI bin and conf dirs, and
    (multi-net spec §6.1: do not signal readiness before the default network
    has), then writes `00-netattach.conflist`, which sorts before it, and keeps it
    in step with the primary while the primary changes, moves or disappears;
-4. on SIGTERM/SIGINT removes `00-netattach.conflist` (cleanup on, the default)
-   and exits 0. The binary and the kubeconfig stay: DEL of running pods needs them.
+4. on SIGTERM/SIGINT asks the API server whether netattach is uninstalled (its
+   DaemonSet deleted or being deleted, its ServiceAccount or RBAC gone) and exits 0:
+   on a restart or an update everything stays, so the node keeps attaching pods with
+   netattach; on an uninstall the conflist becomes the retired one (retired.py), and
+   netattach's files go at once when no sandbox it attached is left, else with the
+   last one's DEL (uninstall.py; docs/install-lifecycle.md).
 
 Modules, each the one owner of its part:
 * `files`: the installer's own file rules on top of netattach.atomicfile (reading a
@@ -22,6 +26,7 @@ Modules, each the one owner of its part:
 * `primary`: which config is the cluster default network (the rule is that
   module's doc) and the conflist written in front of it;
 * `loop`: the `Installer` and its watch loop, signals, the presence lock;
+* `uninstall`: uninstall or restart (the rule), the retired conflist, the removal;
 * here: the command line (`add_arguments`, `run`), which cli.py calls.
 
 Logs go to stderr; stdout is unused.
@@ -146,8 +151,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "--socket-dir`), written as daemonSocketDir (default: %(default)s)")
     g = parser.add_argument_group("behaviour")
     g.add_argument("--cleanup-on-exit", action=argparse.BooleanOptionalAction, default=True,
-                   help="on SIGTERM/SIGINT remove " + CONF_NAME + " (never the binary or the "
-                        "kubeconfig, which DEL of running pods needs). Default: on")
+                   help="on SIGTERM/SIGINT ask the API server whether netattach is "
+                        "uninstalled (--daemonset deleted or being deleted, or this pod's "
+                        "ServiceAccount token or RBAC rejected); if so, retire " + CONF_NAME
+                        + " (the cluster default network alone for new pods) and remove "
+                        "netattach's files from the node once no sandbox it attached is "
+                        "left; on any other stop (restart, update) leave everything. "
+                        "--no-cleanup-on-exit: always leave everything. Default: on")
+    g.add_argument("--daemonset", default="netattach",
+                   help="this pod's DaemonSet, in its namespace, which a stop asks the API "
+                        "server for (--cleanup-on-exit; RBAC: get on it, deploy/rbac.yaml) "
+                        "(default: %(default)s)")
+    g.add_argument("--uninstall-timeout", type=_seconds, default=5.0,
+                   help="on a stop, seconds to ask the API server (no answer: keep "
+                        "everything) and to wait for a running CNI operation before "
+                        "removing netattach's files; keep it below the pod's "
+                        "terminationGracePeriodSeconds (default: %(default)s)")
+    g.add_argument("--state-dir", default="/host/var/lib/cni/netattach",
+                   help="--cni-dir as mounted in this container (mount its parent, so the "
+                        "dir can be removed): on an uninstall netattach's files are removed "
+                        "at once when it holds no saved state (default: %(default)s)")
     g.add_argument("--installer-log-level", choices=("debug", "info", "warning", "error"),
                    default="info",
                    help="level of the installer's own logs on stderr (default: %(default)s)")

@@ -7,25 +7,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 import shutil
 import stat
 import sys
 from typing import Any
 
 from .. import atomicfile
+from ..nodefiles import BIN_TEMP, BINARY_NAME, SHIM_NAME, VERSION_DIR  # noqa: F401
 from .files import InstallError, remove
 
 log = logging.getLogger(__name__)
 
-BINARY_NAME = "netattach"
-SHIM_NAME = "netattach-shim"
-"""Thick mode's plugin: `<bin>/netattach-shim`, a link to the shim bundle inside the
-installed artifact (`.netattach-<digest>/shim/netattach-shim`, netattach.spec)."""
-VERSION_DIR = re.compile(r"^\.netattach-[0-9a-f]{12}$")
-BIN_TEMP = re.compile(r"^\.netattach\.tmp-")
-"""The bin dir's temp entries (_temp: atomicfile.temp_path of `netattach`, with a
-suffix for a tree, a symlink or a version dir set aside)."""
 _CHUNK = 1 << 20
 
 

@@ -7,9 +7,10 @@ import json
 import os
 from dataclasses import dataclass
 
+from ..nodefiles import KUBECONFIG_DIR_NAME
 from .files import MAX_CONFIG_BYTES, InstallError
 
-KUBECONFIG_SUBDIR = "netattach.d"
+KUBECONFIG_SUBDIR = KUBECONFIG_DIR_NAME
 CA_NAME = "ca.crt"  # in KUBECONFIG_SUBDIR: the API server's CA, named by the kubeconfig
 
 

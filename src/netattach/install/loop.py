@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import re
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import atomicfile
+from .. import atomicfile, nodefiles
 from .binary import (
     BIN_TEMP,
     BINARY_NAME,
@@ -41,10 +42,11 @@ from .kubeconfig import (
     render_kubeconfig,
 )
 from .primary import CONF_NAME, Lookup, PluginSettings, find_primary, render_conflist
+from .uninstall import Verdict, ask, decide, remove_files, retired_conflist, state_dir_mounted
 
 log = logging.getLogger(__name__)
 
-LOCK_NAME = "installer.lock"  # in KUBECONFIG_SUBDIR: one shared flock per running installer
+LOCK_NAME = nodefiles.PRESENCE_LOCK_NAME  # in KUBECONFIG_SUBDIR: a shared flock per installer
 WAIT_LOG_SECONDS = 10.0
 
 
@@ -245,17 +247,25 @@ class Installer:
     def hold_presence(self) -> int:
         """Take a shared flock on <conf-dir>/netattach.d/installer.lock for this
         installer's lifetime and return its fd. A new installer starting while the old
-        one still runs (maxSurge) holds one too, so the old one's cleanup on SIGTERM can
-        tell it is not the last and leave the conflist to its successor: no window in
-        which the runtime sees only the primary and starts pods without their networks.
-        Raises InstallError when the lock file cannot be opened."""
-        ensure_dir(self.kube_dir, 0o700, own=True)
+        one still runs (maxSurge) holds one too, so the old one's stop can tell it is
+        not the last and leave everything to its successor; and netattach's files are
+        never removed while an installer holds it (nodefiles.remove_when_unused takes it
+        exclusively, without waiting). The flock waits while an old installer stops or
+        a removal runs; a lock file removed meanwhile (with netattach's files) is made
+        afresh. Raises InstallError when the lock file cannot be opened."""
         path = os.path.join(self.kube_dir, LOCK_NAME)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        except OSError as e:
-            raise InstallError(f"cannot open {path}: {e.strerror}") from None
-        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while an old installer cleans up
+        while True:
+            ensure_dir(self.kube_dir, 0o700, own=True)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            except OSError as e:
+                raise InstallError(f"cannot open {path}: {e.strerror}") from None
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            if nodefiles.still_there(fd, path):
+                break
+            os.close(fd)
+            log.info("netattach's files were removed from this node while this installer "
+                     "started; installing afresh")
         log.info("running; presence held on %s", path)
         return fd
 
@@ -325,14 +335,19 @@ class Installer:
         for path in remove_stale_temps(self.kube_dir, re.compile(r"^\..*\.tmp-\d+$")):
             log.info("removed stale temp %s", path)
         presence = None if a.once else self.hold_presence()
+        self.note_retired()
         self.sync_binary()
         self.sync_kubeconfig()
         waiting_since: float | None = None
+        rule_checked = presence is None or not a.cleanup_on_exit
         while not stop.signum:
             self._retrying(self.sync_kubeconfig)
             ready = self._retrying(self.sync_conf)
             if ready:
                 waiting_since = None
+                if not rule_checked:  # once installed: an API server late to answer
+                    rule_checked = True  # never delays the conflist
+                    self.check_uninstall_rule()
                 if a.once:
                     log.info("installed; exiting (--once)")
                     return 0
@@ -348,13 +363,103 @@ class Installer:
         if a.once:
             log.error("%s before the installation completed; exiting 1", name)
             return 1
-        if a.cleanup_on_exit and presence is not None and not self.last_one_out(presence):
-            log.info("%s received; another netattach installer on this node (a rolling "
-                     "update) keeps %s", name, self.conf_path)
-        elif a.cleanup_on_exit:
-            self.remove_conf(f"{name} received, cleanup on exit")
-        else:
-            log.info("%s received; leaving %s in place (--no-cleanup-on-exit)", name,
-                     self.conf_path)
+        if not a.cleanup_on_exit:
+            log.info("%s received; leaving netattach installed (--no-cleanup-on-exit)", name)
+            return 0
+        assert presence is not None
+        deadline = time.monotonic() + a.uninstall_timeout
+        verdict = decide(self.ask_uninstalled, lambda: not self.last_one_out(presence),
+                         a.uninstall_timeout)
+        if not verdict.uninstall:
+            log.info("%s received; netattach stays installed on this node: %s", name,
+                     verdict.reason)
+            return 0
+        log.info("%s received; netattach is uninstalled: %s", name, verdict.reason)
+        self.retire(presence, deadline)
         return 0
+
+    # -- uninstall (uninstall.py)
+
+    def daemonset_ref(self, sa: ServiceAccount | None) -> tuple[str, str]:
+        """(namespace, name) of this installer's DaemonSet: the pod's namespace (the
+        ServiceAccount volume's), kube-system when it has none; --daemonset."""
+        return (sa.namespace if sa and sa.namespace else "kube-system"), self.args.daemonset
+
+    def ask_uninstalled(self, budget: float) -> Verdict:
+        """One try of the uninstall rule (uninstall.judge) with the ServiceAccount's token
+        as it is now, within `budget` seconds."""
+        try:
+            sa = read_service_account(self.args.service_account_dir)
+            server = api_server_url(self.args.api_server, self.environ)
+        except InstallError as e:
+            return Verdict(None, str(e))
+        namespace, name = self.daemonset_ref(sa)
+        return ask(server, sa, namespace, name, budget)
+
+    def check_uninstall_rule(self) -> None:
+        """At start, one try of the rule, logged: a stop now would keep netattach (INFO),
+        or would be taken for an uninstall or could not be told, which a wrong
+        --daemonset or missing RBAC cause (WARNING)."""
+        verdict = self.ask_uninstalled(min(self.args.uninstall_timeout, 5.0))
+        if verdict.uninstall is False:
+            log.info("a stop of this installer keeps netattach on the node: %s",
+                     verdict.reason)
+        elif verdict.uninstall:
+            log.warning("a stop of this installer would be taken for an uninstall: %s; "
+                        "check --daemonset and the RBAC of deploy/rbac.yaml (Role "
+                        "netattach-installer)", verdict.reason)
+        else:
+            log.warning("a stop of this installer could not be told from an uninstall "
+                        "now, for want of an answer (%s): it would keep netattach on the "
+                        "node", verdict.reason)
+
+    def note_retired(self) -> None:
+        """Log when the conflist is the retired one: an uninstall is being undone."""
+        try:
+            data = read_regular(self.conf_path)
+            retired = data is not None and nodefiles.is_retired(json.loads(data))
+        except (OSError, ValueError):
+            retired = False
+        if retired:
+            log.info("netattach was being uninstalled from this node (%s is the retired "
+                     "conflist); installing it again", self.conf_path)
+
+    def retire(self, presence: int, deadline: float) -> None:
+        """Uninstall (uninstall.py): write the retired conflist, then remove netattach's
+        files at once when no sandbox netattach attached is left. Holds the presence lock
+        exclusively (decide's last_one_out took it)."""
+        host_conflist = self.host_path(self.conf_path)
+        active: bytes | None = None
+        with contextlib.suppress(InstallError, OSError):
+            active = self.desired_conf()[0]
+        if active is None:
+            with contextlib.suppress(OSError):
+                active = read_regular(self.conf_path)
+        try:
+            data = retired_conflist(active or b"", host_conflist)
+        except (ValueError, RecursionError):
+            log.error("no cluster default network config and no usable %s: no retired "
+                      "conflist can be written; netattach's files are left on the node",
+                      self.conf_path)
+            return
+        try:
+            replace_if_changed(self.conf_path, data, 0o644, "retired conflist")
+        except InstallError as e:
+            log.error("%s; netattach's files are left on the node", e)
+            return
+        log.info("wrote the retired %s: the cluster default network alone for new pods, "
+                 "DEL from saved state for the sandboxes netattach attached", self.conf_path)
+        state_dir = self.args.state_dir
+        if not state_dir_mounted(state_dir):
+            log.warning("%s is not mounted here: the attached sandboxes cannot be counted; "
+                        "the plugin removes netattach's files after the last one's DEL",
+                        os.path.dirname(state_dir))
+            return
+        removal = remove_files(self.conf_path, self.args.bin_dir, state_dir, presence, deadline)
+        if removal.outcome == nodefiles.REMOVED:
+            log.info("no sandbox needs netattach: %s", removal.detail)
+            for path in removal.left:
+                log.error("netattach's file %s could not be removed; remove it by hand", path)
+        else:
+            log.info("netattach's files stay for now: %s", removal.detail)
 

@@ -37,9 +37,10 @@ from typing import Any
 from ..cni.errors import CniError, VersionError
 from ..cni.version import SUPPORTED_VERSIONS, config_version
 from ..delegates import list_conf_files, load_conf_file
+from ..nodefiles import CONFLIST_NAME
 from .files import MAX_CONFIG_BYTES
 
-CONF_NAME = "00-netattach.conflist"
+CONF_NAME = CONFLIST_NAME
 NETWORK_NAME = "netattach-cni-network"
 META_PLUGIN_TYPES = frozenset({"netattach", "netattach-shim", "multus", "multus-shim"})
 
