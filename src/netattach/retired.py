@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import nodefiles
 from .api import pod_ref, where
-from .cni import chain, invoke
-from .cni.errors import CniError
+from .cni import chain, invoke, version
+from .cni.errors import CniError, VersionError
 from .cni.request import CniRequest
 from .cni.result import convert_result
 from .netconf import NetConf
@@ -149,7 +149,13 @@ def _primary_only(orch: Orchestrator, req: CniRequest, conf: NetConf, command: s
     own, with the runtime's prevResult (the result netattach answered the ADD with, the
     cluster default network's) in that network's version when it converts."""
     pod = pod_ref(req)
+    if command == "CHECK" and not version.at_least(conf.cni_version, "0.4.0"):
+        raise VersionError(f"CHECK needs cniVersion 0.4.0 or later, the configuration says "
+                           f"{conf.cni_version}")  # as check.cmd_check
     att = _primary(req, conf)
+    if command == "CHECK" and not version.at_least(att.config.cni_version, "0.4.0"):
+        log.debug("CHECK skipped for %s: cniVersion %s", att.network, att.config.cni_version)
+        return
     prev = conf.raw.get("prevResult")
     if isinstance(prev, dict):
         try:

@@ -5,6 +5,7 @@ set, see tests.testbed.scenario.netattach_command). Waits poll with deadlines.""
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -720,6 +721,39 @@ def test_rolling_update_old_installer_leaves_the_conflist_to_the_new_one(node):
     assert code == 0, err
     assert "stays installed on this node: no answer" in err
     assert node.netattach_leftovers() == ["00-netattach.conflist"]
+
+
+def test_an_installer_starting_during_a_removal_waits_then_installs_afresh(node):
+    """The race of a reinstall with the removal of netattach's files: while a removal
+    holds the presence lock exclusively (here the test, as
+    nodefiles.remove_when_unused does), a starting installer waits and writes nothing;
+    when the removal ends having removed netattach.d with the lock file in it, the
+    installer installs afresh on a new lock file (never on the removed one, which
+    would let the next removal run beside it)."""
+    write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
+    kube_dir = node.conf / "netattach.d"
+    kube_dir.mkdir(mode=0o700)
+    lock = os.open(kube_dir / "installer.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        proc = node.start()
+        wait_for(lambda: "lock" in Path(f"/proc/{proc.pid}/wchan").read_text(),
+                 "the installer waiting for the presence lock")
+        assert not node.ours.exists() and not (node.bin / "netattach").exists()
+        shutil.rmtree(kube_dir)  # the removal's last step
+    finally:
+        os.close(lock)
+    wait_for(node.plugin, "the installer installing afresh")
+    assert "installing afresh" in node.stderr(proc)
+    held = (kube_dir / "installer.lock").stat().st_ino
+    probe = os.open(kube_dir / "installer.lock", os.O_RDWR)
+    try:
+        with pytest.raises(BlockingIOError):  # the installer holds the new one
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert os.fstat(probe).st_ino == held
+    finally:
+        os.close(probe)
+    assert node.stop(proc)[0] == 0
 
 
 def test_sigterm_while_waiting_for_the_primary(node):
