@@ -61,7 +61,12 @@ def run(orch: Orchestrator, req: CniRequest, conf: NetConf) -> dict[str, Any] | 
     # What runs after the files may be gone (cli: the timing line, the answer) is
     # imported now: a module of the removed artifact could not be loaded any more.
     from . import jsonutil, kube  # noqa: F401
-    fd = nodefiles.lock_conflist(conflist, exclusive=False)
+    try:
+        fd = nodefiles.lock_conflist(conflist, exclusive=False)
+    except OSError as e:  # not a file netattach wrote (a symlink...): no removal after
+        log.warning("cannot lock %s (%s): netattach's files are not removed by this call",
+                    conflist, e.strerror)
+        fd = None
     try:
         out = _command(orch, req, conf)
     finally:
