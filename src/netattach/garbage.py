@@ -26,6 +26,10 @@ server when it answers), with the netns, ifname and CNI_ARGS read before the dam
 when it is still valid, its children's pairs are unknown and no delegate gets GC.
 Tombstones older than state.TOMBSTONE_SECONDS are pruned (StateStore.prune_tombstones).
 
+With the retired configuration (retired.py, netattach being uninstalled) a valid pair
+without saved state is a sandbox netattach did not attach, the cluster default
+network's alone: it goes to the delegates as the runtime gave it instead.
+
 Failures do not stop the collection; they are reported together in one CniError.
 GC makes no API request, except where DEL's recovery of a damaged state asks.
 """
