@@ -8,6 +8,7 @@ the image recipe (Containerfile) puts the executable where the DaemonSet runs it
 from __future__ import annotations
 
 import argparse
+import os
 import re
 
 from kubernetes import client as k8s
@@ -58,7 +59,12 @@ def test_daemonset_mounts_the_host_dirs_where_the_installer_looks():
     host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
     mounted = {host[m["name"]]: m["mountPath"] for m in c["volumeMounts"]}
     args = _installer_args(c["command"][2:] + c.get("args", []))
-    assert mounted == {args.host_bin_dir: args.bin_dir, args.host_conf_dir: args.conf_dir}
+    # the state dir's parent too: on an uninstall the installer counts the sandboxes
+    # netattach attached there, and removes the state dir itself when there are none
+    state_parent = os.path.dirname(args.cni_dir)
+    assert mounted == {args.host_bin_dir: args.bin_dir, args.host_conf_dir: args.conf_dir,
+                       state_parent: os.path.dirname(args.state_dir)}
+    assert os.path.basename(args.state_dir) == os.path.basename(args.cni_dir)
     assert args.cleanup_on_exit is True
 
 
