@@ -238,8 +238,8 @@ def _remove_all(conflist: str, bin_dir: str, store: StateStore, kube_dir: str) -
         atomicfile.fsync_dir(os.path.dirname(conflist))
     try:
         left += store.remove_dir()
-    except OSError as e:
-        left.append(f"{store.dir} ({e.strerror})")
+    except StateError as e:
+        left.append(str(e))
     try:
         names = os.listdir(bin_dir)
     except OSError as e:

@@ -572,6 +572,16 @@ class StateStore:
         except OSError as e:
             raise StateError(f"cannot write state file {path}: {e.strerror}") from None
 
+    def _names(self) -> list[str]:
+        """The entries of `cniDir`; [] when it is absent. Raises StateError when it
+        cannot be listed."""
+        try:
+            return os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise StateError(f"cannot list state dir {self.dir}: {e.strerror}") from None
+
     def container_ids(self) -> list[str]:
         """IDs of every container with a saved state file, sorted; [] when `cniDir` is absent.
 
@@ -579,13 +589,7 @@ class StateStore:
         tombstones, temp files of an interrupted save and anything else in the dir are
         skipped. Raises StateError when the dir exists but cannot be listed.
         """
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
-        except OSError as e:
-            raise StateError(f"cannot list state dir {self.dir}: {e.strerror}") from None
-        ids = (n[:-len(".json")] for n in names if n.endswith(".json"))
+        ids = (n[:-len(".json")] for n in self._names() if n.endswith(".json"))
         return sorted(i for i in ids if container_id_problem(i) is None)
 
     def operations_running(self) -> list[str]:
@@ -593,14 +597,8 @@ class StateStore:
         DEL, a hot-plug change), sorted. A `<id>.lock` left by a process that was killed
         is not held and does not count. Raises StateError when the dir exists but
         cannot be listed; [] when it is absent."""
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
-        except OSError as e:
-            raise StateError(f"cannot list state dir {self.dir}: {e.strerror}") from None
         held = []
-        for name in sorted(names):
+        for name in sorted(self._names()):
             cid = name[:-len(".lock")]
             if not name.endswith(".lock") or container_id_problem(cid) is not None:
                 continue
@@ -637,14 +635,10 @@ class StateStore:
         """netattach is uninstalled (nodefiles.remove_when_unused): remove every entry
         netattach writes in cniDir, then the dir itself when nothing else is in it.
         Returns the paths not removed with the reason; entries that are not
-        netattach's are left, and so is the dir then. Raises OSError when the dir
+        netattach's are left, and so is the dir then. Raises StateError when the dir
         cannot be listed (absent is fine)."""
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
         left = []
-        for name in names:
+        for name in self._names():
             path = os.path.join(self.dir, name)
             if not self._ours(name):
                 left.append(f"{path} (not netattach's: left, and so is {self.dir})")
