@@ -186,7 +186,9 @@ class Node:
                 "bin": sorted(p.name for p in self.bin.iterdir()),
                 "state": self.state.exists()}
 
-    def start(self, *extra: str) -> subprocess.Popen:
+    def start(self, *extra: str, primary: bool = True) -> subprocess.Popen:
+        """Start an installer; return once it installed (`primary`: the cluster default
+        network's config is there) or, without one, once it waits for it."""
         write_sa(self.sa, self.identity.token, len(self.procs) + 1,
                  ca=self.cluster.ca_file.read_bytes())
         argv = [sc.netattach_command(), "install", f"--bin-dir={self.bin}",
@@ -199,6 +201,9 @@ class Node:
         with open(self.logs / f"installer{len(self.procs)}.log", "wb") as err:
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
         self.procs.append(proc)
+        if not primary:
+            wait_for(lambda: "waiting: no CNI config" in self.log(proc), "the installer waiting")
+            return proc
         wait_for(lambda: self.installed() or proc.poll() is not None,
                  "the installer's conflist and binary", timeout=120)
         assert proc.poll() is None, self.log(proc)
@@ -340,6 +345,20 @@ def test_a_stop_with_nothing_attached(admin_api, cluster, host_env, k8s_namespac
               "serviceaccount deleted": "token (401)",
               "rbac deleted": "(403)"}[how]
     assert "netattach is uninstalled: " in log and reason in log, log
+    assert "no sandbox needs netattach: removed" in log, log
+    assert node.snapshot() == before
+
+
+def test_an_uninstall_before_the_cluster_default_network_came(cluster, identity, node):
+    """Uninstalled while the installer still waits for the cluster default network's
+    config (its binary and kubeconfig written, no conflist): all of it goes, the conf
+    and bin dirs are as before."""
+    identity.create()
+    before = node.snapshot()
+    proc = node.start(primary=False)
+    assert (node.bin / "netattach").exists()
+    identity.delete_daemonset()
+    log = node.stop(proc)
     assert "no sandbox needs netattach: removed" in log, log
     assert node.snapshot() == before
 

@@ -41,7 +41,14 @@ from .kubeconfig import (
     read_service_account,
     render_kubeconfig,
 )
-from .primary import CONF_NAME, Lookup, PluginSettings, find_primary, render_conflist
+from .primary import (
+    CONF_NAME,
+    Lookup,
+    PluginSettings,
+    Primary,
+    find_primary,
+    render_conflist,
+)
 from .uninstall import Verdict, ask, decide, remove_files, retired_conflist, state_dir_mounted
 
 log = logging.getLogger(__name__)
@@ -428,20 +435,12 @@ class Installer:
         """Uninstall (uninstall.py): write the retired conflist, then remove netattach's
         files at once when no sandbox netattach attached is left. Holds the presence lock
         exclusively (decide's last_one_out took it)."""
-        host_conflist = self.host_path(self.conf_path)
-        active: bytes | None = None
-        with contextlib.suppress(InstallError, OSError):
-            active = self.desired_conf()[0]
-        if active is None:
-            with contextlib.suppress(OSError):
-                active = read_regular(self.conf_path)
-        try:
-            data = retired_conflist(active or b"", host_conflist)
-        except (ValueError, RecursionError):
-            log.error("no cluster default network config and no usable %s: no retired "
-                      "conflist can be written; netattach's files are left on the node",
-                      self.conf_path)
-            return
+        active = self.desired_conf()[0]
+        if active is None:  # no cluster default network config (yet): name the conf dir,
+            # whose first config it would be (netconf: clusterNetwork a directory)
+            active = render_conflist(self.args.host_conf_dir,
+                                     Primary(self.args.conf_dir, {}, "1.0.0"), self.settings)
+        data = retired_conflist(active, self.host_path(self.conf_path))
         try:
             replace_if_changed(self.conf_path, data, 0o644, "retired conflist")
         except InstallError as e:
