@@ -27,7 +27,9 @@ Every command holds a shared flock on the retired conflist while it runs, then t
 nodefiles.remove_when_unused: once no saved state is left (and no installer runs, no
 other command with the retired configuration runs, the conflist is still the retired
 one), netattach's files go: the conflist first, so the runtime's next call is the
-cluster default network's alone. A command that cannot take the flock because the
+cluster default network's alone; with them, the runtime's libcni cache entries of the
+conflist's network name, which the runtime's later DELs (through the cluster default
+network's name) would never remove. A command that cannot take the flock because the
 conflist is gone (removed meanwhile) never creates the state dir again.
 """
 from __future__ import annotations
@@ -188,7 +190,8 @@ def _primary_only(orch: Orchestrator, req: CniRequest, conf: NetConf, command: s
 def _remove_when_unused(conf: NetConf) -> None:
     """nodefiles.remove_when_unused for the configuration's paths; logs the outcome."""
     assert conf.retired_conflist is not None
-    removal = nodefiles.remove_when_unused(conf.retired_conflist, conf.bin_dir, conf.cni_dir)
+    removal = nodefiles.remove_when_unused(conf.retired_conflist, conf.bin_dir, conf.cni_dir,
+                                           network=conf.name)
     if removal.outcome == nodefiles.REMOVED:
         log.info("netattach is uninstalled from this node and no sandbox needs it any more: "
                  "%s", removal.detail)

@@ -422,3 +422,33 @@ def test_a_symlinked_conflist_is_not_followed(tmp_path):
     assert nodefiles.remove_when_unused(conflist, bin_dir, state).outcome == \
         nodefiles.NOT_RETIRED
     assert real.exists()
+
+
+def test_the_runtimes_cache_entries_of_the_network_go_with_the_files(tmp_path):
+    """libcni's result cache: the entries of netattach's network name go (the runtime
+    would never remove them once it DELs through the cluster default network's name);
+    another network's, whatever its file name, a file that is no cache record and a
+    symlink stay."""
+    conflist, bin_dir, state = _node(tmp_path)
+    cache = tmp_path / "results"
+    cache.mkdir()
+
+    def entry(name: str, network: str) -> Path:
+        path = cache / name
+        path.write_text(json.dumps({"kind": "cniCacheV1", "networkName": network,
+                                    "containerId": "c1", "ifName": "eth0"}))
+        return path
+
+    entry("netattach-cni-network-c1-eth0", "netattach-cni-network")
+    entry("netattach-cni-network-c2-eth0", "netattach-cni-network")
+    kept = [entry("netattach-cni-network-2-c1-eth0", "netattach-cni-network-2"),
+            entry("cluster-net-c1-eth0", "cluster-net")]
+    (cache / "netattach-cni-network-junk").write_text("not json")
+    (cache / "netattach-cni-network-link").symlink_to(kept[1])
+    removal = nodefiles.remove_when_unused(conflist, bin_dir, state,
+                                           network="netattach-cni-network",
+                                           cache_dir=str(cache))
+    assert removal.outcome == nodefiles.REMOVED and removal.left == ()
+    assert sorted(p.name for p in cache.iterdir()) == [
+        "cluster-net-c1-eth0", "netattach-cni-network-2-c1-eth0", "netattach-cni-network-junk",
+        "netattach-cni-network-link"]
