@@ -226,21 +226,26 @@ def remove_when_unused(conflist: str, bin_dir: str, cni_dir: str,
             os.close(presence)
 
 
+def _remove(path: str, left: list[str]) -> None:
+    """Remove the file, symlink or directory tree at `path`, not following a symlink;
+    nothing there is fine; a failure is appended to `left`."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        left.append(f"{path} ({e.strerror})")
+
+
 def _remove_all(conflist: str, bin_dir: str, store: StateStore, kube_dir: str) -> list[str]:
     """Remove the files (remove_when_unused's order); returns what could not be."""
     left: list[str] = []
 
     def remove(path: str) -> None:
-        try:
-            st = os.lstat(path)
-            if stat.S_ISDIR(st.st_mode):
-                shutil.rmtree(path)
-            else:
-                os.unlink(path)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            left.append(f"{path} ({e.strerror})")
+        _remove(path, left)
 
     remove(conflist)
     with contextlib.suppress(OSError):
@@ -297,10 +302,5 @@ def _remove_cached_results(cache_dir: str, network: str) -> list[str]:
         finally:
             os.close(fd)
         if ours:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                left.append(f"{path} ({e.strerror})")
+            _remove(path, left)
     return left
