@@ -165,25 +165,60 @@ def _issue(subject: x509.Name, key, *, issuer: x509.Certificate | None, issuer_k
     return b.sign(issuer_key, hashes.SHA256())
 
 
-def make_pki(pki: Path) -> dict[str, Path]:
+def _name(cn: str, org: str | None = None) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    if org:
+        attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    return x509.Name(attrs)
+
+
+def _load_ca(pki: Path):
+    """(CA certificate, CA key) that make_pki wrote under `pki`."""
+    ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
+    return ca, key
+
+
+def issue_client_cert(pki: Path, stem: str, cn: str, org: str | None = None) -> tuple[Path, Path]:
+    """A client certificate for `cn` (organization `org`: its group) signed by the test
+    bed's CA under `pki`: (<stem>.crt, <stem>.key), the key 0600."""
+    ca, ca_key = _load_ca(pki)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _issue(_name(cn, org), key, issuer=ca, issuer_key=ca_key,
+                  usage=[ExtendedKeyUsageOID.CLIENT_AUTH])
+    return (_write(pki / f"{stem}.crt", _cert_pem(cert)),
+            _write(pki / f"{stem}.key", _key_pem(key), 0o600))
+
+
+def issue_serving_cert(pki: Path, stem: str, cn: str, ips: list[str],
+                       dns: list[str]) -> tuple[Path, Path]:
+    """A serving certificate for `ips` and `dns` names signed by the test bed's CA under
+    `pki`: (<stem>.crt, <stem>.key), the key 0600."""
+    ca, ca_key = _load_ca(pki)
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns]
+    sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in ips]
+    cert = _issue(_name(cn), key, issuer=ca, issuer_key=ca_key, sans=sans,
+                  usage=[ExtendedKeyUsageOID.SERVER_AUTH])
+    return (_write(pki / f"{stem}.crt", _cert_pem(cert)),
+            _write(pki / f"{stem}.key", _key_pem(key), 0o600))
+
+
+def make_pki(pki: Path, service_cidr: str = SERVICE_CIDR) -> dict[str, Path]:
     """Create the test bed's keys and certificates under `pki`.
 
     A CA; the apiserver serving cert (127.0.0.1, ::1, localhost, the in-cluster
-    names and the first service IP); an admin client cert (O=system:masters);
-    the service-account token signing key pair (RSA 2048). EC P-256 keys for TLS.
-    Returns {"ca.crt", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key",
-    "sa.key", "sa.pub"} -> path; private keys are written 0600.
+    names and the first IP of `service_cidr`, the `kubernetes` Service's); an admin
+    client cert (O=system:masters); the service-account token signing key pair (RSA
+    2048). EC P-256 keys for TLS. Returns {"ca.crt", "ca.key", "apiserver.crt",
+    "apiserver.key", "admin.crt", "admin.key", "sa.key", "sa.pub"} -> path; private
+    keys are written 0600 (issue_client_cert and issue_serving_cert sign more).
     """
-    def name(cn: str, org: str | None = None) -> x509.Name:
-        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-        if org:
-            attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-        return x509.Name(attrs)
-
+    name = _name
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = _issue(name("netattach-testbed-ca"), ca_key, issuer=None, issuer_key=ca_key, ca=True)
 
-    first_service_ip = next(ipaddress.ip_network(SERVICE_CIDR).hosts())
+    first_service_ip = next(ipaddress.ip_network(service_cidr).hosts())
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in (
         "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
         "kubernetes.default.svc.cluster.local")]
@@ -202,6 +237,7 @@ def make_pki(pki: Path) -> dict[str, Path]:
                                               serialization.PublicFormat.SubjectPublicKeyInfo)
     out = {
         "ca.crt": _write(pki / "ca.crt", _cert_pem(ca)),
+        "ca.key": _write(pki / "ca.key", _key_pem(ca_key), 0o600),
         "apiserver.crt": _write(pki / "apiserver.crt", _cert_pem(srv)),
         "apiserver.key": _write(pki / "apiserver.key", _key_pem(srv_key), 0o600),
         "admin.crt": _write(pki / "admin.crt", _cert_pem(adm)),
@@ -356,9 +392,12 @@ class Cluster:
     admin_kubeconfig, etcd_url ("http://127.0.0.1:<port>"), apiserver_log, etcd_log.
     """
 
-    def __init__(self, workdir: Path, bin_dir: Path | None = None, audit: bool = False):
+    def __init__(self, workdir: Path, bin_dir: Path | None = None, audit: bool = False,
+                 service_cidr: str = SERVICE_CIDR, nodes: bool = False):
         self.workdir = Path(workdir).resolve()
         self.audit = audit
+        self.service_cidr = service_cidr
+        self.nodes = nodes
         self.audit_log = self.workdir / "logs" / "audit.log"
         self.bin_dir = bin_dir or k8s_bin_dir()
         self._apiserver_bin, self._etcd_bin = require_k8s_binaries(self.bin_dir)
@@ -375,16 +414,26 @@ class Cluster:
 
     @classmethod
     def start(cls, workdir: Path, bin_dir: Path | None = None,
-              timeout: float = READY_TIMEOUT, audit: bool = False) -> Cluster:
+              timeout: float = READY_TIMEOUT, audit: bool = False,
+              service_cidr: str = SERVICE_CIDR, nodes: bool = False) -> Cluster:
         """Make the PKI, start etcd then kube-apiserver, wait for /readyz (each up to
         `timeout` s). Returns the running Cluster; on any failure stops what was
         started and raises ClusterError (TestbinMissing if binaries are missing).
-        audit: the API server writes an audit log (see audit_events)."""
-        return started(cls(workdir, bin_dir, audit), timeout)
+        audit: the API server writes an audit log (see audit_events).
+        service_cidr: the Service IP range (its first IP is in the serving cert).
+        nodes: configured for real nodes (tests/testbed/node.py), as a kubeadm cluster
+        is: Node and RBAC authorization, the NodeRestriction and ServiceAccount admission
+        plugins, a client certificate for the API server's calls to kubelets."""
+        return started(cls(workdir, bin_dir, audit, service_cidr, nodes), timeout)
 
     def _start(self, timeout: float) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.pki = make_pki(self.workdir / "pki")
+        self.pki = make_pki(self.workdir / "pki", self.service_cidr)
+        if self.nodes:
+            crt, key = issue_client_cert(self.workdir / "pki", "apiserver-kubelet-client",
+                                         "kube-apiserver-kubelet-client", "system:masters")
+            self.pki.update({"apiserver-kubelet-client.crt": crt,
+                             "apiserver-kubelet-client.key": key})
         self._start_etcd(timeout)
         self.apiserver_port = free_port()
         self._write_admin_kubeconfig()
@@ -463,20 +512,29 @@ class Cluster:
             f"--tls-cert-file={p['apiserver.crt']}", f"--tls-private-key-file={p['apiserver.key']}",
             f"--client-ca-file={p['ca.crt']}",
             f"--etcd-servers={self.etcd_url}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={self.service_cidr}",
             f"--service-account-issuer={SA_ISSUER}",
             f"--service-account-key-file={p['sa.pub']}",
             f"--service-account-signing-key-file={p['sa.key']}",
-            "--authorization-mode=RBAC",
-            # No controller-manager: nobody creates the `default` ServiceAccount the
-            # ServiceAccount admission plugin requires of every pod.
-            "--disable-admission-plugins=ServiceAccount",
-            # No kube-proxy/kubelet: do not maintain the `kubernetes` Service endpoints
-            # (a loopback endpoint is invalid and would be retried forever).
+            # No kube-proxy: do not maintain the `kubernetes` Service endpoints (a
+            # loopback endpoint is invalid and would be retried forever).
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--v=1",
-        ] + self._audit_argv()
+        ] + self._authorization_argv() + self._audit_argv()
+
+    def _authorization_argv(self) -> list[str]:
+        if not self.nodes:
+            # No controller-manager: nobody creates the `default` ServiceAccount the
+            # ServiceAccount admission plugin requires of every pod.
+            return ["--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount"]
+        p = self.pki
+        # kubelets by their InternalIP: a node's name is not in any DNS (a lookup would
+        # leave the machine)
+        return ["--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-client-certificate={p['apiserver-kubelet-client.crt']}",
+                f"--kubelet-client-key={p['apiserver-kubelet-client.key']}"]
 
     def _audit_argv(self) -> list[str]:
         if not self.audit:
@@ -539,7 +597,7 @@ class Cluster:
 
 def start(workdir: Path, bin_dir: Path | None = None, timeout: float = READY_TIMEOUT,
           audit: bool = False) -> Cluster:
-    """Same as Cluster.start()."""
+    """Same as Cluster.start() (a cluster without nodes)."""
     return Cluster.start(workdir, bin_dir, timeout, audit)
 
 
