@@ -14,11 +14,11 @@ PYTEST_ARGS ?=
 include mk/testbin.mk
 
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-DEBS := containernetworking-plugins iproute2 iptables runc socat
+DEBS := containernetworking-plugins iproute2 iptables nftables runc socat
 
 .PHONY: sysdeps venv build lint test unit demo bench clean
 sysdeps:
-	@if ! command -v ip >/dev/null || [ ! -x /usr/lib/cni/bridge ] || [ ! -x /usr/sbin/iptables ] || [ ! -x /usr/sbin/runc ] || ! command -v socat >/dev/null; then \
+	@if ! command -v ip >/dev/null || [ ! -x /usr/lib/cni/bridge ] || [ ! -x /usr/sbin/iptables ] || [ ! -x /usr/sbin/runc ] || ! command -v socat >/dev/null || ! command -v nft >/dev/null; then \
 	  echo "installing Debian packages: $(DEBS)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(DEBS) >/dev/null; \
 	fi

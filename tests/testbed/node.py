@@ -840,3 +840,8 @@ def netattach_files(node: RealNode) -> list[str]:
     if node.host_path(STATE_DIR).exists():
         found.append(STATE_DIR)
     return sorted(found)
+
+
+def daemonset(node: RealNode) -> dict[str, Any]:
+    """netattach's DaemonSet object."""
+    return node.get("daemonset", "-n", NAMESPACE, DAEMONSET)
