@@ -258,8 +258,11 @@ def test_a_sandbox_added_before_netattach_is_deleted_through_it_quietly(
     rt.start_containerd(n, host_env.root / "containerd")
     try:
         assert loaded_networks(n) == ["cni-loopback", "cluster-net"]
+        ifbs = set(ifb_links())
         name, sid, status = run_pod(n, admin_api, host_env, k8s_namespace)
+        ifbs = set(ifb_links()) - ifbs  # bandwidth's egress device for this sandbox
         assert rt.netns_links(rt.sandbox_netns(status)) == ["eth0", "lo"]
+        assert len(ifbs) == 1 and sid in rt.iptables_nat()  # portmap's rules name it
         assert sorted(p.name for p in rt.libcni_cache_entries(sid)) == [
             f"cluster-net-{sid}-eth0", f"cni-loopback-{sid}-lo"]
         assert len(host_env.ipam_allocations()) == 1
@@ -271,6 +274,8 @@ def test_a_sandbox_added_before_netattach_is_deleted_through_it_quietly(
                  "containerd to load netattach's conflist")
         n.cri.stop_sandbox(sid)
         assert host_env.ipam_allocations() == []
+        # the cached runtimeConfig reached portmap's and bandwidth's DEL
+        assert sid not in rt.iptables_nat() and not ifbs & set(ifb_links())
         n.cri.remove_sandbox(sid)
         assert_freed(n, host_env, sid)
         log = netattach_log(host_env)
