@@ -344,7 +344,7 @@ def test_daemon_rbac_is_what_the_plugin_needs(admin_api, daemon_kubeconfig, k8s_
 
 
 def test_thick_overlay_mounts_the_kubelets_dirs_for_the_dra_driver():
-    """deploy/thick: the daemon runs without --dra (opt-in: README), and the dirs it uses
+    """deploy/thick: the daemon runs without --dra (opt-in: docs/dra.md), and the dirs it uses
     by default (the kubelet's plugins_registry, the driver's plugin dir) are mounted from
     the host, so adding `--dra` to its args is all it takes."""
     from netattach import daemon
