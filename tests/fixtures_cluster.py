@@ -18,6 +18,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from tests.testbed import cluster as cl
+from tests.testbed.daemon import NODE_NAME
 
 
 @pytest.fixture(scope="session")
@@ -55,8 +56,10 @@ def admin_api(cluster):
 @pytest.fixture(scope="session")
 def plugin_kubeconfig(cluster) -> Path:
     """Path of a kubeconfig holding only the kube-system/netattach ServiceAccount's
-    bearer token (24 h) + CA + server: what the plugin gets on a node."""
-    return cl.plugin_kubeconfig(cluster)
+    bearer token (24 h, bound to a pod on the test bed's node "test-node", as the
+    installer's projected token is bound to its pod) + CA + server: what the plugin
+    gets on a node."""
+    return cl.plugin_kubeconfig(cluster, node=NODE_NAME)
 
 
 @pytest.fixture
@@ -102,6 +105,7 @@ def _delete_namespace(api: k8s.ApiClient, name: str, timeout: float = 60.0) -> N
 def daemon_kubeconfig(cluster, admin_api) -> Path:
     """A kubeconfig of the thick-mode daemon's ServiceAccount, kube-system/netattach-daemon,
     with deploy/thick/rbac.yaml applied (list and watch pods and NADs, which the thin
-    plugin's ServiceAccount may not)."""
+    plugin's ServiceAccount may not); its token is bound to a pod on "test-node", as
+    the DaemonSet pod's projected token is bound to its pod."""
     cl.apply_manifests(admin_api, [cl.DEPLOY_DIR / "thick" / "rbac.yaml"])
-    return cl.plugin_kubeconfig(cluster, sa="netattach-daemon")
+    return cl.plugin_kubeconfig(cluster, sa="netattach-daemon", node=NODE_NAME)

@@ -163,6 +163,13 @@ def _explain(status: int, what: str, body: bytes, kubeconfig: str | None,
         hint += (f" (RBAC forbids it: the kubeconfig's user may not {permission}; bind the "
                  f"ClusterRole from {rbac}, which grants it, to the ServiceAccount in the "
                  "kubeconfig)")
+    elif status == 422 and "resourceclaims/driver" in detail:
+        # Kubernetes >= 1.36 (DRAResourceClaimGranularStatusAuthorization): a write of
+        # status.devices is refused as invalid, not 403, when the per-driver check fails
+        hint += (" (Kubernetes authorizes each driver's status.devices entries: bind the "
+                 f"ClusterRole from {rbac}, whose resourceclaims/driver rule grants "
+                 "associated-node:patch of this driver, and use a ServiceAccount token bound "
+                 "to a pod on the claim's node, as the DaemonSet's pods have)")
     return f"{what}: HTTP {status}{hint}: {detail}".rstrip(": ")
 
 

@@ -373,10 +373,11 @@ def test_status_patch_of_a_pod_gone_before_it(proxied, proxy, admin_api, fault):
 
 
 def _service_account(cluster, admin_api, namespace: str, rules: list[dict] | None,
-                     workdir: Path) -> tuple[Path, str]:
+                     workdir: Path, node: str | None = None) -> tuple[Path, str]:
     """A kubeconfig of a new ServiceAccount in `namespace`, and its name; with `rules`,
     bound to a new ClusterRole of the same name holding them (the caller deletes both
-    with _delete_cluster_role), else bound to nothing."""
+    with _delete_cluster_role), else bound to nothing. `node`: its token is bound to a
+    pod on that node (cluster.service_account_token)."""
     name = f"sa-{uuid.uuid4().hex[:8]}"
     if rules is not None:
         rbac = k8s.RbacAuthorizationV1Api(admin_api)
@@ -387,7 +388,8 @@ def _service_account(cluster, admin_api, namespace: str, rules: list[dict] | Non
                         "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]})
     path = cl.plugin_kubeconfig(cluster, namespace=namespace, sa=name,
-                                path=workdir / f"{name}.kubeconfig", expiration_seconds=600)
+                                path=workdir / f"{name}.kubeconfig", expiration_seconds=600,
+                                node=node)
     return path, name
 
 

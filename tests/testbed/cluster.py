@@ -633,10 +633,21 @@ def api_client(kubeconfig: Path) -> k8s.ApiClient:
 
 
 def service_account_token(cluster: Cluster, namespace: str = "kube-system",
-                          sa: str = "netattach", expiration_seconds: int = 24 * 3600) -> str:
+                          sa: str = "netattach", expiration_seconds: int = 24 * 3600,
+                          node: str | None = None) -> str:
     """A bearer token of ServiceAccount `namespace`/`sa` from the TokenRequest API, valid
     `expiration_seconds` s (what kubelet projects into the pod); creates the
-    ServiceAccount if missing (deploy/rbac.yaml normally has)."""
+    ServiceAccount if missing (deploy/rbac.yaml normally has).
+
+    `node`: the token is bound to a pod of the ServiceAccount on node `node`, as the
+    kubelet's projected token of a DaemonSet pod is: `<sa>-on-<node>` in `namespace`,
+    created if missing and never run (no kubelet runs it; the Node object need not
+    exist). The API server then authenticates the token with the extra
+    `authentication.kubernetes.io/node-name` = `node` (ServiceAccountTokenPodNodeInfo,
+    GA since 1.32), which Kubernetes 1.36+'s per-driver authorization of a
+    ResourceClaim's status.devices (`associated-node:` verbs on resourceclaims/driver)
+    and deploy/thick/rbac.yaml's ResourceSlice policy go by. Deleting that pod revokes
+    the token."""
     with cluster.admin_api() as api:
         core = k8s.CoreV1Api(api)
         try:
@@ -645,22 +656,39 @@ def service_account_token(cluster: Cluster, namespace: str = "kube-system",
         except ApiException as e:
             if e.status != 409:
                 raise
-        req = k8s.AuthenticationV1TokenRequest(
-            spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=expiration_seconds))
+        bound = None
+        if node is not None:
+            holder = f"{sa}-on-{node}"
+            try:
+                pod = core.create_namespaced_pod(namespace, {
+                    "metadata": {"name": holder},
+                    "spec": {"nodeName": node, "serviceAccountName": sa,
+                             "automountServiceAccountToken": False,
+                             "containers": [{"name": "c", "image": "registry.invalid/none:1"}]}})
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+                pod = core.read_namespaced_pod(holder, namespace)
+            bound = k8s.V1BoundObjectReference(api_version="v1", kind="Pod", name=holder,
+                                               uid=pod.metadata.uid)
+        req = k8s.AuthenticationV1TokenRequest(spec=k8s.V1TokenRequestSpec(
+            audiences=[], expiration_seconds=expiration_seconds, bound_object_ref=bound))
         return core.create_namespaced_service_account_token(sa, namespace, req).status.token
 
 
 def plugin_kubeconfig(cluster: Cluster, namespace: str = "kube-system", sa: str = "netattach",
-                      path: Path | None = None, expiration_seconds: int = 24 * 3600) -> Path:
+                      path: Path | None = None, expiration_seconds: int = 24 * 3600,
+                      node: str | None = None) -> Path:
     """A kubeconfig with which the plugin acts as ServiceAccount `namespace`/`sa`.
 
     Creates the ServiceAccount if missing (deploy/rbac.yaml normally has), gets a
-    token for it from the TokenRequest API valid `expiration_seconds` s, and writes
-    server + embedded CA + that bearer token, nothing else (no admin credentials),
-    mode 0600, to `path` (default: <workdir>/<namespace>-<sa>.kubeconfig).
+    token for it from the TokenRequest API valid `expiration_seconds` s (bound to a pod
+    on `node` if given: service_account_token), and writes server + embedded CA + that
+    bearer token, nothing else (no admin credentials), mode 0600, to `path` (default:
+    <workdir>/<namespace>-<sa>.kubeconfig).
     """
     path = Path(path) if path else cluster.workdir / f"{namespace}-{sa}.kubeconfig"
-    token = service_account_token(cluster, namespace, sa, expiration_seconds)
+    token = service_account_token(cluster, namespace, sa, expiration_seconds, node)
     return write_kubeconfig(path, cluster.server, user={"token": token},
                             ca_data=cluster.ca_file.read_bytes(), name=f"{namespace}-{sa}")
 

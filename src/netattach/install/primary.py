@@ -35,13 +35,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..cni.errors import CniError, VersionError
+from ..cni.libcni_cache import META_PLUGIN_TYPES
 from ..cni.version import SUPPORTED_VERSIONS, config_version
 from ..delegates import list_conf_files, load_conf_file
 from .files import MAX_CONFIG_BYTES
 
 CONF_NAME = "00-netattach.conflist"
 NETWORK_NAME = "netattach-cni-network"
-META_PLUGIN_TYPES = frozenset({"netattach", "netattach-shim", "multus", "multus-shim"})
 
 
 def _plugins(config: dict[str, Any]) -> list[Any]:
