@@ -43,7 +43,7 @@ image-sysdeps:
 
 image-bases: $(IMAGE_KEY_DIR)/bases.done
 $(IMAGE_KEY_DIR)/bases.done: | image-sysdeps
-	@echo "building the image's base images $(IMAGE_KEY) (takes ~5 min on 2 cores the first time, cached afterwards in $(IMAGE_KEY_DIR))"
+	@echo "building the image's base images $(IMAGE_KEY) (takes 3-5 min on 2 cores the first time, cached afterwards in $(IMAGE_KEY_DIR))"
 	$(SUDO) env IMAGE_KEY_DIR=$(IMAGE_KEY_DIR) $(IMAGE_SRC)/bases.sh
 
 # The archive gets the build's start time, as the executable of `make build` does.

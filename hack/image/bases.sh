@@ -15,6 +15,10 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/base.env"
 . "$here/lib.sh"
+if [ -e "$IMAGE_KEY_DIR/bases.done" ]; then
+	step "bases made meanwhile by another run"
+	exit 0
+fi
 
 work=$IMAGE_KEY_DIR/work
 rm -rf "$work" "$IMAGE_KEY_DIR/bases.done"

@@ -8,6 +8,11 @@ IMAGE_KEY=$(basename "$IMAGE_KEY_DIR")
 BUILD_BASE=localhost/netattach-build-base:$IMAGE_KEY
 RUNTIME_BASE=localhost/netattach-runtime-base:$IMAGE_KEY
 
+# One script at a time per key directory (two worktrees may run `make image` at once).
+mkdir -p "$IMAGE_KEY_DIR"
+exec 9>"$IMAGE_KEY_DIR/lock"
+flock 9
+
 # buildah's storage of its own (vfs: no overlay mounts, no fuse; never the machine's
 # default /var/lib/containers), configured by a storage.conf of its own so no
 # system or user storage.conf applies.
