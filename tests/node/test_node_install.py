@@ -17,11 +17,6 @@ from tests.testbed.serviceaccount import wait_for
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
 
 
-# Thick mode as an admin turns hot-plug on: an overlay of deploy/thick/ adding the flag.
-HOTPLUG_PATCH = [{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
-                  "value": "--hotplug"}]
-
-
 @pytest.fixture(scope="module", params=["thin", "thick"])
 def installed(request, real_node, node_image, tmp_path_factory):
     """netattach installed in the param's mode for the module's tests (thick: with
@@ -30,9 +25,9 @@ def installed(request, real_node, node_image, tmp_path_factory):
     if mode == "thin":
         nd.install(real_node, mode)
     else:
-        overlay = nd.admin_overlay(tmp_path_factory.mktemp("overlay"), "thick",
-                                   patches=[{"target": {"kind": "DaemonSet", "name": "netattach"},
-                                             "patch": json.dumps(HOTPLUG_PATCH)}])
+        # as an admin turns hot-plug on: an overlay of deploy/thick/ adding the flag
+        overlay = nd.admin_overlay(tmp_path_factory.mktemp("overlay"), "thick", patches=[
+            nd.container_args_patch(real_node, "thick", "install", "--hotplug")])
         nd.install(real_node, mode, overlay)
     try:
         yield mode

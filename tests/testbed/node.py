@@ -845,3 +845,29 @@ def netattach_files(node: RealNode) -> list[str]:
 def daemonset(node: RealNode) -> dict[str, Any]:
     """netattach's DaemonSet object."""
     return node.get("daemonset", "-n", NAMESPACE, DAEMONSET)
+
+
+def rendered(node: RealNode, overlay: Path | str) -> list[dict[str, Any]]:
+    """The objects `kubectl kustomize <overlay>` renders."""
+    return list(yaml.safe_load_all(node.kubectl("kustomize", str(overlay)).stdout))
+
+
+def container_args_patch(node: RealNode, mode: str, container: str,
+                         *args: str) -> dict[str, Any]:
+    """A kustomize `patches:` entry appending `args` to the `container` of netattach's
+    DaemonSet in the mode's overlay (a JSON patch at that container's index)."""
+    [ds] = [o for o in rendered(node, OVERLAYS[mode]) if o and o["kind"] == "DaemonSet"]
+    names = [c["name"] for c in ds["spec"]["template"]["spec"]["containers"]]
+    i = names.index(container)
+    ops = [{"op": "add", "path": f"/spec/template/spec/containers/{i}/args/-", "value": a}
+           for a in args]
+    return {"target": {"kind": "DaemonSet", "name": DAEMONSET}, "patch": json.dumps(ops)}
+
+
+def doc_block(path: Path, marker: str, lang: str = "yaml") -> str:
+    """The fenced ```<lang> block right after `<!-- marker -->` in a Markdown file."""
+    import re
+    m = re.search(rf"<!-- {re.escape(marker)} -->\n```{lang}\n(.*?)```", path.read_text(), re.S)
+    if not m:
+        raise AssertionError(f"{path} has no block after <!-- {marker} -->")
+    return m.group(1)
