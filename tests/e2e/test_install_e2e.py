@@ -2,7 +2,7 @@
 ServiceAccount volume holding a real token of kube-system/netattach (bound to a pod,
 as kubelet's are); the runtime then execs what the installer put in the bin dir with
 the conflist it wrote, and the pod gets its networks through the real API server
-with nothing but deploy/rbac.yaml's permissions. When the token is revoked and
+with nothing but deploy/base/rbac.yaml's permissions. When the token is revoked and
 kubelet rotates it, the installer's new kubeconfig keeps the plugin working.
 """
 from __future__ import annotations

@@ -39,7 +39,7 @@ def test_scenario_1_with_children_in_the_daemons_chroot_dir(
         assert f"children run in the root {hostroot} (--chroot-dir)" in daemon.log_text()
         run = s.run("ADD")
         assert run.code == 0, run.stdout + s.log_text()
-        assert sc.pod_links(s) == ["eth0", "lo", "net1", "net2"]
+        assert sc.pod_links(s) == ["data0", "eth0", "lo", "net1"]
         assert sc.network_status(admin_api, s.namespace, s.pod_name)
         run = s.run("DEL")
         assert run.code == 0, run.stdout + s.log_text()
