@@ -89,7 +89,7 @@ def test_installer_configures_the_node_and_follows_token_rotation(
             f"--conf-dir={host_env.conf_dir}", f"--host-conf-dir={host_env.conf_dir}",
             f"--host-bin-dir={host_bin}", f"--cni-dir={host_env.state_dir}",
             f"--service-account-dir={sa_dir}", f"--api-server={cluster.server}",
-            "--poll-interval=0.1", "--log-level=debug",
+            "--poll-interval=0.1", "--log-level=debug", f"--run-dir={tmp_path / 'run'}",
             f"--log-file={host_env.log_dir / 'netattach.log'}"]
     host_bin.mkdir()
     with log.open("wb") as log_out:

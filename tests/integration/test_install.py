@@ -200,7 +200,9 @@ def test_help_documents_every_flag():
                  "--namespace-isolation", "--global-namespaces", "--multus-namespace",
                  "--system-namespaces", "--log-level", "--log-file", "--installer-log-level",
                  "--readiness-indicator-file", "--no-cleanup-on-exit", "--cni-dir",
-                 "--once", "--check"):
+                 "--once", "--check", "--run-dir", "--netconf-file", "--default-networks",
+                 "--plugin-conf-dir", "--auxiliary-cni-chain-name", "--api-timeout",
+                 "--delegate-timeout", "--readiness-timeout"):
         assert flag in text, flag
 
 

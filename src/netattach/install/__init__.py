@@ -38,6 +38,7 @@ from typing import Any
 
 from ..cni.version import SUPPORTED_VERSIONS
 from ..logsetup import LOG_LEVELS
+from ..netconf import NetConf
 from .binary import tree_digest
 from .files import InstallError
 from .kubeconfig import KUBECONFIG_SUBDIR
@@ -145,12 +146,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "searches /etc/cni/net.d, then Multus' /etc/cni/multus/net.d")
     g.add_argument("--auxiliary-cni-chain-name", default=None,
                    help="auxiliaryCNIChainName (Multus' auxiliary CNI chain). Default: none")
-    for flag, key, plugin_default in (("--api-timeout", "apiTimeout", 5),
-                                      ("--delegate-timeout", "delegateTimeout", 60),
-                                      ("--readiness-timeout", "readinessTimeout", 30)):
+    for flag, key, plugin_default in (("--api-timeout", "apiTimeout", NetConf.api_timeout),
+                                      ("--delegate-timeout", "delegateTimeout",
+                                       NetConf.delegate_timeout),
+                                      ("--readiness-timeout", "readinessTimeout",
+                                       NetConf.readiness_timeout)):
         g.add_argument(flag, type=_seconds, default=None,
                        help=f"{key}, seconds. Default: not written (the plugin's "
-                            f"{plugin_default})")
+                            f"{plugin_default:g})")
     g.add_argument("--multus-namespace", default=None,
                    help="multusNamespace, where clusterNetwork/defaultNetworks NADs are looked "
                         "up. Default: the plugin's, kube-system")
