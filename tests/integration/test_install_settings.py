@@ -125,6 +125,16 @@ def test_check_flags_override_the_record_and_a_bad_record_is_not_ready(node):
     assert code == 1 and "is not a record of version 1 of the installer's settings" in err
 
 
+def test_no_writable_run_dir_is_a_warning_not_a_failure(node):
+    """An init container (--once) without the pod's emptyDir still installs; only the
+    probes could not pass, and the warning says so."""
+    write_atomically(node.conf / "10-k8s.conflist", PRIMARY)
+    (node.root / "a-file").write_text("")
+    code, err = node.run("--once", "--run-dir", str(node.root / "a-file" / "run"))
+    assert code == 0 and node.ours.exists(), err
+    assert "WARNING" in err and "`install --check` (the probes) will not be ready" in err
+
+
 # ---------------------------------------------------------------- conf keys
 
 def test_every_conf_key_flag_is_written_and_confdir_only_when_set(node):

@@ -256,8 +256,11 @@ def run(args: argparse.Namespace) -> int:
         installer = Installer(args, dict(os.environ))
         source = installer.source
         digest = tree_digest(source) if source and os.path.isdir(source) else None
-        path = write_record(args.run_dir, settings_of(args, _defaults()), digest)
-        log.info("settings recorded in %s (for --check)", path)
+        try:
+            path = write_record(args.run_dir, settings_of(args, _defaults()), digest)
+            log.info("settings recorded in %s (for --check)", path)
+        except InstallError as e:  # an init container (--once) may have no such dir
+            log.warning("%s: `install --check` (the probes) will not be ready", e)
         # refuse bad settings at once, naming the key (a stand-in primary: no key's
         # validity depends on it); the probes, reading the record, say the same
         installer.check_settings(SUPPORTED_VERSIONS[-1], args.host_conf_dir)
