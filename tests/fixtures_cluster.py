@@ -1,7 +1,8 @@
 """The test control plane (etcd + kube-apiserver, see tests/testbed/cluster.py) as fixtures.
 
 One cluster per session, started on first use (so unit-only runs never start it),
-with deploy/crd.yaml and deploy/rbac.yaml applied. Missing binaries fail the
+with deploy/ applied as `kubectl apply -k deploy/` applies it (thin mode: the CRD,
+the plugin's RBAC, the DaemonSet, which stays without pods: no controller-manager). Missing binaries fail the
 test (never skip): run `make testbin`, or the tests through `make test`.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tests.testbed.daemon import NODE_NAME
 
 @pytest.fixture(scope="session")
 def cluster():
-    """A running testbed Cluster with the CRD and RBAC of deploy/ applied.
+    """A running testbed Cluster with deploy/ (thin mode) applied.
 
     Its workdir (certs, etcd data, logs) is a fresh temp dir, removed at the end of
     the session unless NETATTACH_KEEP_CLUSTER=1 (to read the logs afterwards).
@@ -37,7 +38,7 @@ def cluster():
     try:
         with cl.Cluster.start(workdir) as c:
             with c.admin_api() as api:
-                cl.apply_manifests(api, cl.DEPLOY_MANIFESTS)
+                cl.apply_documents(api, cl.kustomize(cl.DEPLOY_DIR))
             yield c
     finally:
         if keep:
@@ -107,5 +108,5 @@ def daemon_kubeconfig(cluster, admin_api) -> Path:
     with deploy/thick/rbac.yaml applied (list and watch pods and NADs, which the thin
     plugin's ServiceAccount may not); its token is bound to a pod on "test-node", as
     the DaemonSet pod's projected token is bound to its pod."""
-    cl.apply_manifests(admin_api, [cl.DEPLOY_DIR / "thick" / "rbac.yaml"])
+    cl.apply_manifests(admin_api, [cl.THICK_DIR / "rbac.yaml"])
     return cl.plugin_kubeconfig(cluster, sa="netattach-daemon", node=NODE_NAME)

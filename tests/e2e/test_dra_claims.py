@@ -368,7 +368,7 @@ def test_validation_rule_fails_before_any_child(rule, make_scenario, admin_api, 
 
 @pytest.fixture(params=["plugin", "daemon"])
 def sa_api(request, plugin_kubeconfig, daemon_kubeconfig):
-    """An ApiClient of the thin plugin's (deploy/rbac.yaml) or the node daemon's
+    """An ApiClient of the thin plugin's (deploy/base/rbac.yaml) or the node daemon's
     (deploy/thick/rbac.yaml) ServiceAccount token, nothing else."""
     path = plugin_kubeconfig if request.param == "plugin" else daemon_kubeconfig
     with cl.api_client(path) as api:

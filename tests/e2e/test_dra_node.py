@@ -357,8 +357,8 @@ def test_thick_overlay_mounts_the_kubelets_dirs_for_the_dra_driver():
     assert not args.dra
     args = parser.parse_args([*d["args"], "--dra"])
     assert args.dra and args.dra_registry_dir is None and args.dra_plugin_dir is None
-    volumes = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
-    mounts = {m["mountPath"]: volumes[m["name"]] for m in d["volumeMounts"]}
+    volumes = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    mounts = {m["mountPath"]: volumes.get(m["name"]) for m in d["volumeMounts"]}
     for path in (dra.DEFAULT_REGISTRY_DIR, dra.DEFAULT_PLUGIN_DIR):
         assert mounts.get(path) == path
     assert os.path.dirname(dra.DEFAULT_PLUGIN_DIR) == "/var/lib/kubelet/plugins"

@@ -2,7 +2,7 @@
 ServiceAccount volume holding a real token of kube-system/netattach (bound to a pod,
 as kubelet's are); the runtime then execs what the installer put in the bin dir with
 the conflist it wrote, and the pod gets its networks through the real API server
-with nothing but deploy/rbac.yaml's permissions. When the token is revoked and
+with nothing but deploy/base/rbac.yaml's permissions. When the token is revoked and
 kubelet rotates it, the installer's new kubeconfig keeps the plugin working.
 """
 from __future__ import annotations
@@ -89,7 +89,7 @@ def test_installer_configures_the_node_and_follows_token_rotation(
             f"--conf-dir={host_env.conf_dir}", f"--host-conf-dir={host_env.conf_dir}",
             f"--host-bin-dir={host_bin}", f"--cni-dir={host_env.state_dir}",
             f"--service-account-dir={sa_dir}", f"--api-server={cluster.server}",
-            "--poll-interval=0.1", "--log-level=debug",
+            "--poll-interval=0.1", "--log-level=debug", f"--run-dir={tmp_path / 'run'}",
             f"--log-file={host_env.log_dir / 'netattach.log'}"]
     host_bin.mkdir()
     with log.open("wb") as log_out:

@@ -9,11 +9,12 @@ hack/bench.py, so nothing here imports pytest.
 
     with Cluster.start(workdir) as c:
         api = c.admin_api()
-        apply_manifests(api, DEPLOY_MANIFESTS)
+        apply_documents(api, kustomize(DEPLOY_DIR))   # what `kubectl apply -k deploy/` applies
         kubeconfig = plugin_kubeconfig(c)
 
 Binaries come from `make testbin` (NETATTACH_K8S_BIN, default: the cache dir keyed
-by the versions pinned in hack/testbin/k8s/go.mod, as mk/testbin.mk names it).
+by the versions pinned in hack/testbin/k8s/go.mod, as mk/testbin.mk names it);
+kubectl's built-in kustomize builds deploy/'s overlays, as an admin's kubectl does.
 """
 from __future__ import annotations
 
@@ -45,10 +46,10 @@ from kubernetes.client.rest import ApiException
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_DIR = REPO_ROOT / "deploy"
-# What the test bed applies: the CRD and the plugin's RBAC (not the DaemonSet).
-# What `kubectl apply -k deploy/` applies, in the kustomization's order.
-DEPLOY_MANIFESTS = tuple(DEPLOY_DIR / r for r in yaml.safe_load(
-    (DEPLOY_DIR / "kustomization.yaml").read_text())["resources"])
+"""Thin mode's kustomization (`kubectl apply -k deploy/`); thick mode's is THICK_DIR."""
+THICK_DIR = DEPLOY_DIR / "thick"
+BASE_DIR = DEPLOY_DIR / "base"
+"""The manifests both modes build on: crd.yaml, rbac.yaml (the thin plugin's), daemonset.yaml."""
 K8S_GOMOD = REPO_ROOT / "hack" / "testbin" / "k8s" / "go.mod"
 
 NAD_GROUP, NAD_VERSION, NAD_PLURAL = "k8s.cni.cncf.io", "v1", "network-attachment-definitions"
@@ -100,6 +101,26 @@ def k8s_bin_dir() -> Path:
     """$NETATTACH_K8S_BIN if set (as `make test/demo/bench` set it), else the default."""
     env = os.environ.get("NETATTACH_K8S_BIN")
     return Path(env) if env else default_k8s_bin_dir()
+
+
+def kubectl(bin_dir: Path | None = None) -> Path:
+    """The test bed's kubectl (with its built-in kustomize); TestbinMissing if absent."""
+    path = (bin_dir or k8s_bin_dir()) / "kubectl"
+    if not os.access(path, os.X_OK):
+        raise TestbinMissing(f"kubectl not found in {path.parent} (NETATTACH_K8S_BIN): run "
+                             "`make testbin` (or run the tests through `make test`)")
+    return path
+
+
+def kustomize(directory: Path) -> list[dict]:
+    """The documents `kubectl kustomize <directory>` builds (what `kubectl apply -k`
+    applies), in its order. Raises ClusterError with kubectl's message when the build
+    fails, TestbinMissing without kubectl."""
+    p = subprocess.run([str(kubectl()), "kustomize", str(directory)], capture_output=True,
+                       text=True, timeout=120)
+    if p.returncode != 0:
+        raise ClusterError(f"kubectl kustomize {directory} failed: {p.stderr.strip()}")
+    return [d for d in yaml.safe_load_all(p.stdout) if d]
 
 
 def require_k8s_binaries(bin_dir: Path | None = None) -> tuple[Path, Path]:
@@ -516,6 +537,9 @@ class Cluster:
             f"--service-account-issuer={SA_ISSUER}",
             f"--service-account-key-file={p['sa.pub']}",
             f"--service-account-signing-key-file={p['sa.key']}",
+            # as on any cluster that runs CNI DaemonSets (kubeadm's, k3s'...): deploy/thick's
+            # daemon is privileged, as the runtime's own CNI plugins run
+            "--allow-privileged=true",
             # No kube-proxy: do not maintain the `kubernetes` Service endpoints (a
             # loopback endpoint is invalid and would be retried forever).
             "--endpoint-reconciler-type=none",
@@ -637,7 +661,7 @@ def service_account_token(cluster: Cluster, namespace: str = "kube-system",
                           node: str | None = None) -> str:
     """A bearer token of ServiceAccount `namespace`/`sa` from the TokenRequest API, valid
     `expiration_seconds` s (what kubelet projects into the pod); creates the
-    ServiceAccount if missing (deploy/rbac.yaml normally has).
+    ServiceAccount if missing (deploy/base/rbac.yaml normally has).
 
     `node`: the token is bound to a pod of the ServiceAccount on node `node`, as the
     kubelet's projected token of a DaemonSet pod is: `<sa>-on-<node>` in `namespace`,
@@ -681,7 +705,7 @@ def plugin_kubeconfig(cluster: Cluster, namespace: str = "kube-system", sa: str 
                       node: str | None = None) -> Path:
     """A kubeconfig with which the plugin acts as ServiceAccount `namespace`/`sa`.
 
-    Creates the ServiceAccount if missing (deploy/rbac.yaml normally has), gets a
+    Creates the ServiceAccount if missing (deploy/base/rbac.yaml normally has), gets a
     token for it from the TokenRequest API valid `expiration_seconds` s (bound to a pod
     on `node` if given: service_account_token), and writes server + embedded CA + that
     bearer token, nothing else (no admin credentials), mode 0600, to `path` (default:
@@ -718,7 +742,13 @@ def load_manifests(paths: Iterable[Path]) -> list[dict]:
 
 def apply_manifests(api: k8s.ApiClient, paths: Iterable[Path], timeout: float = 30.0,
                     dry_run: bool = False, namespace: str = "default") -> list[dict]:
-    """Server-side apply every YAML document of `paths` (create or update, forcing
+    """apply_documents of every YAML document of `paths`; returns them as read."""
+    return apply_documents(api, load_manifests(paths), timeout, dry_run, namespace)
+
+
+def apply_documents(api: k8s.ApiClient, docs: list[dict], timeout: float = 30.0,
+                    dry_run: bool = False, namespace: str = "default") -> list[dict]:
+    """Server-side apply every document of `docs` (create or update, forcing
     ownership to field manager "netattach-testbed"), then wait up to `timeout` s
     for each CustomResourceDefinition among them to be Established and served.
 
@@ -727,10 +757,8 @@ def apply_manifests(api: k8s.ApiClient, paths: Iterable[Path], timeout: float = 
     namespace: for namespaced documents that name none.
     Supports the core, apps, rbac, apiextensions and admissionregistration v1 kinds and
     NetworkAttachmentDefinitions (ValueError otherwise).
-    Returns the applied documents as read from the file. ApiException on rejection,
-    ClusterError on timeout.
+    Returns `docs`. ApiException on rejection, ClusterError on timeout.
     """
-    docs = load_manifests(paths)
     for doc in docs:
         av, kind = doc.get("apiVersion"), doc.get("kind")
         if (av, kind) == (f"{NAD_GROUP}/{NAD_VERSION}", "NetworkAttachmentDefinition"):

@@ -627,7 +627,8 @@ def node_setup(cluster, env, netattach: str, plugin_dirs: list[Path], bridge: st
         "--cni-dir", str(env.state_dir), "--service-account-dir", str(root / "sa"),
         "--api-server", cluster.server, "--primary-config", str(primary),
         "--primary-timeout", "30", "--log-level", "debug",
-        "--log-file", str(env.log_dir / "netattach.log")])
+        "--log-file", str(env.log_dir / "netattach.log"),
+        "--run-dir", str(root / "installer-run")])  # the pod's own dir: the record
     p = node.install(netattach, *install_extra)
     if p.returncode != 0:
         raise ClusterError(f"netattach install --once failed ({p.returncode}): "

@@ -190,11 +190,11 @@ def test_401_403_explained_without_retry(stub, tmp_path, code, phrase):
 
 
 def test_a_403_names_the_rbac_manifest_of_the_client(stub, tmp_path):
-    """The plugin's requests are granted by deploy/rbac.yaml, the node daemon's by
+    """The plugin's requests are granted by deploy/base/rbac.yaml, the node daemon's by
     deploy/thick/rbac.yaml: a 403 names the one to fix."""
     s = stub(*[(403, status_doc(403, "no"))] * 2)
     path = str(kubeconfig(tmp_path / "kc", s.url))
-    for rbac in ("deploy/rbac.yaml", "deploy/thick/rbac.yaml"):
+    for rbac in ("deploy/base/rbac.yaml", "deploy/thick/rbac.yaml"):
         with pytest.raises(KubeError) as e:
             Kube(path, 60.0, rbac=rbac).get_pod("ns", "p")
         assert f"bind the ClusterRole from {rbac}," in str(e.value)
