@@ -14,11 +14,11 @@ PYTEST_ARGS ?=
 include mk/testbin.mk
 
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-DEBS := containernetworking-plugins iproute2 iptables runc
+DEBS := containernetworking-plugins iproute2 iptables nftables runc socat
 
 .PHONY: sysdeps venv build lint test unit demo bench clean
 sysdeps:
-	@if ! command -v ip >/dev/null || [ ! -x /usr/lib/cni/bridge ] || [ ! -x /usr/sbin/iptables ] || [ ! -x /usr/sbin/runc ]; then \
+	@if ! command -v ip >/dev/null || [ ! -x /usr/lib/cni/bridge ] || [ ! -x /usr/sbin/iptables ] || [ ! -x /usr/sbin/runc ] || ! command -v socat >/dev/null || ! command -v nft >/dev/null; then \
 	  echo "installing Debian packages: $(DEBS)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(DEBS) >/dev/null; \
 	fi
@@ -51,6 +51,11 @@ $(NETATTACH_EXE): $(VENV)/.build-installed $(BUILD_INPUTS)
 	  --workpath build/pyinstaller netattach.spec
 	@touch -r build/.started $@
 
+# The container image (docs/build.md, "make image"): build/image/netattach.tar, built with
+# buildah from the Containerfile on Debian bullseye bases made here; defines `image`,
+# `image-lock` and IMAGE_ENV.
+include mk/image.mk
+
 # Static checks (configured in pyproject.toml): ruff on the code and tests, mypy on the
 # package (strict on the CNI protocol and the orchestrator's core).
 lint: venv
@@ -59,9 +64,9 @@ lint: venv
 
 # Every test: the static checks, then unit, integration (real plugins in real netns)
 # and end to end (real kube-apiserver + etcd), the plugin exec'd being the built
-# artifact. Needs root for network namespaces.
-test: sysdeps venv lint testbin build
-	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+# artifact, and the image (tests/image). Needs root for network namespaces.
+test: sysdeps venv lint testbin build image
+	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(IMAGE_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

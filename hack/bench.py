@@ -434,7 +434,7 @@ def main() -> int:
     try:
         with cl.Cluster.start(workdir / "cluster", audit=True) as cluster, \
                 cluster.admin_api() as api:
-            cl.apply_manifests(api, cl.DEPLOY_MANIFESTS)
+            cl.apply_documents(api, cl.kustomize(cl.DEPLOY_DIR))
             sc.ensure_namespace(api, NAMESPACE)
             base = sc.setup(api, cl.plugin_kubeconfig(cluster), env, NAMESPACE,
                             SCENARIO_1_NETWORKS)

@@ -58,7 +58,7 @@ def main_direct() -> int:
     try:
         say("starting kube-apiserver + etcd on loopback (TLS, RBAC)")
         with cl.Cluster.start(workdir) as cluster, cluster.admin_api() as api:
-            cl.apply_manifests(api, cl.DEPLOY_MANIFESTS)
+            cl.apply_documents(api, cl.kustomize(cl.DEPLOY_DIR))
             kubeconfig = cl.plugin_kubeconfig(cluster)
             print(f"API server {cluster.server}; deploy/ applied (CRD, RBAC, DaemonSet);")
             print("the plugin's kubeconfig holds only the kube-system/netattach "
@@ -120,7 +120,7 @@ def main_containerd() -> int:
     try:
         say("starting kube-apiserver + etcd on loopback (TLS, RBAC)")
         with cl.Cluster.start(workdir) as cluster, cluster.admin_api() as api:
-            cl.apply_manifests(api, cl.DEPLOY_MANIFESTS)
+            cl.apply_documents(api, cl.kustomize(cl.DEPLOY_DIR))
             sc.ensure_namespace(api, NAMESPACE)
             say("netattach install --once: what the DaemonSet's installer does on a node")
             cni_bin = Path(os.environ.get("NETATTACH_CNI_BIN") or "/usr/lib/cni")

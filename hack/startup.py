@@ -30,8 +30,10 @@ PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 VERSION = ({"CNI_COMMAND": "VERSION", "PATH": PATH}, b'{"cniVersion": "1.0.0"}', 0)
 
 
-def api_refused_add(workdir: Path) -> tuple[dict[str, str], bytes, int]:
-    """(environment, stdin, expected exit status) of the --add case; files in workdir."""
+def api_refused_add(workdir: Path, seen_as: Path | None = None,
+                    ) -> tuple[dict[str, str], bytes, int]:
+    """(environment, stdin, expected exit status) of the --add case; files in workdir, which
+    the executable sees as `seen_as` (default: workdir; another path when it runs chrooted)."""
     pem = Path(certifi.where()).read_text().split("-----END CERTIFICATE-----")[0]
     ca = base64.b64encode((pem + "-----END CERTIFICATE-----\n").encode()).decode()
     kubeconfig = workdir / "kubeconfig"
@@ -41,9 +43,10 @@ def api_refused_add(workdir: Path) -> tuple[dict[str, str], bytes, int]:
                                                "certificate-authority-data": ca}}],
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    seen = seen_as or workdir
     conf = {"cniVersion": "1.0.0", "name": "n", "type": "netattach",
-            "kubeconfig": str(kubeconfig), "clusterNetwork": "/nonexistent/10-x.conf",
-            "cniDir": str(workdir / "state"), "logFile": str(workdir / "log"),
+            "kubeconfig": str(seen / "kubeconfig"), "clusterNetwork": "/nonexistent/10-x.conf",
+            "cniDir": str(seen / "state"), "logFile": str(seen / "log"),
             "logToStderr": False}
     env = {"PATH": PATH, "CNI_COMMAND": "ADD", "CNI_CONTAINERID": "startup",
            "CNI_NETNS": "/var/run/netns/none", "CNI_IFNAME": "eth0", "CNI_PATH": "/opt/cni/bin",

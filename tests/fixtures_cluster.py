@@ -1,7 +1,8 @@
 """The test control plane (etcd + kube-apiserver, see tests/testbed/cluster.py) as fixtures.
 
 One cluster per session, started on first use (so unit-only runs never start it),
-with deploy/crd.yaml and deploy/rbac.yaml applied. Missing binaries fail the
+with deploy/ applied as `kubectl apply -k deploy/` applies it (thin mode: the CRD,
+the plugin's RBAC, the DaemonSet, which stays without pods: no controller-manager). Missing binaries fail the
 test (never skip): run `make testbin`, or the tests through `make test`.
 """
 from __future__ import annotations
@@ -18,11 +19,12 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from tests.testbed import cluster as cl
+from tests.testbed.daemon import NODE_NAME
 
 
 @pytest.fixture(scope="session")
 def cluster():
-    """A running testbed Cluster with the CRD and RBAC of deploy/ applied.
+    """A running testbed Cluster with deploy/ (thin mode) applied.
 
     Its workdir (certs, etcd data, logs) is a fresh temp dir, removed at the end of
     the session unless NETATTACH_KEEP_CLUSTER=1 (to read the logs afterwards).
@@ -36,7 +38,7 @@ def cluster():
     try:
         with cl.Cluster.start(workdir) as c:
             with c.admin_api() as api:
-                cl.apply_manifests(api, cl.DEPLOY_MANIFESTS)
+                cl.apply_documents(api, cl.kustomize(cl.DEPLOY_DIR))
             yield c
     finally:
         if keep:
@@ -55,8 +57,10 @@ def admin_api(cluster):
 @pytest.fixture(scope="session")
 def plugin_kubeconfig(cluster) -> Path:
     """Path of a kubeconfig holding only the kube-system/netattach ServiceAccount's
-    bearer token (24 h) + CA + server: what the plugin gets on a node."""
-    return cl.plugin_kubeconfig(cluster)
+    bearer token (24 h, bound to a pod on the test bed's node "test-node", as the
+    installer's projected token is bound to its pod) + CA + server: what the plugin
+    gets on a node."""
+    return cl.plugin_kubeconfig(cluster, node=NODE_NAME)
 
 
 @pytest.fixture
@@ -102,6 +106,7 @@ def _delete_namespace(api: k8s.ApiClient, name: str, timeout: float = 60.0) -> N
 def daemon_kubeconfig(cluster, admin_api) -> Path:
     """A kubeconfig of the thick-mode daemon's ServiceAccount, kube-system/netattach-daemon,
     with deploy/thick/rbac.yaml applied (list and watch pods and NADs, which the thin
-    plugin's ServiceAccount may not)."""
-    cl.apply_manifests(admin_api, [cl.DEPLOY_DIR / "thick" / "rbac.yaml"])
-    return cl.plugin_kubeconfig(cluster, sa="netattach-daemon")
+    plugin's ServiceAccount may not); its token is bound to a pod on "test-node", as
+    the DaemonSet pod's projected token is bound to its pod."""
+    cl.apply_manifests(admin_api, [cl.THICK_DIR / "rbac.yaml"])
+    return cl.plugin_kubeconfig(cluster, sa="netattach-daemon", node=NODE_NAME)

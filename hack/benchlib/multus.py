@@ -4,7 +4,7 @@ daemon as a process of the bench.
 
 Multus acts as its own ServiceAccounts, one per mode (so the audit log tells their
 requests apart), each bound to a ClusterRole of exactly what that mode asks for:
-netattach's (deploy/rbac.yaml) does not do, since Multus writes network-status with an
+netattach's (deploy/base/rbac.yaml) does not do, since Multus writes network-status with an
 update of pods/status, not a patch, and its daemon lists and watches.
 
 The daemon (`multus-daemon --config daemon-config.json`, "multusConfigFile": "auto", as

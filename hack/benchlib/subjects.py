@@ -29,16 +29,15 @@ from . import multus
 from .measure import Exec, spawn
 
 CNI_VERSION_STDIN = json.dumps({"cniVersion": "1.0.0"}).encode()
-THICK_MANIFEST = cl.DEPLOY_DIR / "thick" / "daemonset-thick.yaml"
 
 
 def deployed_daemon_flags(workdir: Path) -> tuple[str, ...]:
     """The flags deploy/thick gives `netattach daemon` that change how it runs (log
     level, pool size, the DRA kubelet plugin), so the bench measures the daemon as a
     node runs it; the paths (the kubelet's plugin dirs: in `workdir`) and the metrics
-    address stay the test bed's."""
-    import yaml
-    doc = yaml.safe_load(THICK_MANIFEST.read_text())
+    address stay the test bed's (and it runs the children in this machine's root: no
+    --chroot-dir)."""
+    [doc] = [d for d in cl.kustomize(cl.THICK_DIR) if d["kind"] == "DaemonSet"]
     [container] = [c for c in doc["spec"]["template"]["spec"]["containers"]
                    if c["name"] == "daemon"]
     flags = tuple(a for a in container["args"]
@@ -189,7 +188,7 @@ class NetattachThick(_Daemonised):
         command = sc.netattach_command()
         # the daemon's own ServiceAccount (deploy/thick/rbac.yaml): it lists and watches
         # pods and NADs, which the thin plugin's account may not
-        cl.apply_manifests(api, [cl.DEPLOY_DIR / "thick" / "rbac.yaml"])
+        cl.apply_manifests(api, [cl.THICK_DIR / "rbac.yaml"])
         self.daemon = self.node_daemon.NodeDaemon.start(
             command, bed.env, cl.plugin_kubeconfig(bed.cluster, sa="netattach-daemon"),
             flags=deployed_daemon_flags(bed.workdir))

@@ -6,6 +6,12 @@ What DEL works from, in order (`_load_or_rebuild`):
 2. no state but a tombstone (its last DEL completed): nothing to do, at once, quietly;
 3. a damaged file: moved aside as `<id>.json.corrupt`, the attachments still whole in
    it salvaged; when that is all of them, DEL uses them (no API request);
+3a. no state, and the runtime's libcni cache (cni.libcni_cache) shows that it ADDed the
+   sandbox with one network that is no delegating meta-plugin, not with netattach's
+   conflist: the sandbox predates netattach (or was ADDed while netattach's conflist was
+   absent), so that network is all it has. DEL releases it as cached (config, runtime
+   config and result: what the ADD ran), asks the API nothing, logs at INFO, and
+   removes the cache entry once done, as libcni's own DEL of that network would have;
 4. otherwise the plan rebuilt from the pod and its NADs, an attachment read from the
    file replacing the rebuilt one of the same interface (it is what the ADD ran);
 5. otherwise a best effort (`_best_effort`): what is known, plus the cluster default
@@ -42,6 +48,7 @@ from .state import (
 )
 
 if TYPE_CHECKING:
+    from .cni.libcni_cache import CachedAdd
     from .orchestrator import Orchestrator
 
 log = logging.getLogger("netattach")
@@ -97,7 +104,7 @@ def cmd_del(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
     orch.drop_writes(req.container_id)  # before the lock: a write being sent may hold it
     try:
         with store.lock(req.container_id):
-            state, as_saved = _load_or_rebuild(orch, req, conf, pod, store)
+            state, as_saved, cached = _load_or_rebuild(orch, req, conf, pod, store)
             if state is None:
                 return
             if state.status_pending is not None or state.hotplug is not None:
@@ -106,6 +113,8 @@ def cmd_del(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
             if errors:
                 if not as_saved:
                     store.save(state)
+                if cached is not None:  # the saved state holds what the entry said now
+                    _forget_cached(pod, cached)
                 raise TryAgain(f"pod {pod or req.container_id}: DEL failed for {len(errors)} "
                                "attachment(s): " + "; ".join(errors))
             if state.del_pending is not None:
@@ -113,6 +122,8 @@ def cmd_del(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
             if any(a.claim for a in state.attempted()):
                 clear_claims(orch, conf, pod, state)
             store.release(req.container_id)
+            if cached is not None:
+                _forget_cached(pod, cached)
             log.info("%s: detached %d attachment(s)", where(pod), len(state.attempted()))
     except StateError as e:
         raise e.within(where(pod)) from None
@@ -192,15 +203,19 @@ def _names(attachments: list[SavedAttachment]) -> str:
 
 
 def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef | None,
-                     store: StateStore) -> tuple[SavedState | None, bool]:
-    """The state DEL works from (module doc), and whether it is the saved file as it is;
-    (None, True) when there is nothing to do (a tombstone). Every case but a whole
-    state, a marker and a tombstone is logged, naming the container."""
+                     store: StateStore
+                     ) -> tuple[SavedState | None, bool, CachedAdd | None]:
+    """The state DEL works from (module doc), whether it is the saved file as it is, and
+    the libcni cache entry it was taken from (case 3a; None otherwise); (None, True,
+    None) when there is nothing to do (a tombstone). Every case but a whole state, a
+    marker, a tombstone and a sandbox ADDed without netattach (INFO) is logged at
+    WARNING or above, naming the container."""
     cid = req.container_id
     who = f"container {cid} (pod {pod or '?'})"
     base = SavedState.for_request(req, pod, conf.cni_version)
     known: list[SavedAttachment] = []
     since: float | None = None
+    without_netattach = ""  # the networks libcni's cache says ADDed the sandbox instead
     try:
         state = store.load(cid)
     except CorruptState as e:
@@ -213,22 +228,30 @@ def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: Po
                   len(salvaged.attachments), "all of them: DEL uses them" if salvaged.complete
                   else "the rest is lost")
         if salvaged.complete:
-            return base.with_attachments(salvaged.attachments), False
+            return base.with_attachments(salvaged.attachments), False, None
         known, situation, loud = salvaged.attachments, "saved state damaged", True
     except StateError as e:
         log.error("%s: %s", who, e)
         situation, loud = "saved state unreadable", True
     else:
         if state is not None and state.del_pending is None:
-            return state, True
+            return state, True, None
         if state is None:
             deleted = store.deleted_since(cid)
             if deleted is not None:
                 log.debug("%s: already released (by a DEL, or by the ADD that failed) at "
                           "%s; nothing to do", who,
                           time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deleted)))
-                return None, True
+                return None, True, None
+            cached, without_netattach = _added_without_netattach(orch, req, conf)
+            if cached is not None:
+                primary = _from_libcni_cache(req, base, cached, who)
+                if primary is not None:
+                    return primary, False, cached
             situation, loud = "no saved state", False
+            if without_netattach:
+                situation += (f": the runtime ADDed it without netattach (network(s) "
+                              f"{without_netattach} in libcni's cache)")
         else:
             assert state.del_pending is not None
             known = [a for a in state.attachments if not a.from_config]
@@ -241,8 +264,8 @@ def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: Po
         # is not asked, and waiting for it (DEL_RETRY_WINDOW) cannot help
         cause = ConfigError("netattach is being uninstalled from this node, so the API "
                             "server is not asked")
-        return _best_effort(orch, req, conf, base, known, cause, None, None, situation,
-                            loud), False
+        return (_best_effort(orch, req, conf, base, known, cause, None, None, situation,
+                             loud), False, None)
     api = orch.api(conf) if pod else None
     # the rebuild's modules (NADs, planning, the API client) only when a DEL needs them:
     # a DEL from a whole saved state never does
@@ -250,15 +273,75 @@ def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: Po
     try:
         plan = build_plan(req, conf, pod, api, wait_for_pod=False)
     except CniError as e:
-        return _best_effort(orch, req, conf, base, known, e, since, api, situation, loud), False
+        return (_best_effort(orch, req, conf, base, known, e, since, api, situation, loud),
+                False, None)
     rebuilt = plan.saved(base, attempted=True)
     read = {a.ifname: a for a in known}
     attachments = [read.pop(a.ifname, a) for a in rebuilt.attachments] + list(read.values())
-    log.log(logging.ERROR if loud else logging.WARNING,
+    # a sandbox ADDed without netattach (by Multus, say) lost no state of netattach's: the
+    # rebuilt plan is what there is to release, nothing to warn about
+    log.log(logging.ERROR if loud else logging.INFO if without_netattach else logging.WARNING,
             "%s: %s; DEL rebuilt from the API (%d attachments%s)", who, situation,
             len(attachments), f", {len(known)} of them as read from the saved state"
             if known else "")
-    return rebuilt.with_attachments(attachments), False
+    return rebuilt.with_attachments(attachments), False, None
+
+
+def _added_without_netattach(orch: Orchestrator, req: CniRequest,
+                             conf: NetConf) -> tuple[CachedAdd | None, str]:
+    """What libcni's cache (cni.libcni_cache) says of the sandbox of a DEL without saved
+    state: (the entry, its network name) when the runtime ADDed CNI_IFNAME with one
+    network alone that is no delegating meta-plugin (the sandbox's only attachment is
+    that network's); (None, the networks' names) when it ADDed it without netattach
+    with something else (Multus, several entries); (None, "") when the cache has no
+    entry (another runtime, a wiped cache: nothing is known) or an entry of netattach's
+    own conflist (its name, or a plugin of type netattach or netattach-shim: netattach
+    ADDed the sandbox, so its state was lost).
+    The rule's source: libcni caches every successful ADD under the network name of the
+    conflist it ran, and the runtime DELs with the conflist it has now (netattach's), so
+    an entry under another name is an ADD by another conflist."""
+    from .cni.libcni_cache import META_PLUGIN_TYPES, cached_adds
+    entries = cached_adds(req.container_id, req.ifname, orch.libcni_cache_dir)
+    own_types = {"netattach", "netattach-shim", conf.raw.get("type")}
+    if not entries or any(e.network == conf.name or e.plugin_types & own_types
+                          for e in entries):
+        return None, ""
+    names = ", ".join(repr(e.network) for e in entries)
+    if len(entries) == 1 and not entries[0].plugin_types & META_PLUGIN_TYPES:
+        return entries[0], names
+    return None, names
+
+
+def _from_libcni_cache(req: CniRequest, base: SavedState, cached: CachedAdd,
+                       who: str) -> SavedState | None:
+    """The state of a sandbox ADDed by one network without netattach (case 3a): that
+    network as the cluster default network on CNI_IFNAME, with the config, runtime
+    config and result the ADD ran (libcni's cache entry `cached`); logged at INFO. None
+    (logged at DEBUG) when the cached config is no CNI config netattach can run."""
+    try:
+        chain.NetworkConfig.from_dict(cached.config, f"libcni cache entry {cached.path}")
+    except CniError as e:
+        log.debug("%s: %s", who, e)
+        return None
+    log.info("%s: no saved state: the runtime ADDed it with network %r alone, without "
+             "netattach (libcni's cache entry %s): DEL releases that network as ADDed",
+             who, cached.network, cached.path)
+    return base.with_attachments([SavedAttachment(
+        network=cached.network, ifname=req.ifname, config=cached.config,
+        source=f"libcni cache entry {cached.path}", default=True,
+        capability_args=cached.capability_args, attempted=True, result=cached.result)])
+
+
+def _forget_cached(pod: PodRef | None, cached: CachedAdd) -> None:
+    """After a DEL from libcni's cache entry (case 3a) completed, or failed and saved its
+    state (which the runtime's retry works from): remove the entry, which no runtime DEL
+    will (it removes the entry of its own conflist's name). A failure to remove is
+    logged; the DEL goes on."""
+    from .cni.libcni_cache import remove
+    try:
+        remove(cached)
+    except OSError as e:
+        log.warning("%s: libcni cache entry %s not removed: %s", where(pod), cached.path, e)
 
 
 def _best_effort(orch: Orchestrator, req: CniRequest, conf: NetConf, base: SavedState,

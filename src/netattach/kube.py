@@ -142,7 +142,7 @@ class KubeError(TryAgain):
 
 
 def _explain(status: int, what: str, body: bytes, kubeconfig: str | None,
-             permission: str, note: str = "", rbac: str = "deploy/rbac.yaml") -> str:
+             permission: str, note: str = "", rbac: str = "deploy/base/rbac.yaml") -> str:
     """The message of a failed request: `what`, the HTTP status, `note` (why the
     retries stopped) in parentheses, what to fix for 401 and 403, and the API
     server's own message (the Status' `message`; else a short, sanitized start of
@@ -156,13 +156,20 @@ def _explain(status: int, what: str, body: bytes, kubeconfig: str | None,
     if status == 401:
         hint += (f" (the credentials in kubeconfig {kubeconfig or '(default)'} were rejected: "
                  "the ServiceAccount token is expired or revoked; rewrite the kubeconfig with a "
-                 "fresh token. `netattach install`, the DaemonSet of deploy/daemonset.yaml, "
+                 "fresh token. `netattach install`, the DaemonSet of deploy/base/daemonset.yaml, "
                  "rewrites it whenever kubelet rotates the token: check that its pod runs on "
                  "this node)")
     elif status == 403:
         hint += (f" (RBAC forbids it: the kubeconfig's user may not {permission}; bind the "
                  f"ClusterRole from {rbac}, which grants it, to the ServiceAccount in the "
                  "kubeconfig)")
+    elif status == 422 and "resourceclaims/driver" in detail:
+        # Kubernetes >= 1.36 (DRAResourceClaimGranularStatusAuthorization): a write of
+        # status.devices is refused as invalid, not 403, when the per-driver check fails
+        hint += (" (Kubernetes authorizes each driver's status.devices entries: bind the "
+                 f"ClusterRole from {rbac}, whose resourceclaims/driver rule grants "
+                 "associated-node:patch of this driver, and use a ServiceAccount token bound "
+                 "to a pod on the claim's node, as the DaemonSet's pods have)")
     return f"{what}: HTTP {status}{hint}: {detail}".rstrip(": ")
 
 
@@ -184,7 +191,7 @@ class Kube:
     """
 
     def __init__(self, kubeconfig: str | None, timeout: float = 10.0, setting: str | None = None,
-                 shared: tuple[Any, Any, str] | None = None, rbac: str = "deploy/rbac.yaml"):
+                 shared: tuple[Any, Any, str] | None = None, rbac: str = "deploy/base/rbac.yaml"):
         self.kubeconfig = kubeconfig
         self.timeout = timeout
         self.setting = setting
@@ -419,7 +426,7 @@ class Kube:
         """Merge-patch annotations of a pod through the `pods/status` subresource.
 
         The status subresource is used so that the plugin's RBAC needs no write
-        access to the pod itself (deploy/rbac.yaml grants `patch` on
+        access to the pod itself (deploy/base/rbac.yaml grants `patch` on
         `pods/status` only); the API server keeps metadata changes made there.
         `uid`: the pod must still be this one. The patch then carries it, as
         kubelet's status patches do, and the API server refuses to change a UID, so
@@ -574,7 +581,7 @@ class Kube:
     def get_daemonset(self, namespace: str, name: str) -> dict | None:
         """The DaemonSet (apps/v1) as a JSON dict, or None when it does not exist (404).
         Retries and errors as `get_pod` (a 401 or 403 is a KubeError with that status).
-        RBAC: the installer's Role in deploy/rbac.yaml grants `get` on its own
+        RBAC: the installer's Role in deploy/base/rbac.yaml grants `get` on its own
         DaemonSet by name."""
         return self._get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}",
                          f"DaemonSet {namespace}/{name}", "daemonsets.apps")

@@ -6,6 +6,8 @@ invoke.Exec:
   requests within one apiTimeout budget; the node daemon: its watch caches);
 * `executor`: finds and runs child plugins (the process executor, or a fake);
 * `clock`: epoch seconds (DEL's retry window, tombstones);
+* `libcni_cache_dir`: the runtime's libcni cache dir (cni.libcni_cache), read by a DEL
+  without saved state;
 * `drop_writes`: container ID -> None, called as every DEL of a container begins (the
   runtime's, and GC's of a stale container), before its lock is taken: the API seam's
   writes still queued for it are dropped (the node daemon: `Publisher.cancel`, which
@@ -26,6 +28,7 @@ from typing import Any
 
 from .api import PodApi
 from .cni import chain, invoke
+from .cni.libcni_cache import CACHE_DIR
 from .cni.request import CniRequest
 from .netconf import NetConf
 from .state import SavedAttachment, StateStore
@@ -46,6 +49,7 @@ class Orchestrator:
     api: Callable[[NetConf], PodApi] = _thin_api
     executor: invoke.Executor = field(default=invoke.PROCESS_EXECUTOR)
     clock: Callable[[], float] = time.time
+    libcni_cache_dir: str = CACHE_DIR
     drop_writes: Callable[[str], None] = _nothing_queued
 
     def store(self, conf: NetConf) -> StateStore:

@@ -123,7 +123,7 @@ def pod_network_status(kube: Kube, namespace: str, name: str) -> list[dict]:
             f"pod {namespace}/{name} has no {NETWORK_STATUS_ANNOTATION} annotation yet: "
             "netattach writes it once it has attached the pod's networks, so the pod may "
             "not have been attached yet (not scheduled, sandbox not created); if it is "
-            "running, the plugin may lack RBAC to patch pods/status (deploy/rbac.yaml): "
+            "running, the plugin may lack RBAC to patch pods/status (deploy/base/rbac.yaml): "
             "see the netattach log on its node")
     try:
         return parse_network_status(annotations[NETWORK_STATUS_ANNOTATION])

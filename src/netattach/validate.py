@@ -336,7 +336,7 @@ def _lint_nad(doc: _Doc, report: Report) -> tuple[str | None, str | None, _Nad |
         for key in spec:
             if key != "config":
                 report(WARNING, f"spec.{key}", "unknown field: kubectl's strict field "
-                       "validation refuses it, else the CRD (deploy/crd.yaml) prunes "
+                       "validation refuses it, else the CRD (deploy/base/crd.yaml) prunes "
                        "everything under spec but config; netattach reads only spec.config "
                        "(§3.2)")
     config = None

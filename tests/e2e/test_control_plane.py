@@ -95,7 +95,7 @@ def test_nad_config_must_be_a_string(admin_api, k8s_namespace):
 
 
 def test_rbac_applied_as_written(admin_api):
-    docs = {d["kind"]: d for d in cl.load_manifests([cl.DEPLOY_DIR / "rbac.yaml"])}
+    docs = {d["kind"]: d for d in cl.load_manifests([cl.BASE_DIR / "rbac.yaml"])}
     rbac = k8s.RbacAuthorizationV1Api(admin_api)
     role = rbac.read_cluster_role("netattach")
     assert [{"apiGroups": r.api_groups, "resources": r.resources, "verbs": r.verbs}
@@ -108,7 +108,7 @@ def test_rbac_applied_as_written(admin_api):
 
 
 def test_apply_manifests_is_idempotent(admin_api):
-    docs = cl.apply_manifests(admin_api, cl.DEPLOY_MANIFESTS)
+    docs = cl.apply_documents(admin_api, cl.kustomize(cl.DEPLOY_DIR))
     assert {d["kind"] for d in docs} == {
         "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
         "DaemonSet"}

@@ -1,5 +1,5 @@
 """Networks from DRA ResourceClaims (issue 12, seed 004 "Device Configuration API") beside
-NADs, end to end: the real API server v1.34 (resource.k8s.io/v1), real plugins, real
+NADs, end to end: the real API server (v1.37, resource.k8s.io/v1), real plugins, real
 netns. There is no scheduler, resourceclaim controller or DRA driver on the test bed:
 the test writes what they would (the claim's allocation and reservedFor, the pod's
 status.resourceClaimStatuses, the driver's ResourceSlice) with the admin client."""
@@ -15,6 +15,7 @@ import pytest
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 from kubernetes.client.rest import ApiException
 
+from tests.testbed import cluster as cl
 from tests.testbed import netns as tb
 from tests.testbed import scenario as sc
 
@@ -367,9 +368,8 @@ def test_validation_rule_fails_before_any_child(rule, make_scenario, admin_api, 
 
 @pytest.fixture(params=["plugin", "daemon"])
 def sa_api(request, plugin_kubeconfig, daemon_kubeconfig):
-    """An ApiClient of the thin plugin's (deploy/rbac.yaml) or the node daemon's
+    """An ApiClient of the thin plugin's (deploy/base/rbac.yaml) or the node daemon's
     (deploy/thick/rbac.yaml) ServiceAccount token, nothing else."""
-    from tests.testbed import cluster as cl
     path = plugin_kubeconfig if request.param == "plugin" else daemon_kubeconfig
     with cl.api_client(path) as api:
         yield api
@@ -435,14 +435,120 @@ def test_rbac_grants_what_claims_need_and_nothing_more(request, sa_api, admin_ap
             "name": "rogue", "generation": 1, "resourceSliceCount": 1}, "devices": []}}))
 
 
-def test_readme_example_is_accepted_by_the_api_server(admin_api, k8s_namespace):
-    """The README's DRA example (DeviceClass, ResourceClaimTemplate, Pod): the API server
-    admits each object as written (dry run); tests/unit/test_validate_claims.py checks
-    that `netattach validate` passes it."""
+OTHER_DRIVER = "gpu.example.com"
+
+
+def _claim_of_two_drivers(admin_api, namespace: str, pool: str) -> None:
+    """Claim "drivers" of a pod on NODE: request macvlan0 allocated to DRIVER's device
+    `cni` of `pool`, request gpu to OTHER_DRIVER's device, as the scheduler would."""
+    uid = sc.create_pod(admin_api, sc.pod(namespace, "drivers", None))
+    create_claim(admin_api, namespace, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceClaim",
+        "metadata": {"name": "drivers"},
+        "spec": {"devices": {"requests": [
+            {"name": "macvlan0", "exactly": {"deviceClassName": CLASS}},
+            {"name": "gpu", "exactly": {"deviceClassName": OTHER_DRIVER}}]}}})
+    CustomObjectsApi(admin_api).patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, "resourceclaims", "drivers", {"status": {
+            "allocation": {
+                "devices": {"results": [
+                    {"request": "macvlan0", "driver": DRIVER, "pool": pool, "device": "cni"},
+                    {"request": "gpu", "driver": OTHER_DRIVER, "pool": "gpus",
+                     "device": "gpu-0"}]},
+                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}},
+            "reservedFor": [{"resource": "pods", "name": "drivers", "uid": uid}]}})
+
+
+def _entry(driver: str, pool: str, device: str) -> dict[str, Any]:
+    return {"driver": driver, "pool": pool, "device": device, "conditions": [{
+        "type": "Ready", "status": "True", "reason": "NetworkInterfaceReady", "message": "m",
+        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+
+
+@pytest.mark.parametrize("manifest", ["rbac.yaml", "thick/rbac.yaml"])
+def test_status_devices_needs_the_drivers_rule_and_a_token_of_the_claims_node(
+        manifest, cluster, admin_api, k8s_namespace, resource_slice, tmp_path):
+    """Kubernetes >= 1.36 authorizes a write of status.devices per driver
+    (DRAResourceClaimGranularStatusAuthorization, beta and on by default; v1.37.2
+    pkg/registry/resource/utils.go AuthorizedForDeviceStatus): besides `patch
+    resourceclaims/status`, the synthetic subresource resourceclaims/driver named by the
+    driver, verb `associated-node:patch` when the ServiceAccount token is bound to a pod
+    on the node the claim is allocated to, else `arbitrary-node:patch`; a refusal is 422
+    (Invalid), not 403. With the rules of deploy/`manifest` (netattach's own client,
+    server-side apply): a token bound to a pod on the claim's node writes the driver's
+    entry; without the resourceclaims/driver rule the same write is refused; with it, a
+    token naming no node or another node is refused (no arbitrary-node), and so is an
+    entry of another driver (resourceNames)."""
+    from netattach.kube import Kube, KubeError
+    from tests.e2e.test_faults_api import _delete_cluster_role, _service_account
+    from tests.testbed import faults
+    pool = resource_slice("eth9")
+    _claim_of_two_drivers(admin_api, k8s_namespace, pool)
+    ours, theirs = _entry(DRIVER, pool, "cni"), _entry(OTHER_DRIVER, "gpus", "gpu-0")
+    [rules] = [d["rules"] for d in cl.load_manifests([cl.DEPLOY_DIR / manifest])
+               if d["kind"] == "ClusterRole"
+               and any("resourceclaims/status" in r["resources"] for r in d["rules"])]
+    without = [r for r in rules if r["resources"] != ["resourceclaims/driver"]]
+    assert len(without) == len(rules) - 1
+    created: list[str] = []
+
+    def account(role_rules: list[dict]) -> tuple[str, Kube]:
+        """A ServiceAccount with `role_rules`, its token bound to a pod on NODE, once RBAC
+        lets it read the claim (the rules reach the authorizer together)."""
+        path, name = _service_account(cluster, admin_api, k8s_namespace, role_rules,
+                                      tmp_path, node=NODE)
+        created.append(name)
+        kube = Kube(str(path), 10.0, rbac=f"deploy/{manifest}")
+
+        def reads() -> bool:
+            try:
+                return kube.get_resource_claim(k8s_namespace, "drivers") is not None
+            except KubeError:
+                return False
+        faults.wait_for(f"RBAC to grant {name}", reads)
+        return name, kube
+
+    def refused(kube: Kube, entries: list[dict]) -> None:
+        with pytest.raises(KubeError) as e:
+            kube.apply_claim_devices(k8s_namespace, "drivers", entries)
+        assert e.value.status == 422 and 'resource="resourceclaims/driver"' in str(e.value) \
+            and "-node:patch" in str(e.value), str(e.value)
+
+    def devices() -> list[dict]:
+        return read_claim(admin_api, k8s_namespace, "drivers")["status"].get("devices") or []
+
+    try:
+        _, lacking = account(without)
+        refused(lacking, [ours])
+        assert devices() == []
+        name, kube = account(rules)
+        kube.apply_claim_devices(k8s_namespace, "drivers", [ours])
+        assert [(d["driver"], d["device"]) for d in devices()] == [(DRIVER, "cni")]
+        refused(kube, [ours, theirs])
+        for node in (None, "other-node"):
+            other = Kube(str(cl.plugin_kubeconfig(
+                cluster, namespace=k8s_namespace, sa=name, node=node,
+                path=tmp_path / f"{node}.kubeconfig", expiration_seconds=600)), 10.0)
+            assert other.get_resource_claim(k8s_namespace, "drivers") is not None
+            refused(other, [])
+        assert [(d["driver"], d["device"]) for d in devices()] == [(DRIVER, "cni")]
+        kube.apply_claim_devices(k8s_namespace, "drivers", [])
+        assert devices() == []
+    finally:
+        for name in created:
+            _delete_cluster_role(admin_api, name)
+
+
+def test_the_dra_example_is_accepted_by_the_api_server(admin_api, k8s_namespace):
+    """docs/dra.md's complete example (DeviceClass, ResourceClaimTemplate, Pod): the API
+    server admits each object as written (dry run; its CEL selectors compile);
+    tests/unit/test_validate_claims.py checks that `netattach validate` passes it and
+    what its selectors pick."""
     import yaml
 
-    from tests.unit.test_validate_claims import readme_example
-    for doc in yaml.safe_load_all(readme_example()):
+    from tests.unit.test_validate_claims import dra_example
+    for doc in yaml.safe_load_all(dra_example()):
         doc["metadata"].pop("namespace", None)
         if doc["kind"] == "Pod":
             CoreV1Api(admin_api).create_namespaced_pod(k8s_namespace, doc, dry_run="All")

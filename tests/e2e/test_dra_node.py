@@ -318,10 +318,10 @@ def test_daemon_rbac_is_what_the_plugin_needs(admin_api, daemon_kubeconfig, k8s_
     name = f"rbac-{uuid.uuid4().hex[:8]}"
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceSlice",
             "metadata": {"name": name},
-            "spec": dra.slice_spec("rbac-node", [{"name": "cni-0"}], 1)}
-    try:
+            "spec": dra.slice_spec(NODE_NAME, [{"name": "cni-0"}], 1)}
+    try:  # (of its own node: the token is bound to a pod there, see the admission policy)
         created = api.create_cluster_custom_object(GROUP, VERSION, "resourceslices", body)
-        created["spec"] = dra.slice_spec("rbac-node", [{"name": "cni-0"}, {"name": "cni-1"}], 2)
+        created["spec"] = dra.slice_spec(NODE_NAME, [{"name": "cni-0"}, {"name": "cni-1"}], 2)
         api.replace_cluster_custom_object(GROUP, VERSION, "resourceslices", name, created)
         assert api.get_cluster_custom_object(GROUP, VERSION, "resourceslices", name)[
             "spec"]["pool"]["generation"] == 2
@@ -344,7 +344,7 @@ def test_daemon_rbac_is_what_the_plugin_needs(admin_api, daemon_kubeconfig, k8s_
 
 
 def test_thick_overlay_mounts_the_kubelets_dirs_for_the_dra_driver():
-    """deploy/thick: the daemon runs without --dra (opt-in: README), and the dirs it uses
+    """deploy/thick: the daemon runs without --dra (opt-in: docs/dra.md), and the dirs it uses
     by default (the kubelet's plugins_registry, the driver's plugin dir) are mounted from
     the host, so adding `--dra` to its args is all it takes."""
     from netattach import daemon
@@ -357,8 +357,8 @@ def test_thick_overlay_mounts_the_kubelets_dirs_for_the_dra_driver():
     assert not args.dra
     args = parser.parse_args([*d["args"], "--dra"])
     assert args.dra and args.dra_registry_dir is None and args.dra_plugin_dir is None
-    volumes = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
-    mounts = {m["mountPath"]: volumes[m["name"]] for m in d["volumeMounts"]}
+    volumes = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    mounts = {m["mountPath"]: volumes.get(m["name"]) for m in d["volumeMounts"]}
     for path in (dra.DEFAULT_REGISTRY_DIR, dra.DEFAULT_PLUGIN_DIR):
         assert mounts.get(path) == path
     assert os.path.dirname(dra.DEFAULT_PLUGIN_DIR) == "/var/lib/kubelet/plugins"
@@ -389,7 +389,7 @@ def test_daemon_writes_only_its_drivers_and_nodes_slices(cluster, admin_api,
     create or update a slice of another driver, nor, with a token bound to a pod on a
     node (as the DaemonSet's pods have), another node's slice. A denial is HTTP 422
     (reason Invalid), naming the policy's message."""
-    other = slice_body(f"other-{uuid.uuid4().hex[:8]}", "node-x", "gpu.example.com")
+    other = slice_body(f"other-{uuid.uuid4().hex[:8]}", NODE_NAME, "gpu.example.com")
     mine = cl.api_client(daemon_kubeconfig)
     refused: list[ApiException] = []
 
@@ -402,10 +402,11 @@ def test_daemon_writes_only_its_drivers_and_nodes_slices(cluster, admin_api,
                     timeout=120)
     assert refused[0].status == 422 and "of driver cni.dra.networking.x-k8s.io only" in \
         refused[0].body, refused[0].body
-    # with the policy in force, the test bed's daemon token (bound to no pod, so naming no
-    # node) still writes our driver's slices, as test_kubelet_registers_... needs
+    # with the policy in force, the test bed's daemon token (bound to a pod on NODE_NAME,
+    # as the DaemonSet pod's is) still writes our driver's slices of its node, as
+    # test_kubelet_registers_... needs
     assert try_create_slice(mine, admin_api, slice_body(f"ours-{uuid.uuid4().hex[:8]}",
-                                                        "node-x")) is None
+                                                        NODE_NAME)) is None
     # updating another driver's slice is refused too (its driver is immutable)
     theirs = k8s.CustomObjectsApi(admin_api).create_cluster_custom_object(
         GROUP, VERSION, "resourceslices", other)

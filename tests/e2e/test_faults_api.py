@@ -373,10 +373,11 @@ def test_status_patch_of_a_pod_gone_before_it(proxied, proxy, admin_api, fault):
 
 
 def _service_account(cluster, admin_api, namespace: str, rules: list[dict] | None,
-                     workdir: Path) -> tuple[Path, str]:
+                     workdir: Path, node: str | None = None) -> tuple[Path, str]:
     """A kubeconfig of a new ServiceAccount in `namespace`, and its name; with `rules`,
     bound to a new ClusterRole of the same name holding them (the caller deletes both
-    with _delete_cluster_role), else bound to nothing."""
+    with _delete_cluster_role), else bound to nothing. `node`: its token is bound to a
+    pod on that node (cluster.service_account_token)."""
     name = f"sa-{uuid.uuid4().hex[:8]}"
     if rules is not None:
         rbac = k8s.RbacAuthorizationV1Api(admin_api)
@@ -387,7 +388,8 @@ def _service_account(cluster, admin_api, namespace: str, rules: list[dict] | Non
                         "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]})
     path = cl.plugin_kubeconfig(cluster, namespace=namespace, sa=name,
-                                path=workdir / f"{name}.kubeconfig", expiration_seconds=600)
+                                path=workdir / f"{name}.kubeconfig", expiration_seconds=600,
+                                node=node)
     return path, name
 
 
@@ -402,15 +404,15 @@ def _delete_cluster_role(admin_api, name: str) -> None:
 
 
 def _rules_of_deploy_rbac(without: str) -> list[dict]:
-    """deploy/rbac.yaml's ClusterRole rules, minus the rule for resource `without`."""
-    [role] = [d for d in cl.load_manifests([cl.DEPLOY_DIR / "rbac.yaml"])
+    """deploy/base/rbac.yaml's ClusterRole rules, minus the rule for resource `without`."""
+    [role] = [d for d in cl.load_manifests([cl.BASE_DIR / "rbac.yaml"])
               if d["kind"] == "ClusterRole"]
     return [r for r in role["rules"] if without not in r["resources"]]
 
 
 # Thin-only: the conf's ServiceAccount is the plugin's; the daemon writes with its own.
 def test_status_patch_forbidden_by_rbac(scenario, cluster, admin_api, k8s_namespace):
-    """Fault 8: a ServiceAccount with deploy/rbac.yaml's rules except `patch pods/status`.
+    """Fault 8: a ServiceAccount with deploy/base/rbac.yaml's rules except `patch pods/status`.
     The ADD succeeds; the warning says which permission is missing and where it is."""
     kubeconfig, name = _service_account(cluster, admin_api, k8s_namespace,
                                         _rules_of_deploy_rbac("pods/status"), scenario.env.root)
@@ -420,7 +422,7 @@ def test_status_patch_forbidden_by_rbac(scenario, cluster, admin_api, k8s_namesp
         log = s.log_text()
         assert STATUS_WARNING in log, log
         assert "HTTP 403" in log and "may not patch pods/status" in log
-        assert "deploy/rbac.yaml" in log
+        assert "deploy/base/rbac.yaml" in log
         assert "cannot record event" not in log  # `create events` is granted
         assert s.run("DEL").code == 0, s.log_text()
         sc.assert_clean(s)
@@ -476,14 +478,14 @@ def test_revoked_token_is_401_with_what_to_fix(scenario, cluster, admin_api):
 def test_rbac_forbidden_is_403_naming_the_permission(scenario, cluster, admin_api,
                                                      k8s_namespace, missing):
     """Fault 9, 403: a ServiceAccount bound to nothing (the pod cannot be read), or to
-    deploy/rbac.yaml's rules without the NAD one (the first NAD cannot be read)."""
+    deploy/base/rbac.yaml's rules without the NAD one (the first NAD cannot be read)."""
     rules = None if missing == "everything" else _rules_of_deploy_rbac(missing)
     kubeconfig, name = _service_account(cluster, admin_api, k8s_namespace, rules,
                                         scenario.env.root)
     try:
         s = _using(scenario, kubeconfig)
         msg = assert_api_failure(s, s.run("ADD"), "HTTP 403", "RBAC forbids it",
-                                 "deploy/rbac.yaml",
+                                 "deploy/base/rbac.yaml",
                                  f"system:serviceaccount:{k8s_namespace}:{name}",
                                  recovered=scenario)
         if missing == "everything":

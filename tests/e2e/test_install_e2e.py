@@ -2,7 +2,7 @@
 ServiceAccount volume holding a real token of kube-system/netattach (bound to a pod,
 as kubelet's are); the runtime then execs what the installer put in the bin dir with
 the conflist it wrote, and the pod gets its networks through the real API server
-with nothing but deploy/rbac.yaml's permissions. When the token is revoked and
+with nothing but deploy/base/rbac.yaml's permissions. When the token is revoked and
 kubelet rotates it, the installer's new kubeconfig keeps the plugin working. Its stop,
 with the DaemonSet there, leaves everything (uninstalls: test_uninstall_e2e.py).
 """
@@ -91,7 +91,7 @@ def test_installer_configures_the_node_and_follows_token_rotation(
             f"--host-bin-dir={host_bin}", f"--cni-dir={host_env.state_dir}",
             f"--state-dir={host_env.state_dir}",
             f"--service-account-dir={sa_dir}", f"--api-server={cluster.server}",
-            "--poll-interval=0.1", "--log-level=debug",
+            "--poll-interval=0.1", "--log-level=debug", f"--run-dir={tmp_path / 'run'}",
             f"--log-file={host_env.log_dir / 'netattach.log'}"]
     host_bin.mkdir()
     with log.open("wb") as log_out:
@@ -139,7 +139,7 @@ def test_installer_configures_the_node_and_follows_token_rotation(
     assert out == b""                              # nothing ever on stdout
     # The test bed applies deploy/ (DaemonSet kube-system/netattach included, without a
     # controller to run it): the stop is a restart (install/uninstall.py), read with
-    # deploy/rbac.yaml's Role, and everything stays for the next installer pod.
+    # deploy/base/rbac.yaml's Role, and everything stays for the next installer pod.
     assert ("netattach stays installed on this node: DaemonSet kube-system/netattach is "
             "there") in log.read_text()
     assert conflist.exists() and (host_bin / "netattach").exists() and kubeconfig.exists()

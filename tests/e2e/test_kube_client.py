@@ -176,12 +176,12 @@ def test_rbac_refusal_is_403_with_the_fix(cluster, pod_and_nad, tmp_path):
         with pytest.raises(KubeError) as e:
             call()
         assert e.value.status == 403
-        assert "RBAC forbids it" in str(e.value) and "deploy/rbac.yaml" in str(e.value)
+        assert "RBAC forbids it" in str(e.value) and "deploy/base/rbac.yaml" in str(e.value)
         assert f"system:serviceaccount:{pod_and_nad}:unbound" in str(e.value)
 
 
 def test_plugin_token_patches_status_but_not_the_pod(plugin_kubeconfig, pod_and_nad):
-    """deploy/rbac.yaml grants patch on pods/status only: a raw PATCH of the pod is 403."""
+    """deploy/base/rbac.yaml grants patch on pods/status only: a raw PATCH of the pod is 403."""
     k = Kube(str(plugin_kubeconfig), timeout=BUDGET)
     status, _ = k.request("PATCH", f"/api/v1/namespaces/{pod_and_nad}/pods/web",
                           body={"metadata": {"annotations": {"a": "b"}}},

@@ -1,6 +1,6 @@
 """The main job end to end (issue 2 acceptance 1-5): the installed `netattach` command,
 real CNI plugins in a real netns, a real kube-apiserver, the plugin on a ServiceAccount
-token bound only by deploy/rbac.yaml.
+token bound only by deploy/base/rbac.yaml.
 
 Every test runs in both modes (the `mode` fixture, tests/e2e/conftest.py): thin (the
 runtime execs `netattach`) and thick (it execs `netattach-shim`, which forwards to a

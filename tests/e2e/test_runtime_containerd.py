@@ -228,6 +228,72 @@ def test_status_through_the_cri(node, built_artifact, host_env):
     assert lines and all(f"readiness indicator file {indicator}" in line for line in lines)
 
 
+def loaded_networks(node: rt.Node) -> list[str]:
+    """The names of the networks containerd has loaded from its CNI conf dir (CRI Status
+    verbose, info "cniconfig": go-cni's config, the loopback network first)."""
+    config = json.loads(node.cri.status()["info"]["cniconfig"])
+    return [n["Config"]["Name"] for n in config.get("Networks") or []]
+
+
+@pytest.mark.parametrize("mode", ["thin", "thick"])
+def test_a_sandbox_added_before_netattach_is_deleted_through_it_quietly(
+        mode, cluster, host_env, cni_testbin, built_artifact, daemon_kubeconfig, admin_api,
+        k8s_namespace):
+    """Issue 20: a pod that ran before netattach was installed on the node. containerd
+    ADDs its sandbox with the primary's conflist alone (libcni caches that as
+    cluster-net-<sandbox>-eth0); then netattach is installed (`netattach install
+    --once`: 00-netattach.conflist, which containerd loads instead) and the pod is
+    deleted. StopPodSandbox's DEL goes through netattach, which has no state of it: it
+    releases the primary as libcni cached it, asks the API nothing and logs nothing
+    above INFO; the IP, the cache entry and everything else of the sandbox are freed."""
+    thick = ("--mode", "thick", "--daemon-socket-dir", str(host_env.root / "run")) \
+        if mode == "thick" else ()
+    n = rt.node_setup(cluster, host_env, str(built_artifact), [cni_testbin],
+                      host_env.bridge_name(), DEFAULT_SUBNET, *thick)
+    # before netattach: the conf dir holds the primary's conflist only
+    n.conflist.unlink()
+    (n.conf_dir / "10-cluster.conflist").write_bytes(n.primary.read_bytes())
+    daemon = NodeDaemon.start(str(built_artifact), host_env, daemon_kubeconfig) if thick \
+        else None
+    rt.start_containerd(n, host_env.root / "containerd")
+    try:
+        assert loaded_networks(n) == ["cni-loopback", "cluster-net"]
+        ifbs = set(ifb_links())
+        name, sid, status = run_pod(n, admin_api, host_env, k8s_namespace)
+        ifbs = set(ifb_links()) - ifbs  # bandwidth's egress device for this sandbox
+        assert rt.netns_links(rt.sandbox_netns(status)) == ["eth0", "lo"]
+        assert len(ifbs) == 1 and sid in rt.iptables_nat()  # portmap's rules name it
+        assert sorted(p.name for p in rt.libcni_cache_entries(sid)) == [
+            f"cluster-net-{sid}-eth0", f"cni-loopback-{sid}-lo"]
+        assert len(host_env.ipam_allocations()) == 1
+        assert [c for c in invocations(netattach_log(host_env)) if c["container"] == sid] == []
+
+        p = n.install(str(built_artifact), *thick)  # the DaemonSet's installer
+        assert p.returncode == 0, p.stderr
+        wait_for(lambda: loaded_networks(n) == ["cni-loopback", "netattach-cni-network"],
+                 "containerd to load netattach's conflist")
+        n.cri.stop_sandbox(sid)
+        assert host_env.ipam_allocations() == []
+        # the cached runtimeConfig reached portmap's and bandwidth's DEL
+        assert sid not in rt.iptables_nat() and not ifbs & set(ifb_links())
+        n.cri.remove_sandbox(sid)
+        assert_freed(n, host_env, sid)
+        log = netattach_log(host_env)
+        assert "the runtime ADDed it with network 'cluster-net' alone, without netattach" in log
+        assert problems(log) == []
+        calls = [c for c in invocations(log) if c["container"] == sid]
+        assert [(c["command"], bool(c["netns"])) for c in calls] == [("DEL", True),
+                                                                     ("DEL", False)]
+        if daemon is None:  # (the daemon's own watches write the same log)
+            assert "GET /api/v1/namespaces" not in log.split(f"container={sid}", 1)[1]
+        else:
+            assert daemon.metric("netattach_requests_total", command="DEL", code="0") == 2
+    finally:
+        n.containerd.stop()
+        if daemon is not None:
+            daemon.stop()
+
+
 @pytest.fixture
 def thick_node(cluster, host_env, cni_testbin, built_artifact, daemon_kubeconfig):
     """A node set up by `netattach install --once --mode thick` (the conflist names

@@ -7,7 +7,7 @@ call, as containerd does (`Node.call`), on scenario 1 (real plugins, real netns,
 from the API server).
 
 Each test has an identity of its own (`Identity`): a ServiceAccount bound to the
-plugin's ClusterRole `netattach` and to a Role made from deploy/rbac.yaml's
+plugin's ClusterRole `netattach` and to a Role made from deploy/base/rbac.yaml's
 `netattach-installer` for the test's own DaemonSet name, so that deleting the account,
 the binding or the DaemonSet touches nothing another test uses. The deploy objects
 themselves are read by `test_installer_rbac_is_get_on_its_own_daemonset`.
@@ -38,11 +38,11 @@ HOLD = "netattach.test/hold"  # a finalizer: the DaemonSet stays, being deleted
 
 
 def _deploy_role() -> dict:
-    """deploy/rbac.yaml's Role netattach-installer."""
-    for doc in yaml.safe_load_all((cl.DEPLOY_DIR / "rbac.yaml").read_text()):
+    """deploy/base/rbac.yaml's Role netattach-installer."""
+    for doc in yaml.safe_load_all((cl.DEPLOY_DIR / "base" / "rbac.yaml").read_text()):
         if doc and doc["kind"] == "Role" and doc["metadata"]["name"] == "netattach-installer":
             return doc
-    raise AssertionError("deploy/rbac.yaml has no Role netattach-installer")
+    raise AssertionError("deploy/base/rbac.yaml has no Role netattach-installer")
 
 
 def _ignore_404(call, *args, **kwargs) -> None:
@@ -56,7 +56,7 @@ def _ignore_404(call, *args, **kwargs) -> None:
 @dataclasses.dataclass
 class Identity:
     """One test's installer: ServiceAccount, DaemonSet and holder pod named `name` in
-    kube-system, the plugin's ClusterRole bound to the account, deploy/rbac.yaml's Role
+    kube-system, the plugin's ClusterRole bound to the account, deploy/base/rbac.yaml's Role
     netattach-installer for DaemonSet `name`, and a token bound to the holder pod."""
     api: k8s.ApiClient
     name: str
@@ -291,7 +291,7 @@ def _api_requests(s: sc.Scenario, command: str) -> int:
 # ---------------------------------------------------------------- the rule, for real
 
 def test_installer_rbac_is_get_on_its_own_daemonset(cluster, admin_api, daemon_kubeconfig):
-    """deploy/rbac.yaml's Role netattach-installer, bound to kube-system/netattach (thin)
+    """deploy/base/rbac.yaml's Role netattach-installer, bound to kube-system/netattach (thin)
     and to kube-system/netattach-daemon (deploy/thick/rbac.yaml): each may get DaemonSet
     kube-system/netattach (200 when there, 404 when not: never 403), and nothing else
     of DaemonSets (another one, a list, a write: 403)."""

@@ -88,6 +88,7 @@ class Node:
         self.bin = root / "host/opt/cni/bin"
         self.conf = root / "host/etc/cni/net.d"
         self.sa = root / "serviceaccount"
+        self.run_dir = root / "pod-run"  # the DaemonSet's emptyDir: the record (--check)
         self.conf.mkdir(parents=True)
         self.bin.mkdir(parents=True)
         write_sa(self.sa, "token-generation-1-3f9a", 1)
@@ -113,7 +114,7 @@ class Node:
         return [netattach_command(), "install", "--bin-dir", str(self.bin),
                 "--conf-dir", str(self.conf), "--service-account-dir", str(self.sa),
                 "--api-server", self.api_server, "--poll-interval", POLL,
-                "--uninstall-timeout", "1",
+                "--uninstall-timeout", "1", "--run-dir", str(self.run_dir),
                 *(("--source", str(self.source)) if source else ()), *extra]
 
     def run(self, *extra: str, source: bool = True, env: dict | None = None
@@ -208,7 +209,9 @@ def test_help_documents_every_flag():
                  "--namespace-isolation", "--global-namespaces", "--multus-namespace",
                  "--system-namespaces", "--log-level", "--log-file", "--installer-log-level",
                  "--readiness-indicator-file", "--no-cleanup-on-exit", "--cni-dir",
-                 "--once", "--check"):
+                 "--once", "--check", "--run-dir", "--netconf-file", "--default-networks",
+                 "--plugin-conf-dir", "--auxiliary-cni-chain-name", "--api-timeout",
+                 "--delegate-timeout", "--readiness-timeout"):
         assert flag in text, flag
 
 
@@ -246,7 +249,8 @@ def test_once_installs_binary_kubeconfig_and_conflist(node):
         "type": "netattach", "name": "netattach-cni-network",
         "kubeconfig": "/etc/cni/net.d/netattach.d/netattach.kubeconfig",
         "clusterNetwork": "/etc/cni/net.d/10-k8s.conflist",
-        "confDir": "/etc/cni/net.d", "cniDir": "/var/lib/cni/na", "binDir": "/opt/cni/bin",
+        # no confDir: the plugin searches /etc/cni/net.d, then /etc/cni/multus/net.d
+        "cniDir": "/var/lib/cni/na", "binDir": "/opt/cni/bin",
         "logLevel": "debug", "logFile": "/var/log/netattach.log",
         "namespaceIsolation": True, "globalNamespaces": "default,shared",
         "readinessindicatorfile": "/run/flannel/subnet.env",

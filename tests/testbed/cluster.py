@@ -9,11 +9,12 @@ hack/bench.py, so nothing here imports pytest.
 
     with Cluster.start(workdir) as c:
         api = c.admin_api()
-        apply_manifests(api, DEPLOY_MANIFESTS)
+        apply_documents(api, kustomize(DEPLOY_DIR))   # what `kubectl apply -k deploy/` applies
         kubeconfig = plugin_kubeconfig(c)
 
 Binaries come from `make testbin` (NETATTACH_K8S_BIN, default: the cache dir keyed
-by the versions pinned in hack/testbin/k8s/go.mod, as mk/testbin.mk names it).
+by the versions pinned in hack/testbin/k8s/go.mod, as mk/testbin.mk names it);
+kubectl's built-in kustomize builds deploy/'s overlays, as an admin's kubectl does.
 """
 from __future__ import annotations
 
@@ -45,10 +46,10 @@ from kubernetes.client.rest import ApiException
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_DIR = REPO_ROOT / "deploy"
-# What the test bed applies: the CRD and the plugin's RBAC (not the DaemonSet).
-# What `kubectl apply -k deploy/` applies, in the kustomization's order.
-DEPLOY_MANIFESTS = tuple(DEPLOY_DIR / r for r in yaml.safe_load(
-    (DEPLOY_DIR / "kustomization.yaml").read_text())["resources"])
+"""Thin mode's kustomization (`kubectl apply -k deploy/`); thick mode's is THICK_DIR."""
+THICK_DIR = DEPLOY_DIR / "thick"
+BASE_DIR = DEPLOY_DIR / "base"
+"""The manifests both modes build on: crd.yaml, rbac.yaml (the thin plugin's), daemonset.yaml."""
 K8S_GOMOD = REPO_ROOT / "hack" / "testbin" / "k8s" / "go.mod"
 
 NAD_GROUP, NAD_VERSION, NAD_PLURAL = "k8s.cni.cncf.io", "v1", "network-attachment-definitions"
@@ -100,6 +101,26 @@ def k8s_bin_dir() -> Path:
     """$NETATTACH_K8S_BIN if set (as `make test/demo/bench` set it), else the default."""
     env = os.environ.get("NETATTACH_K8S_BIN")
     return Path(env) if env else default_k8s_bin_dir()
+
+
+def kubectl(bin_dir: Path | None = None) -> Path:
+    """The test bed's kubectl (with its built-in kustomize); TestbinMissing if absent."""
+    path = (bin_dir or k8s_bin_dir()) / "kubectl"
+    if not os.access(path, os.X_OK):
+        raise TestbinMissing(f"kubectl not found in {path.parent} (NETATTACH_K8S_BIN): run "
+                             "`make testbin` (or run the tests through `make test`)")
+    return path
+
+
+def kustomize(directory: Path) -> list[dict]:
+    """The documents `kubectl kustomize <directory>` builds (what `kubectl apply -k`
+    applies), in its order. Raises ClusterError with kubectl's message when the build
+    fails, TestbinMissing without kubectl."""
+    p = subprocess.run([str(kubectl()), "kustomize", str(directory)], capture_output=True,
+                       text=True, timeout=120)
+    if p.returncode != 0:
+        raise ClusterError(f"kubectl kustomize {directory} failed: {p.stderr.strip()}")
+    return [d for d in yaml.safe_load_all(p.stdout) if d]
 
 
 def require_k8s_binaries(bin_dir: Path | None = None) -> tuple[Path, Path]:
@@ -165,25 +186,60 @@ def _issue(subject: x509.Name, key, *, issuer: x509.Certificate | None, issuer_k
     return b.sign(issuer_key, hashes.SHA256())
 
 
-def make_pki(pki: Path) -> dict[str, Path]:
+def _name(cn: str, org: str | None = None) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    if org:
+        attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    return x509.Name(attrs)
+
+
+def _load_ca(pki: Path):
+    """(CA certificate, CA key) that make_pki wrote under `pki`."""
+    ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
+    return ca, key
+
+
+def issue_client_cert(pki: Path, stem: str, cn: str, org: str | None = None) -> tuple[Path, Path]:
+    """A client certificate for `cn` (organization `org`: its group) signed by the test
+    bed's CA under `pki`: (<stem>.crt, <stem>.key), the key 0600."""
+    ca, ca_key = _load_ca(pki)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _issue(_name(cn, org), key, issuer=ca, issuer_key=ca_key,
+                  usage=[ExtendedKeyUsageOID.CLIENT_AUTH])
+    return (_write(pki / f"{stem}.crt", _cert_pem(cert)),
+            _write(pki / f"{stem}.key", _key_pem(key), 0o600))
+
+
+def issue_serving_cert(pki: Path, stem: str, cn: str, ips: list[str],
+                       dns: list[str]) -> tuple[Path, Path]:
+    """A serving certificate for `ips` and `dns` names signed by the test bed's CA under
+    `pki`: (<stem>.crt, <stem>.key), the key 0600."""
+    ca, ca_key = _load_ca(pki)
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns]
+    sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in ips]
+    cert = _issue(_name(cn), key, issuer=ca, issuer_key=ca_key, sans=sans,
+                  usage=[ExtendedKeyUsageOID.SERVER_AUTH])
+    return (_write(pki / f"{stem}.crt", _cert_pem(cert)),
+            _write(pki / f"{stem}.key", _key_pem(key), 0o600))
+
+
+def make_pki(pki: Path, service_cidr: str = SERVICE_CIDR) -> dict[str, Path]:
     """Create the test bed's keys and certificates under `pki`.
 
     A CA; the apiserver serving cert (127.0.0.1, ::1, localhost, the in-cluster
-    names and the first service IP); an admin client cert (O=system:masters);
-    the service-account token signing key pair (RSA 2048). EC P-256 keys for TLS.
-    Returns {"ca.crt", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key",
-    "sa.key", "sa.pub"} -> path; private keys are written 0600.
+    names and the first IP of `service_cidr`, the `kubernetes` Service's); an admin
+    client cert (O=system:masters); the service-account token signing key pair (RSA
+    2048). EC P-256 keys for TLS. Returns {"ca.crt", "ca.key", "apiserver.crt",
+    "apiserver.key", "admin.crt", "admin.key", "sa.key", "sa.pub"} -> path; private
+    keys are written 0600 (issue_client_cert and issue_serving_cert sign more).
     """
-    def name(cn: str, org: str | None = None) -> x509.Name:
-        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-        if org:
-            attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-        return x509.Name(attrs)
-
+    name = _name
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = _issue(name("netattach-testbed-ca"), ca_key, issuer=None, issuer_key=ca_key, ca=True)
 
-    first_service_ip = next(ipaddress.ip_network(SERVICE_CIDR).hosts())
+    first_service_ip = next(ipaddress.ip_network(service_cidr).hosts())
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in (
         "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
         "kubernetes.default.svc.cluster.local")]
@@ -202,6 +258,7 @@ def make_pki(pki: Path) -> dict[str, Path]:
                                               serialization.PublicFormat.SubjectPublicKeyInfo)
     out = {
         "ca.crt": _write(pki / "ca.crt", _cert_pem(ca)),
+        "ca.key": _write(pki / "ca.key", _key_pem(ca_key), 0o600),
         "apiserver.crt": _write(pki / "apiserver.crt", _cert_pem(srv)),
         "apiserver.key": _write(pki / "apiserver.key", _key_pem(srv_key), 0o600),
         "admin.crt": _write(pki / "admin.crt", _cert_pem(adm)),
@@ -356,9 +413,12 @@ class Cluster:
     admin_kubeconfig, etcd_url ("http://127.0.0.1:<port>"), apiserver_log, etcd_log.
     """
 
-    def __init__(self, workdir: Path, bin_dir: Path | None = None, audit: bool = False):
+    def __init__(self, workdir: Path, bin_dir: Path | None = None, audit: bool = False,
+                 service_cidr: str = SERVICE_CIDR, nodes: bool = False):
         self.workdir = Path(workdir).resolve()
         self.audit = audit
+        self.service_cidr = service_cidr
+        self.nodes = nodes
         self.audit_log = self.workdir / "logs" / "audit.log"
         self.bin_dir = bin_dir or k8s_bin_dir()
         self._apiserver_bin, self._etcd_bin = require_k8s_binaries(self.bin_dir)
@@ -375,16 +435,26 @@ class Cluster:
 
     @classmethod
     def start(cls, workdir: Path, bin_dir: Path | None = None,
-              timeout: float = READY_TIMEOUT, audit: bool = False) -> Cluster:
+              timeout: float = READY_TIMEOUT, audit: bool = False,
+              service_cidr: str = SERVICE_CIDR, nodes: bool = False) -> Cluster:
         """Make the PKI, start etcd then kube-apiserver, wait for /readyz (each up to
         `timeout` s). Returns the running Cluster; on any failure stops what was
         started and raises ClusterError (TestbinMissing if binaries are missing).
-        audit: the API server writes an audit log (see audit_events)."""
-        return started(cls(workdir, bin_dir, audit), timeout)
+        audit: the API server writes an audit log (see audit_events).
+        service_cidr: the Service IP range (its first IP is in the serving cert).
+        nodes: configured for real nodes (tests/testbed/node.py), as a kubeadm cluster
+        is: Node and RBAC authorization, the NodeRestriction and ServiceAccount admission
+        plugins, a client certificate for the API server's calls to kubelets."""
+        return started(cls(workdir, bin_dir, audit, service_cidr, nodes), timeout)
 
     def _start(self, timeout: float) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.pki = make_pki(self.workdir / "pki")
+        self.pki = make_pki(self.workdir / "pki", self.service_cidr)
+        if self.nodes:
+            crt, key = issue_client_cert(self.workdir / "pki", "apiserver-kubelet-client",
+                                         "kube-apiserver-kubelet-client", "system:masters")
+            self.pki.update({"apiserver-kubelet-client.crt": crt,
+                             "apiserver-kubelet-client.key": key})
         self._start_etcd(timeout)
         self.apiserver_port = free_port()
         self._write_admin_kubeconfig()
@@ -463,20 +533,32 @@ class Cluster:
             f"--tls-cert-file={p['apiserver.crt']}", f"--tls-private-key-file={p['apiserver.key']}",
             f"--client-ca-file={p['ca.crt']}",
             f"--etcd-servers={self.etcd_url}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={self.service_cidr}",
             f"--service-account-issuer={SA_ISSUER}",
             f"--service-account-key-file={p['sa.pub']}",
             f"--service-account-signing-key-file={p['sa.key']}",
-            "--authorization-mode=RBAC",
-            # No controller-manager: nobody creates the `default` ServiceAccount the
-            # ServiceAccount admission plugin requires of every pod.
-            "--disable-admission-plugins=ServiceAccount",
-            # No kube-proxy/kubelet: do not maintain the `kubernetes` Service endpoints
-            # (a loopback endpoint is invalid and would be retried forever).
+            # as on any cluster that runs CNI DaemonSets (kubeadm's, k3s'...): deploy/thick's
+            # daemon is privileged, as the runtime's own CNI plugins run
+            "--allow-privileged=true",
+            # No kube-proxy: do not maintain the `kubernetes` Service endpoints (a
+            # loopback endpoint is invalid and would be retried forever).
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--v=1",
-        ] + self._audit_argv()
+        ] + self._authorization_argv() + self._audit_argv()
+
+    def _authorization_argv(self) -> list[str]:
+        if not self.nodes:
+            # No controller-manager: nobody creates the `default` ServiceAccount the
+            # ServiceAccount admission plugin requires of every pod.
+            return ["--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount"]
+        p = self.pki
+        # kubelets by their InternalIP: a node's name is not in any DNS (a lookup would
+        # leave the machine)
+        return ["--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-client-certificate={p['apiserver-kubelet-client.crt']}",
+                f"--kubelet-client-key={p['apiserver-kubelet-client.key']}"]
 
     def _audit_argv(self) -> list[str]:
         if not self.audit:
@@ -539,7 +621,7 @@ class Cluster:
 
 def start(workdir: Path, bin_dir: Path | None = None, timeout: float = READY_TIMEOUT,
           audit: bool = False) -> Cluster:
-    """Same as Cluster.start()."""
+    """Same as Cluster.start() (a cluster without nodes)."""
     return Cluster.start(workdir, bin_dir, timeout, audit)
 
 
@@ -575,10 +657,21 @@ def api_client(kubeconfig: Path) -> k8s.ApiClient:
 
 
 def service_account_token(cluster: Cluster, namespace: str = "kube-system",
-                          sa: str = "netattach", expiration_seconds: int = 24 * 3600) -> str:
+                          sa: str = "netattach", expiration_seconds: int = 24 * 3600,
+                          node: str | None = None) -> str:
     """A bearer token of ServiceAccount `namespace`/`sa` from the TokenRequest API, valid
     `expiration_seconds` s (what kubelet projects into the pod); creates the
-    ServiceAccount if missing (deploy/rbac.yaml normally has)."""
+    ServiceAccount if missing (deploy/base/rbac.yaml normally has).
+
+    `node`: the token is bound to a pod of the ServiceAccount on node `node`, as the
+    kubelet's projected token of a DaemonSet pod is: `<sa>-on-<node>` in `namespace`,
+    created if missing and never run (no kubelet runs it; the Node object need not
+    exist). The API server then authenticates the token with the extra
+    `authentication.kubernetes.io/node-name` = `node` (ServiceAccountTokenPodNodeInfo,
+    GA since 1.32), which Kubernetes 1.36+'s per-driver authorization of a
+    ResourceClaim's status.devices (`associated-node:` verbs on resourceclaims/driver)
+    and deploy/thick/rbac.yaml's ResourceSlice policy go by. Deleting that pod revokes
+    the token."""
     with cluster.admin_api() as api:
         core = k8s.CoreV1Api(api)
         try:
@@ -587,22 +680,39 @@ def service_account_token(cluster: Cluster, namespace: str = "kube-system",
         except ApiException as e:
             if e.status != 409:
                 raise
-        req = k8s.AuthenticationV1TokenRequest(
-            spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=expiration_seconds))
+        bound = None
+        if node is not None:
+            holder = f"{sa}-on-{node}"
+            try:
+                pod = core.create_namespaced_pod(namespace, {
+                    "metadata": {"name": holder},
+                    "spec": {"nodeName": node, "serviceAccountName": sa,
+                             "automountServiceAccountToken": False,
+                             "containers": [{"name": "c", "image": "registry.invalid/none:1"}]}})
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+                pod = core.read_namespaced_pod(holder, namespace)
+            bound = k8s.V1BoundObjectReference(api_version="v1", kind="Pod", name=holder,
+                                               uid=pod.metadata.uid)
+        req = k8s.AuthenticationV1TokenRequest(spec=k8s.V1TokenRequestSpec(
+            audiences=[], expiration_seconds=expiration_seconds, bound_object_ref=bound))
         return core.create_namespaced_service_account_token(sa, namespace, req).status.token
 
 
 def plugin_kubeconfig(cluster: Cluster, namespace: str = "kube-system", sa: str = "netattach",
-                      path: Path | None = None, expiration_seconds: int = 24 * 3600) -> Path:
+                      path: Path | None = None, expiration_seconds: int = 24 * 3600,
+                      node: str | None = None) -> Path:
     """A kubeconfig with which the plugin acts as ServiceAccount `namespace`/`sa`.
 
-    Creates the ServiceAccount if missing (deploy/rbac.yaml normally has), gets a
-    token for it from the TokenRequest API valid `expiration_seconds` s, and writes
-    server + embedded CA + that bearer token, nothing else (no admin credentials),
-    mode 0600, to `path` (default: <workdir>/<namespace>-<sa>.kubeconfig).
+    Creates the ServiceAccount if missing (deploy/base/rbac.yaml normally has), gets a
+    token for it from the TokenRequest API valid `expiration_seconds` s (bound to a pod
+    on `node` if given: service_account_token), and writes server + embedded CA + that
+    bearer token, nothing else (no admin credentials), mode 0600, to `path` (default:
+    <workdir>/<namespace>-<sa>.kubeconfig).
     """
     path = Path(path) if path else cluster.workdir / f"{namespace}-{sa}.kubeconfig"
-    token = service_account_token(cluster, namespace, sa, expiration_seconds)
+    token = service_account_token(cluster, namespace, sa, expiration_seconds, node)
     return write_kubeconfig(path, cluster.server, user={"token": token},
                             ca_data=cluster.ca_file.read_bytes(), name=f"{namespace}-{sa}")
 
@@ -632,7 +742,13 @@ def load_manifests(paths: Iterable[Path]) -> list[dict]:
 
 def apply_manifests(api: k8s.ApiClient, paths: Iterable[Path], timeout: float = 30.0,
                     dry_run: bool = False, namespace: str = "default") -> list[dict]:
-    """Server-side apply every YAML document of `paths` (create or update, forcing
+    """apply_documents of every YAML document of `paths`; returns them as read."""
+    return apply_documents(api, load_manifests(paths), timeout, dry_run, namespace)
+
+
+def apply_documents(api: k8s.ApiClient, docs: list[dict], timeout: float = 30.0,
+                    dry_run: bool = False, namespace: str = "default") -> list[dict]:
+    """Server-side apply every document of `docs` (create or update, forcing
     ownership to field manager "netattach-testbed"), then wait up to `timeout` s
     for each CustomResourceDefinition among them to be Established and served.
 
@@ -641,10 +757,8 @@ def apply_manifests(api: k8s.ApiClient, paths: Iterable[Path], timeout: float = 
     namespace: for namespaced documents that name none.
     Supports the core, apps, rbac, apiextensions and admissionregistration v1 kinds and
     NetworkAttachmentDefinitions (ValueError otherwise).
-    Returns the applied documents as read from the file. ApiException on rejection,
-    ClusterError on timeout.
+    Returns `docs`. ApiException on rejection, ClusterError on timeout.
     """
-    docs = load_manifests(paths)
     for doc in docs:
         av, kind = doc.get("apiVersion"), doc.get("kind")
         if (av, kind) == (f"{NAD_GROUP}/{NAD_VERSION}", "NetworkAttachmentDefinition"):

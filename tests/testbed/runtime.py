@@ -602,6 +602,7 @@ def node_setup(cluster, env, netattach: str, plugin_dirs: list[Path], bridge: st
     the runtimeConfig of every capability containerd knows. Raises ClusterError with the installer's
     output if it fails."""
     from .cluster import service_account_token
+    from .daemon import NODE_NAME
     from .serviceaccount import write_sa
     root = env.root / "node"
     for d in ("bin", "net.d", "primary", "sa"):
@@ -617,14 +618,17 @@ def node_setup(cluster, env, netattach: str, plugin_dirs: list[Path], bridge: st
         {"type": "portmap", "capabilities": {"portMappings": True}},
         {"type": "bandwidth", "capabilities": {"bandwidth": True}},
     ]}, indent=2))
-    write_sa(root / "sa", service_account_token(cluster), 1, cluster.ca_file.read_bytes())
+    # bound to a pod on the node, as the installer pod's projected token is
+    write_sa(root / "sa", service_account_token(cluster, node=NODE_NAME), 1,
+             cluster.ca_file.read_bytes())
     node = Node(root=root, primary=primary, plugin_dirs=list(plugin_dirs), install_args=[
         "--bin-dir", str(root / "bin"), "--host-bin-dir", str(root / "bin"),
         "--conf-dir", str(root / "net.d"), "--host-conf-dir", str(root / "net.d"),
         "--cni-dir", str(env.state_dir), "--service-account-dir", str(root / "sa"),
         "--api-server", cluster.server, "--primary-config", str(primary),
         "--primary-timeout", "30", "--log-level", "debug",
-        "--log-file", str(env.log_dir / "netattach.log")])
+        "--log-file", str(env.log_dir / "netattach.log"),
+        "--run-dir", str(root / "installer-run")])  # the pod's own dir: the record
     p = node.install(netattach, *install_extra)
     if p.returncode != 0:
         raise ClusterError(f"netattach install --once failed ({p.returncode}): "

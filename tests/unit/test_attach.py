@@ -157,7 +157,8 @@ class Bed:
         stdin = {**self.conf(), **conf}
         req = parse_request(env, json.dumps(stdin).encode())
         orch = Orchestrator(api=lambda c: self.api, executor=self.exe, clock=lambda: self.now[0],
-                            drop_writes=self.dropped.append)
+                            drop_writes=self.dropped.append,
+                            libcni_cache_dir=str(self.tmp / "libcni"))
         return orch.run(req, parse_netconf(stdin))
 
     def added(self) -> None:
@@ -439,6 +440,43 @@ def _marker(b: Bed) -> None:
     b.api.calls.clear()
 
 
+def libcni_entry(b: Bed, network: str, config: dict[str, Any], container_id: str = CID,
+                 ifname: str = "eth0", **extra: Any) -> Path:
+    """Write libcni's cache entry of an ADD of `config` as network `network` (libcni
+    api.go cacheAdd: <cache>/results/<network>-<container>-<ifname>, config base64)."""
+    import base64
+    results = b.tmp / "libcni" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / f"{network}-{container_id}-{ifname}"
+    path.write_text(json.dumps({
+        "kind": "cniCacheV1", "containerId": container_id, "ifName": ifname,
+        "networkName": network, "netns": NETNS,
+        "config": base64.b64encode(json.dumps(config).encode()).decode(),
+        "result": _result(config.get("cniVersion", "0.1.0"), ifname, "10.9.0.2/24"),
+        **extra}))
+    return path
+
+
+def _predates(b: Bed) -> None:
+    """No state: the runtime ADDed the sandbox with the primary's conflist alone, before
+    netattach was installed."""
+    libcni_entry(b, "cluster-net", CLUSTER)
+
+
+def _predates_multus(b: Bed) -> None:
+    """No state: Multus ADDed the sandbox before netattach replaced it."""
+    libcni_entry(b, "multus-cni-network", {"cniVersion": "0.3.1", "name": "multus-cni-network",
+                                           "plugins": [{"type": "multus"}]})
+
+
+def _lost(b: Bed) -> None:
+    """netattach ADDed the sandbox (libcni's entry under its conflist's name), then its
+    state was lost."""
+    _missing(b)
+    libcni_entry(b, "netattach", {"cniVersion": "1.0.0", "name": "netattach",
+                                  "plugins": [{"type": "netattach"}]})
+
+
 REBUILT = ALL_DELS
 PRIMARY = [("fake-bridge", "eth0")]
 READ_ONE = [("fake-bridge", "eth0")]  # the attachment still readable in a damaged file
@@ -472,13 +510,26 @@ MATRIX = [
     Row("missing", "up", 0, REBUILT, True, [f"{CID}.deleted"], logging.WARNING),
     Row("missing", "gone", 0, PRIMARY, True, [f"{CID}.deleted"], logging.WARNING),
     Row("missing", "down", 11, PRIMARY, True, [f"{CID}.json"], logging.ERROR),
+    # a sandbox the runtime ADDed without netattach (libcni's cache): quiet; the primary
+    # alone is released as cached, without the API; after Multus, rebuilt from the API
+    Row("predates", "up", 0, PRIMARY, False, [f"{CID}.deleted"]),
+    Row("predates", "down", 0, PRIMARY, False, [f"{CID}.deleted"]),
+    Row("predates", "gone", 0, PRIMARY, False, [f"{CID}.deleted"]),
+    Row("predates-multus", "up", 0, REBUILT, True, [f"{CID}.deleted"]),
+    Row("predates-multus", "gone", 0, PRIMARY, True, [f"{CID}.deleted"], logging.WARNING),
+    Row("predates-multus", "down", 11, PRIMARY, True, [f"{CID}.json"], logging.ERROR),
+    # netattach's own entry: its state was lost, as loud as without a cache
+    Row("lost", "up", 0, REBUILT, True, [f"{CID}.deleted"], logging.WARNING),
+    Row("lost", "gone", 0, PRIMARY, True, [f"{CID}.deleted"], logging.WARNING),
+    Row("lost", "down", 11, PRIMARY, True, [f"{CID}.json"], logging.ERROR),
     Row("pending", "up", 0, REBUILT, True, [f"{CID}.deleted"], logging.ERROR),
     Row("pending", "gone", 0, PRIMARY, True, [f"{CID}.deleted"], logging.ERROR),
     Row("pending", "down", 11, PRIMARY, True, [f"{CID}.json"], logging.ERROR),
 ]
 SETUP = {"whole": _whole, "tombstone": _tombstone, "marker": _marker,
          "damaged-all-readable": _damaged(None), "damaged-partly": _damaged(1),
-         "missing": _missing, "pending": _pending}
+         "missing": _missing, "pending": _pending, "predates": _predates,
+         "predates-multus": _predates_multus, "lost": _lost}
 
 
 @pytest.mark.parametrize("row", MATRIX, ids=lambda r: f"{r.state}-api-{r.api}")
@@ -574,3 +625,86 @@ def test_check_and_status(bed):
     with pytest.raises(CniError) as e:
         bed.run("CHECK")
     assert e.value.code == 3
+
+
+# ---------------------------------------------------------------- DEL of a sandbox ADDed without netattach
+
+def test_a_sandbox_added_without_netattach_is_released_as_libcni_cached_it(bed, caplog):
+    """The primary's own cached config, runtimeConfig and result are what its DEL gets
+    (not the cluster default network as configured now), and the cache entry is
+    removed afterwards, as libcni's DEL of that network would have done."""
+    configs: list[dict[str, Any]] = []
+    run = bed.exe.run
+    bed.exe.run = lambda path, command, config, env, timeout: (  # type: ignore[method-assign]
+        configs.append(config) or run(path, command, config, env, timeout))
+    old = {"cniVersion": "1.0.0", "name": "flannel-era", "plugins": [
+        {"type": "fake-ptp", "capabilities": {"portMappings": True}}]}
+    ports = [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]
+    entry = libcni_entry(bed, "flannel-era", old, capabilityArgs={"portMappings": ports})
+    libcni_entry(bed, "cni-loopback", {"cniVersion": "1.0.0", "name": "cni-loopback",
+                                       "type": "loopback"}, ifname="lo")
+    caplog.set_level(logging.DEBUG, logger="netattach")
+    assert bed.run("DEL") is None
+    assert bed.dels() == [("fake-ptp", "eth0")] and bed.api.calls == []
+    [conf] = configs
+    assert conf["name"] == "flannel-era" and conf["runtimeConfig"] == {"portMappings": ports}
+    assert conf["prevResult"]["ips"][0]["address"] == "10.9.0.2/24"
+    assert not entry.exists() and (bed.tmp / "libcni" / "results" / f"cni-loopback-{CID}-lo").exists()
+    assert "ADDed it with network 'flannel-era' alone, without netattach" in caplog.text
+    assert not [r for r in caplog.records if r.levelno > logging.INFO]
+    # the runtime's second DEL: the tombstone, quietly
+    caplog.clear()
+    assert bed.run("DEL", netns="") is None and len(configs) == 1
+    assert not [r for r in caplog.records if r.levelno > logging.INFO]
+
+
+def test_a_failed_del_from_the_libcni_cache_is_retried_from_its_own_state(bed):
+    entry = libcni_entry(bed, "cluster-net", CLUSTER)
+    bed.exe.fail = {("DEL", "fake-bridge")}
+    with pytest.raises(CniError) as e:
+        bed.run("DEL")
+    assert e.value.code == 11 and bed.files() == [f"{CID}.json"] and not entry.exists()
+    bed.exe.fail = set()
+    bed.exe.calls.clear()
+    assert bed.run("DEL") is None
+    assert bed.dels() == PRIMARY and bed.files() == [f"{CID}.deleted"] and bed.api.calls == []
+
+
+@pytest.mark.parametrize("network,config,why", [
+    ("netattach-cni-network", {"cniVersion": "1.0.0", "name": "netattach-cni-network",
+                               "plugins": [{"type": "netattach-shim"}]}, "thick mode's"),
+    ("renamed", {"cniVersion": "1.0.0", "name": "renamed",
+                 "plugins": [{"type": "netattach"}]}, "a plugin of netattach's type"),
+    ("netattach", {"cniVersion": "1.0.0", "name": "netattach", "type": "bridge"},
+     "netattach's conflist name"),
+])
+def test_an_entry_of_netattachs_own_means_its_state_was_lost(bed, caplog, network, config, why):
+    _missing(bed)
+    libcni_entry(bed, network, config)
+    caplog.set_level(logging.DEBUG, logger="netattach")
+    caplog.clear()
+    bed.run("DEL")
+    assert bed.dels() == REBUILT, why
+    assert [r.levelno for r in caplog.records if r.levelno > logging.INFO] == [logging.WARNING]
+
+
+def test_two_entries_or_an_unusable_config_fall_back_to_the_api(bed, caplog):
+    """Two networks cached on CNI_IFNAME (nothing says which is the sandbox's), or a
+    cached config netattach cannot run: DEL rebuilds from the API, at INFO (the sandbox
+    was still ADDed without netattach)."""
+    caplog.set_level(logging.DEBUG, logger="netattach")
+    for setup in (lambda: [libcni_entry(bed, "a", CLUSTER), libcni_entry(bed, "b", CLUSTER)],
+                  lambda: [libcni_entry(bed, "x", {"cniVersion": "9.9.9", "name": "x",
+                                                   "type": "fake-bridge"})]):
+        entries = setup()
+        caplog.clear()
+        bed.run("DEL")
+        assert bed.dels() == REBUILT and bed.api.calls
+        assert "without netattach" in caplog.text
+        assert not [r for r in caplog.records if r.levelno > logging.INFO]
+        assert all(p.exists() for p in entries)  # not the runtime's entries netattach used
+        for p in entries:
+            p.unlink()
+        bed.store.forget_deleted(CID)
+        bed.exe.calls.clear()
+        bed.api.calls.clear()

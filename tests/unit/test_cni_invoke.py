@@ -161,3 +161,66 @@ def test_nothing_written_to_our_stdout(tmp_path, capfd):
     assert exec_plugin(p, "ADD", {}, ENV, 10) == {"a": 1}
     out, err = capfd.readouterr()
     assert out == "" and err == ""
+
+
+# ------------------------------------------------------------------ in another root (--chroot-dir)
+
+def _root(tmp_path):
+    """A root dir laid out as merged-/usr hosts are: /bin -> usr/bin, plugins under
+    /usr/lib/cni reached through /opt/cni/bin links."""
+    root = tmp_path / "root"
+    (root / "usr/bin").mkdir(parents=True)
+    (root / "usr/lib/cni").mkdir(parents=True)
+    (root / "opt/cni/bin").mkdir(parents=True)
+    (root / "bin").symlink_to("usr/bin")
+    script(str(root / "usr/lib/cni"), "bridge", "")
+    return root
+
+
+def test_resolve_in_root_follows_links_inside_the_root_only(tmp_path):
+    root = _root(tmp_path)
+    # an absolute target starts again at the root; `..` stops at it
+    (root / "opt/cni/bin/abs").symlink_to("/usr/lib/cni/bridge")
+    (root / "opt/cni/bin/up").symlink_to("../../../../../../../usr/lib/cni/bridge")
+    (root / "opt/cni/bin/chain").symlink_to("abs")
+    for name in ("abs", "up", "chain"):
+        assert invoke.resolve_in_root(str(root), f"/opt/cni/bin/{name}") == "/usr/lib/cni/bridge"
+    # `..` after a link goes up from where the link led, as the kernel's lookup does
+    assert invoke.resolve_in_root(str(root), "bin/../lib/./cni") == "/usr/lib/cni"
+    assert invoke.resolve_in_root(str(root), "bin/../opt") is None
+    assert invoke.resolve_in_root(str(root), "/") == "/"
+    # missing components, a file used as a dir, a loop: no path
+    assert invoke.resolve_in_root(str(root), "/opt/nope/bridge") is None
+    assert invoke.resolve_in_root(str(root), "/usr/lib/cni/bridge/x") is None
+    (root / "opt/cni/bin/loop").symlink_to("loop")
+    assert invoke.resolve_in_root(str(root), "/opt/cni/bin/loop") is None
+
+
+def test_chroot_find_never_leaves_the_root(tmp_path):
+    """A plugin is what the root holds at <binDir>/<type>, links followed inside the root;
+    one that exists only outside it (here: at the same path on this machine's side of
+    an absolute link, or above the root through `..`) is not found, and the error names
+    the root."""
+    root = _root(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    script(str(outside), "evil", "")
+    (root / "opt/cni/bin/bridge").symlink_to("/usr/lib/cni/bridge")
+    (root / "opt/cni/bin/evil").symlink_to(str(outside / "evil"))  # absolute: in the root
+    (root / "opt/cni/bin/evil2").symlink_to("../../../../" + str(outside / "evil"))
+    ex = invoke.ChrootExecutor(str(root))
+    assert ex.find("bridge", ["/nope", "/opt/cni/bin"]) == "/opt/cni/bin/bridge"
+    # a bin dir is a path inside the root, relative ones from its /
+    assert ex.find("bridge", ["usr/lib/cni"]) == "/usr/lib/cni/bridge"
+    for ptype in ("evil", "evil2"):
+        with pytest.raises(CniError) as e:
+            ex.find(ptype, ["/opt/cni/bin", str(outside)])
+        assert e.value.code == 7 and f"under the root {root}" in e.value.msg
+    with pytest.raises(CniError) as e:
+        ex.find("../bridge", ["/opt/cni/bin"])
+    assert "invalid plugin type" in e.value.msg
+
+
+def test_chroot_executor_problem(tmp_path):
+    assert invoke.ChrootExecutor(str(tmp_path)).problem() is None
+    assert "is not a directory" in invoke.ChrootExecutor(str(tmp_path / "no")).problem()

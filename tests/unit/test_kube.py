@@ -190,14 +190,29 @@ def test_401_403_explained_without_retry(stub, tmp_path, code, phrase):
 
 
 def test_a_403_names_the_rbac_manifest_of_the_client(stub, tmp_path):
-    """The plugin's requests are granted by deploy/rbac.yaml, the node daemon's by
+    """The plugin's requests are granted by deploy/base/rbac.yaml, the node daemon's by
     deploy/thick/rbac.yaml: a 403 names the one to fix."""
     s = stub(*[(403, status_doc(403, "no"))] * 2)
     path = str(kubeconfig(tmp_path / "kc", s.url))
-    for rbac in ("deploy/rbac.yaml", "deploy/thick/rbac.yaml"):
+    for rbac in ("deploy/base/rbac.yaml", "deploy/thick/rbac.yaml"):
         with pytest.raises(KubeError) as e:
             Kube(path, 60.0, rbac=rbac).get_pod("ns", "p")
         assert f"bind the ClusterRole from {rbac}," in str(e.value)
+
+
+def test_a_status_devices_write_refused_per_driver_says_what_to_fix(stub, tmp_path):
+    """Kubernetes >= 1.36 answers a status.devices write without the per-driver permission
+    with 422 (Invalid), not 403 (pkg/registry/resource/utils.go AuthorizedForDeviceStatus)."""
+    msg = ('ResourceClaim.resource.k8s.io "c" is invalid: status.devices: Forbidden: changing '
+           'status.devices requires resource="resourceclaims/driver", verb="[associated-node:'
+           'patch arbitrary-node:patch]" permission: ...')
+    s = stub((422, status_doc(422, msg)))
+    with pytest.raises(KubeError) as e:
+        Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0, rbac="deploy/thick/rbac.yaml"
+             ).apply_claim_devices("ns", "c", [])
+    assert e.value.status == 422 and str(e.value).endswith(msg)
+    assert "bind the ClusterRole from deploy/thick/rbac.yaml, whose resourceclaims/driver rule" \
+        in str(e.value) and "bound to a pod on the claim's node" in str(e.value)
 
 
 def test_other_status_is_an_error_with_the_server_message(stub, tmp_path):

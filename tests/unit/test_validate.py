@@ -95,7 +95,7 @@ NAD_MISTAKES = [
     ("unknown top-level field", nad(conf(), extra="status: {}\n"), "warning", "status",
      "unknown field"),
     ("unknown spec field", nad(conf()) + "  vlan: 7\n", "warning", "spec.vlan",
-     "the CRD (deploy/crd.yaml) prunes everything under spec but config"),
+     "the CRD (deploy/base/crd.yaml) prunes everything under spec but config"),
     ("spec not an object", nad() + "spec: macvlan\n", "error", "spec",
      "spec must be an object, not a string"),
     ("config as YAML mapping", nad() + "spec:\n  config:\n    type: macvlan\n", "error",

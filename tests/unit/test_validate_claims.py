@@ -1,5 +1,8 @@
 """`netattach validate` on ResourceClaims and ResourceClaimTemplates (claims.py's parser
-and the seed 004 rules an object alone shows), and the README's DRA example."""
+and the seed 004 rules an object alone shows), and docs/dra.md's complete example:
+`netattach validate` passes it, and its device selection, evaluated as CEL against
+the devices the daemon publishes (daemon.dra.slice_devices), picks only devices that
+have every attribute its config reads."""
 from __future__ import annotations
 
 import copy
@@ -12,14 +15,14 @@ import yaml
 from netattach import claims
 from netattach.validate import ERROR, lint_sources
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DRA_DOC = Path(__file__).resolve().parents[2] / "docs" / "dra.md"
 
 
-def readme_example() -> str:
-    """The YAML block after the `<!-- dra-example -->` marker of README.md."""
-    text = README.read_text()
+def dra_example() -> str:
+    """The YAML block after the `<!-- dra-example -->` marker of docs/dra.md."""
+    text = DRA_DOC.read_text()
     m = re.search(r"<!-- dra-example -->\n```yaml\n(.*?)```", text, re.S)
-    assert m, "README.md has no DRA example block"
+    assert m, "docs/dra.md has no DRA example block"
     return m.group(1)
 
 
@@ -29,14 +32,14 @@ def errors(docs) -> list[tuple[str | None, str]]:
             if f.severity == ERROR]
 
 
-def test_readme_example_passes():
-    docs = list(yaml.safe_load_all(readme_example()))
+def test_the_dra_example_passes():
+    docs = list(yaml.safe_load_all(dra_example()))
     assert [d["kind"] for d in docs] == ["DeviceClass", "ResourceClaimTemplate", "Pod"]
-    assert errors(readme_example()) == []
+    assert errors(dra_example()) == []
 
 
 def claim() -> dict:
-    tmpl = next(d for d in yaml.safe_load_all(readme_example())
+    tmpl = next(d for d in yaml.safe_load_all(dra_example())
                 if d["kind"] == "ResourceClaimTemplate")
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
             "metadata": {"name": "c", "namespace": "demo"}, "spec": tmpl["spec"]["spec"]}
@@ -48,7 +51,7 @@ def params(c):
 
 def test_claim_passes_and_template_errors_have_the_template_path():
     assert errors([claim()]) == []
-    tmpl = next(d for d in yaml.safe_load_all(readme_example())
+    tmpl = next(d for d in yaml.safe_load_all(dra_example())
                 if d["kind"] == "ResourceClaimTemplate")
     params({"spec": tmpl["spec"]["spec"]})["ifName"] = "a/b"
     [(key, msg)] = errors([tmpl])
@@ -86,3 +89,85 @@ def test_other_drivers_configs_are_not_linted():
                                                    "parameters": {"anything": 1}}
     assert errors([c]) == []
     assert claims.DRIVER == "cni.dra.networking.x-k8s.io"
+
+
+# ---------------------------------------------------------------- the example's device selection
+
+def cel_device(driver: str, device: dict) -> dict:
+    """A ResourceSlice's device as a DRA CEL selector sees it (k8s.io/dynamic-resource-
+    allocation cel.Device; KEP-4381): `driver`, and `attributes` keyed by domain, an
+    unqualified attribute name being in the driver's own domain, each typed value
+    (`string`, `int`, `bool`, `version`) its plain value."""
+    attributes: dict[str, dict] = {}
+    for name, typed in (device.get("attributes") or {}).items():
+        domain, _, short = name.rpartition("/")
+        [value] = typed.values()
+        attributes.setdefault(domain or driver, {})[short] = value
+    return {"driver": driver, "attributes": attributes, "capacity": {}}
+
+
+def selected(docs: list[dict], request: str, devices: list[dict]) -> list[str]:
+    """The names of `devices` (of driver claims.DRIVER) that every CEL selector of the
+    request's DeviceClass and of the request itself accepts. A selector that fails on a
+    device (a missing attribute, say) fails the test: the scheduler then fails the
+    allocation rather than skip the device (structured allocator, "CEL runtime error")."""
+    import celpy
+    [cls] = [d for d in docs if d["kind"] == "DeviceClass"]
+    [tmpl] = [d for d in docs if d["kind"] == "ResourceClaimTemplate"]
+    [req] = [r["exactly"] for r in tmpl["spec"]["spec"]["devices"]["requests"]
+             if r["name"] == request]
+    assert req["deviceClassName"] == cls["metadata"]["name"]
+    env = celpy.Environment()
+    programs = [(s["cel"]["expression"], env.program(env.compile(s["cel"]["expression"])))
+                for s in cls["spec"].get("selectors", []) + req.get("selectors", [])]
+    out = []
+    for d in devices:
+        activation = {"device": celpy.json_to_cel(cel_device(claims.DRIVER, d))}
+        verdicts = []
+        for text, program in programs:
+            verdict = program.evaluate(activation)
+            assert isinstance(verdict, celpy.celtypes.BoolType), (d["name"], text, verdict)
+            verdicts.append(bool(verdict))
+        if all(verdicts):
+            out.append(d["name"])
+    return out
+
+
+def attributes_read(tmpl: dict) -> set[str]:
+    """The device attributes the template's CNI configs read (`valueFrom.attribute` or
+    `attributeRef`, also inside a configMapKeyRef)."""
+    read = set()
+    for config in tmpl["spec"]["spec"]["devices"]["config"]:
+        for plugin in config["opaque"]["parameters"]["plugins"]:
+            for arg in plugin.get("arguments") or plugin.get("args") or []:
+                source = arg.get("valueFrom") or {}
+                for where in (source, source.get("configMapKeyRef") or {}):
+                    read |= {where[k] for k in ("attribute", "attributeRef") if k in where}
+    return read
+
+
+def test_the_dra_examples_selection_picks_only_devices_with_what_its_config_reads():
+    """The devices `netattach daemon --dra` publishes for a node with two host
+    interfaces (slice_devices): the example's selectors pick exactly the interfaces'
+    devices, each of which has every attribute the config reads (`name`, the macvlan's
+    master), and fail on none. Without the request's selector they would also pick the
+    generic devices, which have no `name`: the pod would never start."""
+    from netattach.daemon.dra import HostInterface, slice_devices
+    devices = slice_devices([HostInterface("eth1", "02:00:00:00:00:01", True),
+                             HostInterface("ens1f0", "", True)], per_interface=2, generic=3)
+    docs = list(yaml.safe_load_all(dra_example()))
+    [tmpl] = [d for d in docs if d["kind"] == "ResourceClaimTemplate"]
+    reads = attributes_read(tmpl)
+    assert reads == {"name"}
+    by_name = {d["name"]: d for d in devices}
+    picked = selected(docs, "macvlan0", devices)
+    assert picked == ["eth1-0", "eth1-1", "ens1f0-0", "ens1f0-1"]
+    for name in picked:
+        assert reads <= set(by_name[name]["attributes"]), name
+    assert [by_name[n]["attributes"]["name"] for n in picked] == [
+        {"string": "eth1"}] * 2 + [{"string": "ens1f0"}] * 2
+
+    del tmpl["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
+    loose = selected(docs, "macvlan0", devices)
+    assert loose[:3] == ["cni-0", "cni-1", "cni-2"]
+    assert not reads <= set(by_name["cni-0"]["attributes"])

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -26,6 +27,13 @@ CNI_ENV_KEYS = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CN
                 "CNI_PATH")
 STDERR_TAIL = 4096  # characters of a child's stderr kept in errors
 _TXTBSY_RETRIES = 5  # libcni RawExec retries "text file busy" 5 times, 1 s apart
+CHROOT_COMMAND = "/usr/sbin/chroot"
+"""coreutils' chroot(8): `chroot DIR COMMAND` chroots to DIR, changes to its `/` and execs
+COMMAND there (same process, so a timeout kills the plugin itself). ChrootExecutor runs
+children through it because a `preexec_fn` calling os.chroot is unsafe in the
+multi-threaded daemon (Python's subprocess docs)."""
+MAX_SYMLINKS = 40
+"""Symlinks one path lookup may follow before ELOOP (Linux's MAXSYMLINKS)."""
 
 _child_lock = threading.Lock()
 _child_seconds = 0.0
@@ -84,6 +92,48 @@ def find_plugin(plugin_type: str, dirs: Sequence[str]) -> str:
             return candidate
     raise ConfigError(f"failed to find plugin {plugin_type!r} in path "
                       f"[{', '.join(d for d in dirs if d)}]")
+
+
+def resolve_in_root(root: str, path: str) -> str | None:
+    """`path` resolved as a process whose root directory is `root` resolves it, or None.
+
+    root: a directory here; path: a path inside it ("/opt/cni/bin/macvlan"; a relative
+    path is taken from the root, where chroot(8) changes to). Every symlink met is
+    read and followed *inside* the root, as the kernel does for a chrooted process
+    (and as openat2's RESOLVE_IN_ROOT does): an absolute target starts again at the
+    root, `..` never climbs above it, so no lookup leaves the root. Returns the
+    path inside the root with no symlink, `.` or `..` left ("/usr/lib/cni/macvlan"),
+    or None when a component is missing, not a directory or not readable, or more
+    than MAX_SYMLINKS links were followed (ELOOP). The last component may be of any
+    type. Reads only.
+    """
+    pending = [p for p in reversed(path.split("/")) if p]
+    resolved: list[str] = []
+    links = 0
+    while pending:
+        part = pending.pop()
+        if part == ".":
+            continue
+        if part == "..":
+            if resolved:
+                resolved.pop()
+            continue
+        here = os.path.join(root, *resolved, part)
+        try:
+            st = os.lstat(here)
+            if not stat.S_ISLNK(st.st_mode):
+                resolved.append(part)
+                continue
+            target = os.readlink(here)
+        except OSError:
+            return None
+        links += 1
+        if links > MAX_SYMLINKS:
+            return None
+        if target.startswith("/"):
+            resolved = []
+        pending.extend(p for p in reversed(target.split("/")) if p)
+    return "/" + "/".join(resolved)
 
 
 def child_environ(command: str, env: PluginEnv) -> dict[str, str]:
@@ -162,11 +212,13 @@ def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def _spawn(path: str, environ: dict[str, str], deadline: float) -> subprocess.Popen[bytes]:
-    name = os.path.basename(path)
+def _spawn(argv: list[str], environ: dict[str, str], deadline: float
+           ) -> subprocess.Popen[bytes]:
+    path = argv[0]
+    name = os.path.basename(argv[-1])
     for attempt in range(_TXTBSY_RETRIES + 1):
         try:
-            return subprocess.Popen([path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, env=environ, close_fds=True,
                                     start_new_session=True)
         except OSError as e:
@@ -176,7 +228,9 @@ def _spawn(path: str, environ: dict[str, str], deadline: float) -> subprocess.Po
                 if remaining > 0:
                     time.sleep(min(1.0, remaining))
                     continue
-            raise IOFailure(f"cannot execute plugin {name!r}: {e.strerror or e}", path) from None
+            through = f" through {path}" if len(argv) > 1 else ""
+            raise IOFailure(f"cannot execute plugin {name!r}{through}: {e.strerror or e}",
+                            path) from None
     raise AssertionError("unreachable")
 
 
@@ -222,11 +276,13 @@ def _failure(name: str, returncode: int, stdout: str, stderr: str) -> ChildError
 
 
 def exec_plugin(path: str, command: str, config: dict[str, Any], env: PluginEnv,
-                timeout: float) -> dict[str, Any] | None:
+                timeout: float, chroot: str | None = None) -> dict[str, Any] | None:
     """Run plugin `path` once for `command`; return its decoded stdout.
 
     stdin: JSON of `config`; environment: child_environ(command, env); the child
-    starts in a new session (its own process group).
+    starts in a new session (its own process group). With `chroot` (a directory),
+    `path` is a path inside it and the child is `CHROOT_COMMAND chroot path`: it runs
+    with that root directory, its `/` as working directory (ChrootExecutor).
     Returns the JSON object the plugin printed on success, or None when it printed
     nothing (or JSON null), which is normal for DEL, CHECK, STATUS and GC.
 
@@ -236,7 +292,9 @@ def exec_plugin(path: str, command: str, config: dict[str, Any], env: PluginEnv,
     * ChildError 999 for a non-zero exit or a death by signal without one
       (`_failure`: the message names the signal or status), the stderr tail in details;
     * ChildError 6 (a decoding failure) when it exits 0 but stdout is not a JSON object;
-    * IOFailure (5) when it cannot be executed;
+    * IOFailure (5) when it (or CHROOT_COMMAND) cannot be executed; under `chroot`, a
+      plugin chroot(8) cannot exec inside the root is a ChildError 999 with chroot's
+      message and status (126, 127) instead;
     * TryAgain (11) when it runs longer than `timeout` seconds: it, its process
       group and all its descendants are killed (_kill_tree).
     """
@@ -245,7 +303,8 @@ def exec_plugin(path: str, command: str, config: dict[str, Any], env: PluginEnv,
     environ = child_environ(command, env)
     start = time.monotonic()
     deadline = start + timeout
-    proc = _spawn(path, environ, deadline)
+    proc = _spawn([CHROOT_COMMAND, chroot, path] if chroot is not None else [path], environ,
+                  deadline)
     timed_out = False
     try:
         out_b, err_b = proc.communicate(data, timeout=max(0.0, deadline - time.monotonic()))
@@ -320,3 +379,48 @@ class ProcessExecutor:
 
 
 PROCESS_EXECUTOR = ProcessExecutor()
+
+
+class ChrootExecutor:
+    """The executor of real plugin executables inside another root directory: the thick
+    daemon's with `--chroot-dir` (the host's `/` mounted in its container), so children
+    run as the runtime runs them on the host, with the host's files, tools and /proc
+    (Multus thick mode's `chrootDir`).
+
+    find: `<dir>/<type>` for each dir (paths as seen inside the root), resolved in the
+    root (resolve_in_root: no symlink leads out of it), the first that is a regular
+    executable file; returns that path *inside* the root. run: exec_plugin under
+    CHROOT_COMMAND, with the same timeout and kill-the-whole-tree rules.
+    """
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+
+    def problem(self) -> str | None:
+        """None when children can run in the root, else why not: the root is not a
+        directory, or CHROOT_COMMAND is not an executable here."""
+        if not os.path.isdir(self.root):
+            return f"the root {self.root} is not a directory"
+        if not (os.path.isfile(CHROOT_COMMAND) and os.access(CHROOT_COMMAND, os.X_OK)):
+            return f"{CHROOT_COMMAND} (coreutils) is not an executable file here"
+        return None
+
+    def find(self, plugin_type: str, dirs: Sequence[str]) -> str:
+        """find_plugin's contract, inside the root; the error also names the root."""
+        check_plugin_type(plugin_type)
+        for d in dirs:
+            if not d:
+                continue
+            candidate = os.path.join("/", d, plugin_type)
+            inside = resolve_in_root(self.root, candidate)
+            if inside is None:
+                continue
+            here = os.path.join(self.root, inside.lstrip("/"))
+            if os.path.isfile(here) and os.access(here, os.X_OK):
+                return candidate
+        raise ConfigError(f"failed to find plugin {plugin_type!r} in path "
+                          f"[{', '.join(d for d in dirs if d)}] under the root {self.root}")
+
+    def run(self, path: str, command: str, config: dict[str, Any], env: PluginEnv,
+            timeout: float) -> dict[str, Any] | None:
+        return exec_plugin(path, command, config, env, timeout, chroot=self.root)

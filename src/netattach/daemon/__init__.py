@@ -60,6 +60,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="netattach's state dir, the conflist's cniDir: network-status "
                              "writes an earlier daemon left unsent there are sent at start "
                              "(default: %(default)s)")
+    parser.add_argument("--chroot-dir", default=None,
+                        help="run every child plugin with this dir as its root directory "
+                             "(the host's / as mounted in the daemon's container, e.g. "
+                             "/hostroot): plugins are looked up under <chroot-dir>/<binDir> "
+                             "without a symlink leading out of it, and exec'd as "
+                             "<binDir>/<type> through /usr/sbin/chroot, so they see the "
+                             "host's files, tools and /proc as a runtime-exec'd plugin does "
+                             "(Multus' chrootDir). Needs a privileged container. Default: "
+                             "none, children run in the daemon's own root")
     parser.add_argument("--max-parallel", type=_number(int), default=8,
                         help="CNI calls served at once, each running its children "
                              "(default: %(default)s)")
@@ -120,14 +129,23 @@ def run(args: argparse.Namespace) -> int:
         log.error("no node name: set --node-name or $NODE_NAME (the DaemonSet passes "
                   "spec.nodeName through the downward API)")
         return 1
+    from ..cni import invoke
     from . import metrics
     from .cache import node_caches
     from .dra import DraError  # grpc is imported by dra.KubeletPlugin.start, with --dra only
     from .server import Daemon, DaemonError
-
+    executor: invoke.Executor = invoke.PROCESS_EXECUTOR
+    if args.chroot_dir:
+        chroot = invoke.ChrootExecutor(args.chroot_dir)
+        problem = chroot.problem()
+        if problem:
+            log.error("cannot run children in --chroot-dir %s: %s", args.chroot_dir, problem)
+            return 1
+        log.info("children run in the root %s (--chroot-dir)", chroot.root)
+        executor = chroot
     pods, nads = node_caches(args.kubeconfig, args.node_name)
     daemon = Daemon(pods, nads, args.kubeconfig, args.socket_dir, args.max_parallel,
-                    args.api_timeout, args.cni_dir, args.hotplug_interval)
+                    args.api_timeout, args.cni_dir, args.hotplug_interval, executor)
     stop = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda signum, _frame: stop.set())

@@ -133,7 +133,8 @@ class Hotplugger:
     the daemon's --cni-dir, scanned at start; make_api: (environ, conf) -> the API seam
     of one operation on a container (Daemon._api: cached reads, queued writes);
     drop_writes: the orchestrator's (Publisher.cancel); interval: seconds between two
-    changes of one pod; clock: monotonic seconds.
+    changes of one pod; clock: monotonic seconds; executor: runs the children (the
+    daemon's: invoke.ChrootExecutor with --chroot-dir).
     Counters for the metrics (under `lock`): changes by result ("added", "removed",
     "failed", "refused").
     """
@@ -141,8 +142,10 @@ class Hotplugger:
     def __init__(self, pods: WatchCache, cni_dir: str,
                  make_api: Callable[[dict[str, str], NetConf], PodApi],
                  drop_writes: Callable[[str], None], interval: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 executor: invoke.Executor = invoke.PROCESS_EXECUTOR):
         self.pods, self.cni_dir = pods, cni_dir
+        self.executor = executor
         self.make_api, self.drop_writes = make_api, drop_writes
         self.interval, self.clock = interval, clock
         self.lock = threading.Lock()
@@ -297,7 +300,7 @@ class Hotplugger:
                 return  # the pod is gone, re-created or being deleted: its DEL comes
             environ, req, conf = _request(state)
             api = self.make_api(environ, conf)
-            orch = Orchestrator(api=lambda _conf: api, executor=invoke.PROCESS_EXECUTOR,
+            orch = Orchestrator(api=lambda _conf: api, executor=self.executor,
                                 drop_writes=self.drop_writes)
             pod_doc = {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid}
 

@@ -1,6 +1,7 @@
 """The node daemon: CNI calls from the shim on a unix socket, run by the same
 orchestrator as thin mode (orchestrator.Orchestrator) with the watch caches as its API
-seam (podapi.CachedPodApi), the process executor and the real clock.
+seam (podapi.CachedPodApi), the process executor (in the host's root with
+--chroot-dir: invoke.ChrootExecutor) and the real clock.
 
 Socket: `<socketDir>/netattach.sock`; the dir is 0700 and ours, the socket 0600, and
 each connection's peer (SO_PEERCRED) must be root, the container runtime. One call per
@@ -161,13 +162,17 @@ class Daemon:
     network-status writes left pending by an earlier daemon are sent at start
     (podapi.republish), and whose sandboxes ADDed with `hotplug` are changed when their
     pod's selection changes (hotplug.Hotplugger, at most one change per pod every
-    `hotplug_interval` seconds).
+    `hotplug_interval` seconds); executor: finds and runs the children of every call
+    and hot-plug change (invoke.ChrootExecutor under --chroot-dir, else the process
+    executor).
     """
 
     def __init__(self, pods: WatchCache, nads: WatchCache, kubeconfig: str | None,
                  socket_dir: str, max_parallel: int, api_timeout: float,
-                 cni_dir: str = DEFAULT_CNI_DIR, hotplug_interval: float = 2.0):
+                 cni_dir: str = DEFAULT_CNI_DIR, hotplug_interval: float = 2.0,
+                 executor: invoke.Executor = invoke.PROCESS_EXECUTOR):
         self.pods, self.nads = pods, nads
+        self.executor = executor
         self.kubeconfig = kubeconfig
         self.cni_dir = cni_dir
         self._other_dirs: set[str] = set()
@@ -179,7 +184,7 @@ class Daemon:
         self.publisher = Publisher(lambda: self.client.kube(api_timeout, "--api-timeout"))
         self.pool = ThreadPoolExecutor(max_parallel, thread_name_prefix="cni")
         self.hotplug = Hotplugger(pods, cni_dir, lambda environ, conf: self._api(environ, conf, []),
-                                  self.publisher.cancel, hotplug_interval)
+                                  self.publisher.cancel, hotplug_interval, executor=executor)
         pods.listeners.append(self.hotplug.pod_changed)
         nads.listeners.append(self.hotplug.nad_changed)
         self.listening = False
@@ -322,7 +327,7 @@ class Daemon:
             with self.hotplug.exclusive if command == "GC" else contextlib.nullcontext():
                 doc, code = cli.cni_main(environ, stdin, Orchestrator(
                     api=lambda conf: self._api(environ, conf, seen),
-                    executor=invoke.PROCESS_EXECUTOR, clock=time.time,
+                    executor=self.executor, clock=time.time,
                     drop_writes=self.publisher.cancel))
             if command == "ADD" and code == 0 and seen:
                 self._count_attachments(seen[0], cid)

@@ -39,12 +39,17 @@ import argparse
 import logging
 import os
 import sys
+from typing import Any
 
+from ..cni.version import SUPPORTED_VERSIONS
 from ..logsetup import LOG_LEVELS
+from ..netconf import NetConf
+from .binary import tree_digest
 from .files import InstallError
 from .kubeconfig import KUBECONFIG_SUBDIR
 from .loop import Installer, Stop
 from .primary import CONF_NAME
+from .record import apply_record, read_record, settings_of, write_record
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "looked for and " + CONF_NAME + " written here (default: %(default)s)")
     g.add_argument("--host-conf-dir", default="/etc/cni/net.d",
                    help="the same conf dir as the host and the runtime see it: the paths "
-                        "written into the conflist (clusterNetwork, kubeconfig, confDir) "
+                        "written into the conflist (clusterNetwork, kubeconfig) "
                         "(default: %(default)s)")
     g.add_argument("--host-bin-dir", default="/opt/cni/bin",
                    help="the bin dir as the host sees it, written as binDir (default: %(default)s)")
@@ -92,6 +97,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the artifact to install: an executable file, or a PyInstaller onedir "
                         "directory holding `netattach` and `_internal/`. Default: the running "
                         "frozen build (its directory when onedir); when not frozen, no copy")
+    g.add_argument("--run-dir", default="/run/netattach-install",
+                   help="a dir of this pod's own (the DaemonSet's emptyDir) where the "
+                        "installer records its settings at start, and where --check reads "
+                        "them: the probes need no flags (default: %(default)s)")
     g = parser.add_argument_group("kubeconfig")
     g.add_argument("--service-account-dir",
                    default="/var/run/secrets/kubernetes.io/serviceaccount",
@@ -115,6 +124,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="seconds between checks of the primary, the token and our files "
                         "(default: %(default)s)")
     g = parser.add_argument_group("written into the plugin's conf")
+    g.add_argument("--netconf-file", default=None,
+                   help="a JSON or YAML mapping of more netattach conf keys (README "
+                        "\"Configuration\"), e.g. a ConfigMap's key mounted as a file; "
+                        "merged into netattach's conflist entry over what the flags write, "
+                        "re-read at every poll. Keys the installer writes itself (type, "
+                        "name, cniVersion, kubeconfig, clusterNetwork, capabilities, "
+                        "runtimeConfig, prevResult) and unknown keys are refused, naming "
+                        "the key (docs/install.md). Default: none")
     g.add_argument("--log-level", choices=tuple(LOG_LEVELS), default="info",
                    help="the plugin's logLevel (default: %(default)s)")
     g.add_argument("--log-file", default=None,
@@ -124,6 +141,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "--global-namespaces")
     g.add_argument("--global-namespaces", default=None,
                    help="globalNamespaces, comma-separated. Default: none")
+    g.add_argument("--default-networks", default=None,
+                   help="defaultNetworks, comma-separated [namespace/]name[@interface]: "
+                        "NADs attached to every pod after the cluster default network. "
+                        "Default: none")
+    g.add_argument("--plugin-conf-dir", default=None,
+                   help="confDir (host path): where the plugin finds on-disk configs of "
+                        "NADs without spec.config. Default: not written, so the plugin "
+                        "searches /etc/cni/net.d, then Multus' /etc/cni/multus/net.d")
+    g.add_argument("--auxiliary-cni-chain-name", default=None,
+                   help="auxiliaryCNIChainName (Multus' auxiliary CNI chain). Default: none")
+    for flag, key, plugin_default in (("--api-timeout", "apiTimeout", NetConf.api_timeout),
+                                      ("--delegate-timeout", "delegateTimeout",
+                                       NetConf.delegate_timeout),
+                                      ("--readiness-timeout", "readinessTimeout",
+                                       NetConf.readiness_timeout)):
+        g.add_argument(flag, type=_seconds, default=None,
+                       help=f"{key}, seconds. Default: not written (the plugin's "
+                            f"{plugin_default:g})")
     g.add_argument("--multus-namespace", default=None,
                    help="multusNamespace, where clusterNetwork/defaultNetworks NADs are looked "
                         "up. Default: the plugin's, kube-system")
@@ -160,7 +195,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "--no-cleanup-on-exit: always leave everything. Default: on")
     g.add_argument("--daemonset", default="netattach",
                    help="this pod's DaemonSet, in its namespace, which a stop asks the API "
-                        "server for (--cleanup-on-exit; RBAC: get on it, deploy/rbac.yaml) "
+                        "server for (--cleanup-on-exit; RBAC: get on it, deploy/base/rbac.yaml) "
                         "(default: %(default)s)")
     g.add_argument("--uninstall-timeout", type=_seconds, default=5.0,
                    help="on a stop, seconds to ask the API server (no answer: keep "
@@ -179,8 +214,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="one pass (binary, kubeconfig, wait for the primary, conflist), "
                            "then exit 0; for init containers and tests")
     mode.add_argument("--check", action="store_true",
-                      help="exit 0 iff the binary, the kubeconfig and the conflist are present "
-                           "and current, else 1; writes nothing (the readiness probe)")
+                      help="exit 0 iff the binary, the kubeconfig and the conflist the "
+                           "installer of this pod was told to install (its record in "
+                           "--run-dir) are present and current, else 1; a flag given here "
+                           "with a value other than its default overrides the record's; no "
+                           "record is not ready. Writes nothing (the probes)")
 
 
 def _setup_logging(level: str) -> None:
@@ -195,17 +233,60 @@ def _setup_logging(level: str) -> None:
     log.addHandler(handler)
 
 
-def run(args: argparse.Namespace) -> int:
-    """`netattach install`: 0 done or stopped by a signal, 1 failed (message on stderr)."""
-    _setup_logging(args.installer_log_level)
+def _defaults() -> dict[str, Any]:
+    """Every flag's dest -> its default (a fresh parser's, parsed from nothing)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    return vars(parser.parse_args([]))
+
+
+def _thin_hotplug(args: argparse.Namespace) -> bool:
     if args.hotplug and args.mode != "thick":
         log.error("--hotplug needs --mode thick: the node daemon changes running pods' "
                   "attachments, and thin mode has no daemon")
-        return 1
+        return True
+    return False
+
+
+def _check(args: argparse.Namespace, environ: dict[str, str]) -> int:
+    """--check: the record's settings (record.py) with the check's own flags over them."""
+    defaults = _defaults()
     try:
-        installer = Installer(args, dict(os.environ))
+        recorded, digest = read_record(args.run_dir)
+    except InstallError as e:
+        log.error("not ready: %s", e)
+        return 1
+    kept = apply_record(args, recorded, defaults)
+    if kept:
+        log.info("checking with this command's %s instead of the recorded",
+                 ", ".join("--" + k.replace("_", "-") for k in kept))
+    if _thin_hotplug(args):
+        return 1
+    installer = Installer(args, environ)
+    if "source" not in kept:  # the recorded artifact: the same image's, digest known
+        installer.artifact_digest = digest
+    return installer.check()
+
+
+def run(args: argparse.Namespace) -> int:
+    """`netattach install`: 0 done or stopped by a signal, 1 failed (message on stderr)."""
+    _setup_logging(args.installer_log_level)
+    try:
         if args.check:
-            return installer.check()
+            return _check(args, dict(os.environ))
+        if _thin_hotplug(args):
+            return 1
+        installer = Installer(args, dict(os.environ))
+        source = installer.source
+        digest = tree_digest(source) if source and os.path.isdir(source) else None
+        try:
+            path = write_record(args.run_dir, settings_of(args, _defaults()), digest)
+            log.info("settings recorded in %s (for --check)", path)
+        except InstallError as e:  # an init container (--once) may have no such dir
+            log.warning("%s: `install --check` (the probes) will not be ready", e)
+        # refuse bad settings at once, naming the key (a stand-in primary: no key's
+        # validity depends on it); the probes, reading the record, say the same
+        installer.check_settings(SUPPORTED_VERSIONS[-1], args.host_conf_dir)
         return installer.serve(Stop())
     except (InstallError, OSError) as e:
         log.error("%s", e)

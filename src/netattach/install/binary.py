@@ -234,11 +234,13 @@ def install_binary(source: str, bin_dir: str) -> bool:
     return changed
 
 
-def binary_problem(source: str | None, bin_dir: str) -> str | None:
+def binary_problem(source: str | None, bin_dir: str, digest: str | None = None) -> str | None:
     """None when `<bin_dir>/netattach` is the installed `source`, else what is wrong.
 
     Without a source (not frozen, no --source) it only checks that an executable
-    `netattach` is there. Reads only; raises nothing for missing files.
+    `netattach` is there. digest: tree_digest(source) of an onedir source when the
+    caller knows it (the installer's record: the image cannot change it), so it is
+    not hashed again. Reads only; raises nothing for missing files.
     """
     target = os.path.join(bin_dir, BINARY_NAME)
     try:
@@ -246,7 +248,7 @@ def binary_problem(source: str | None, bin_dir: str) -> str | None:
             ok = os.access(target, os.X_OK) and os.path.isfile(target)
             return None if ok else f"{target} is missing or not executable"
         if os.path.isdir(source):
-            want = f".netattach-{tree_digest(source)}/{BINARY_NAME}"
+            want = f".netattach-{digest or tree_digest(source)}/{BINARY_NAME}"
             if not (os.path.islink(target) and os.readlink(target) == want
                     and os.path.isfile(os.path.join(bin_dir, want))):
                 return f"{target} does not point to {want} (the artifact {source})"

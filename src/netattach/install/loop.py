@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import fcntl
 import json
 import logging
@@ -32,6 +33,7 @@ from .binary import (
     link_shim,
     shim_problem,
 )
+from .conf_keys import check_entry, load_document
 from .files import InstallError, ensure_dir, read_regular, remove_stale_temps, replace_if_changed
 from .kubeconfig import (
     CA_NAME,
@@ -47,6 +49,7 @@ from .primary import (
     PluginSettings,
     Primary,
     find_primary,
+    plugin_settings,
     render_conflist,
 )
 from .uninstall import Verdict, ask, decide, remove_files, retired_conflist, state_dir_mounted
@@ -109,17 +112,12 @@ class Installer:
         self.kube_dir = os.path.join(args.conf_dir, KUBECONFIG_SUBDIR)
         self.kube_path = os.path.join(self.kube_dir, args.kubeconfig_name)
         self.ca_path = os.path.join(self.kube_dir, CA_NAME)
-        self.settings = PluginSettings(
-            conf_dir=args.host_conf_dir, bin_dir=args.host_bin_dir, cni_dir=args.cni_dir,
-            kubeconfig=os.path.join(args.host_conf_dir, KUBECONFIG_SUBDIR, args.kubeconfig_name),
-            log_level=args.log_level, log_file=args.log_file,
-            namespace_isolation=args.namespace_isolation,
-            global_namespaces=args.global_namespaces, multus_namespace=args.multus_namespace,
-            system_namespaces=args.system_namespaces,
-            readiness_indicator_file=args.readiness_indicator_file,
-            resource_claims=args.resource_claims, hotplug=args.hotplug,
-            plugin_type=SHIM_NAME if args.mode == "thick" else BINARY_NAME,
-            daemon_socket_dir=args.daemon_socket_dir if args.mode == "thick" else None)
+        self.settings = plugin_settings(
+            args, os.path.join(args.host_conf_dir, KUBECONFIG_SUBDIR, args.kubeconfig_name),
+            SHIM_NAME if args.mode == "thick" else BINARY_NAME)
+        self.artifact_digest: str | None = None
+        """binary.tree_digest of the source when known (the record's: --check)."""
+        self._document: dict[str, Any] | None = None
         self._token_id: str | None = None
         self._conf_primary: str | None = None
         self._conf_written: bytes | None = None
@@ -153,8 +151,32 @@ class Installer:
         return render_kubeconfig(api_server_url(self.args.api_server, self.environ), sa,
                                  self.host_path(self.ca_path)), sa
 
+    def conf_settings(self) -> PluginSettings:
+        """The settings with the keys of --netconf-file, read now (kubelet updates a
+        mounted ConfigMap in place). Raises InstallError (conf_keys.load_document)."""
+        path = self.args.netconf_file
+        if not path:
+            return self.settings
+        document = load_document(path, self.args.mode == "thick")
+        if self._document is not None and document != self._document:
+            log.info("the keys of --netconf-file %s changed: %s", path,
+                     ", ".join(sorted(document)) or "none")
+        self._document = document
+        return dataclasses.replace(self.settings, extra=document)
+
+    def check_settings(self, cni_version: str, primary_host_path: str) -> PluginSettings:
+        """conf_settings(), checked with the plugin's own rules for a conflist of
+        `cni_version` whose clusterNetwork is `primary_host_path` (conf_keys.check_entry).
+        Raises InstallError naming the key."""
+        settings = self.conf_settings()
+        check_entry(self.settings.plugin_entry(primary_host_path),
+                    settings.plugin_entry(primary_host_path), cni_version,
+                    self.args.netconf_file or None)
+        return settings
+
     def desired_conf(self) -> tuple[bytes | None, Lookup]:
-        """(our conflist's bytes, lookup) or (None, lookup saying why there is no primary)."""
+        """(our conflist's bytes, lookup) or (None, lookup saying why there is no primary).
+        Raises InstallError when the settings are refused (check_settings)."""
         found = find_primary(self.args.conf_dir, self.explicit_primary())
         early = [n for n in found.skipped if n < CONF_NAME]
         if found.primary and os.path.dirname(found.primary.path) == os.path.normpath(
@@ -168,8 +190,9 @@ class Installer:
                             "spec §6.1.1)", name, CONF_NAME, self.args.conf_dir)
         if found.primary is None:
             return None, found
-        return render_conflist(self.host_path(found.primary.path), found.primary,
-                               self.settings), found
+        host_path = self.host_path(found.primary.path)
+        settings = self.check_settings(found.primary.cni_version, host_path)
+        return render_conflist(host_path, found.primary, settings), found
 
     # -- one pass of each step
 
@@ -229,9 +252,12 @@ class Installer:
             elif current is None:
                 log.info("%s was deleted: rewrote it", self.conf_path)
             elif current == self._conf_written:
-                log.info("%s changed: rewrote %s", primary, self.conf_path)
+                log.info("%s or the settings changed: rewrote %s", primary, self.conf_path)
             else:
-                log.info("%s was edited by someone else: rewrote it", self.conf_path)
+                log.warning("%s was edited by someone else: rewrote it. The installer owns "
+                            "this file: set netattach's conf keys with its flags or "
+                            "--netconf-file (a ConfigMap; docs/install.md, \"Conf keys\")",
+                            self.conf_path)
         self._conf_primary, self._conf_written = primary, data
         return True
 
@@ -290,7 +316,7 @@ class Installer:
         """--check: 0 iff the binary, the kubeconfig and our conflist are present and
         current; each problem is logged. No writes."""
         problems = []
-        problem = binary_problem(self.source, self.args.bin_dir)
+        problem = binary_problem(self.source, self.args.bin_dir, self.artifact_digest)
         if problem:
             problems.append(problem)
         elif self.args.mode == "thick":
@@ -311,6 +337,8 @@ class Installer:
                 problems.append(found.why)
             elif read_regular(self.conf_path) != conf:
                 problems.append(f"{self.conf_path} is missing or not current")
+        except InstallError as e:
+            problems.append(str(e))
         except OSError as e:
             problems.append(f"cannot read {self.conf_path}: {e.strerror}")
         for p in problems:
@@ -413,7 +441,7 @@ class Installer:
                      verdict.reason)
         elif verdict.uninstall:
             log.warning("a stop of this installer would be taken for an uninstall: %s; "
-                        "check --daemonset and the RBAC of deploy/rbac.yaml (Role "
+                        "check --daemonset and the RBAC of deploy/base/rbac.yaml (Role "
                         "netattach-installer)", verdict.reason)
         else:
             log.warning("a stop of this installer could not be told from an uninstall "
@@ -435,7 +463,11 @@ class Installer:
         """Uninstall (uninstall.py): write the retired conflist, then remove netattach's
         files at once when no sandbox netattach attached is left. Holds the presence lock
         exclusively (decide's last_one_out took it)."""
-        active = self.desired_conf()[0]
+        active: bytes | None = None
+        try:
+            active = self.desired_conf()[0]
+        except InstallError as e:  # --netconf-file refused now: the flags' settings
+            log.warning("%s; the retired conflist has the flags' settings only", e)
         if active is None:  # no cluster default network config (yet): name the conf dir,
             # whose first config it would be (netconf: clusterNetwork a directory)
             active = render_conflist(self.args.host_conf_dir,

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..cni.errors import CniError, VersionError
+from ..cni.libcni_cache import META_PLUGIN_TYPES
 from ..cni.version import SUPPORTED_VERSIONS, config_version
 from ..delegates import list_conf_files, load_conf_file
 from ..nodefiles import CONFLIST_NAME
@@ -42,7 +43,6 @@ from .files import MAX_CONFIG_BYTES
 
 CONF_NAME = CONFLIST_NAME
 NETWORK_NAME = "netattach-cni-network"
-META_PLUGIN_TYPES = frozenset({"netattach", "netattach-shim", "multus", "multus-shim"})
 
 
 def _plugins(config: dict[str, Any]) -> list[Any]:
@@ -191,18 +191,30 @@ def find_primary(conf_dir: str, explicit: str | None = None) -> Lookup:
 
 @dataclass(frozen=True)
 class PluginSettings:
-    """What the generated conf tells the plugin, all as the HOST sees paths."""
-    conf_dir: str
+    """What the generated conf tells the plugin, all as the HOST sees paths. Optional
+    keys are written only when set (None, False, empty), so the plugin's own default
+    applies (netconf.py): `confDir` unset makes it search /etc/cni/net.d, then Multus'
+    /etc/cni/multus/net.d."""
     bin_dir: str
     cni_dir: str
     kubeconfig: str
     log_level: str
+    conf_dir: str | None = None
+    """confDir: where the plugin finds on-disk configs of NADs without spec.config."""
     log_file: str | None = None
     namespace_isolation: bool = False
     global_namespaces: str | None = None
     multus_namespace: str | None = None
     system_namespaces: str | None = None
     readiness_indicator_file: str | None = None
+    default_networks: tuple[str, ...] = ()
+    """defaultNetworks: NADs attached to every pod after the cluster default network."""
+    auxiliary_chain: str | None = None
+    """auxiliaryCNIChainName."""
+    api_timeout: float | None = None
+    delegate_timeout: float | None = None
+    readiness_timeout: float | None = None
+    """apiTimeout, delegateTimeout, readinessTimeout: seconds."""
     resource_claims: bool = False
     """resourceClaims: ADD reads the pod even when the runtime passes its annotations."""
     hotplug: bool = False
@@ -211,6 +223,65 @@ class PluginSettings:
     """The plugin the runtime execs: "netattach" (thin mode) or "netattach-shim" (thick)."""
     daemon_socket_dir: str | None = None
     """Thick mode: the node daemon's socket dir, written as daemonSocketDir (the shim's)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Keys of the admin's document (--netconf-file, conf_keys.py), written over the
+    ones above."""
+
+    def plugin_entry(self, primary_host_path: str) -> dict[str, Any]:
+        """netattach's conflist entry without `capabilities`: the keys of these settings
+        (netconf.py's names; the optional ones only when set), then `extra` over them."""
+        plugin: dict[str, Any] = {
+            "type": self.plugin_type,
+            "name": NETWORK_NAME,
+            "kubeconfig": self.kubeconfig,
+            "clusterNetwork": primary_host_path,
+            "cniDir": self.cni_dir,
+            "binDir": self.bin_dir,
+            "logLevel": self.log_level,
+            "namespaceIsolation": self.namespace_isolation,
+        }
+        optional = {"confDir": self.conf_dir, "logFile": self.log_file,
+                    "globalNamespaces": self.global_namespaces,
+                    "multusNamespace": self.multus_namespace,
+                    "readinessindicatorfile": self.readiness_indicator_file,
+                    "auxiliaryCNIChainName": self.auxiliary_chain,
+                    "daemonSocketDir": self.daemon_socket_dir}
+        plugin.update({k: v for k, v in optional.items() if v})
+        if self.default_networks:
+            plugin["defaultNetworks"] = list(self.default_networks)
+        for key, seconds in (("apiTimeout", self.api_timeout),
+                             ("delegateTimeout", self.delegate_timeout),
+                             ("readinessTimeout", self.readiness_timeout)):
+            if seconds is not None:
+                plugin[key] = seconds
+        if self.resource_claims:
+            plugin["resourceClaims"] = True
+        if self.hotplug:
+            plugin["hotplug"] = True
+        if self.system_namespaces is not None:
+            plugin["systemNamespaces"] = [n.strip() for n in self.system_namespaces.split(",")
+                                          if n.strip()]
+        plugin.update(self.extra)
+        return plugin
+
+
+def plugin_settings(args: Any, kubeconfig: str, plugin_type: str) -> PluginSettings:
+    """The PluginSettings of `netattach install`'s parsed flags (install.add_arguments),
+    `kubeconfig` the host path of the kubeconfig it writes, `plugin_type` netattach or
+    netattach-shim. The document of --netconf-file is not read here (loop.Installer)."""
+    networks = tuple(n.strip() for n in (args.default_networks or "").split(",") if n.strip())
+    return PluginSettings(
+        bin_dir=args.host_bin_dir, cni_dir=args.cni_dir, kubeconfig=kubeconfig,
+        log_level=args.log_level, conf_dir=args.plugin_conf_dir, log_file=args.log_file,
+        namespace_isolation=args.namespace_isolation,
+        global_namespaces=args.global_namespaces, multus_namespace=args.multus_namespace,
+        system_namespaces=args.system_namespaces,
+        readiness_indicator_file=args.readiness_indicator_file,
+        default_networks=networks, auxiliary_chain=args.auxiliary_cni_chain_name,
+        api_timeout=args.api_timeout, delegate_timeout=args.delegate_timeout,
+        readiness_timeout=args.readiness_timeout,
+        resource_claims=args.resource_claims, hotplug=args.hotplug, plugin_type=plugin_type,
+        daemon_socket_dir=args.daemon_socket_dir if args.mode == "thick" else None)
 
 
 def render_conflist(primary_host_path: str, primary: Primary, s: PluginSettings) -> bytes:
@@ -218,31 +289,9 @@ def render_conflist(primary_host_path: str, primary: Primary, s: PluginSettings)
     primary with (Primary.cni_version), the union of its capabilities (so the runtime
     passes runtimeConfig, which netattach hands to the default network only, spec
     §7.5) and io.kubernetes.cri.pod-annotations (netattach's own: the pod's
-    annotations without a GET), `clusterNetwork` the primary's host path. Keys are
-    netconf.py's; optional ones only when set. Same input, same bytes."""
-    plugin: dict[str, Any] = {
-        "type": s.plugin_type,
-        "name": NETWORK_NAME,
-        "kubeconfig": s.kubeconfig,
-        "clusterNetwork": primary_host_path,
-        "confDir": s.conf_dir,
-        "cniDir": s.cni_dir,
-        "binDir": s.bin_dir,
-        "logLevel": s.log_level,
-        "namespaceIsolation": s.namespace_isolation,
-    }
-    optional = {"logFile": s.log_file, "globalNamespaces": s.global_namespaces,
-                "multusNamespace": s.multus_namespace,
-                "readinessindicatorfile": s.readiness_indicator_file,
-                "daemonSocketDir": s.daemon_socket_dir}
-    plugin.update({k: v for k, v in optional.items() if v})
-    if s.resource_claims:
-        plugin["resourceClaims"] = True
-    if s.hotplug:
-        plugin["hotplug"] = True
-    if s.system_namespaces is not None:
-        plugin["systemNamespaces"] = [n.strip() for n in s.system_namespaces.split(",")
-                                      if n.strip()]
+    annotations without a GET), `clusterNetwork` the primary's host path; the other
+    keys are PluginSettings.plugin_entry's. Same input, same bytes."""
+    plugin = s.plugin_entry(primary_host_path)
     # The primary's capabilities (handed on to it), and the pod's annotations for
     # netattach itself: a runtime that can (containerd) passes them in runtimeConfig,
     # and ADD then needs no pod GET (networks.runtime_pod_annotations).

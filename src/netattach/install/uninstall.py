@@ -22,7 +22,7 @@ pod's ServiceAccount token as it is at the stop:
 Before each try: when another installer holds the presence lock (loop.Installer.
 hold_presence), keep: it owns the files now. The least privilege for the GET is
 `get` on that one DaemonSet (`resourceNames`), a Role in its namespace
-(deploy/rbac.yaml, `netattach-installer`).
+(deploy/base/rbac.yaml, `netattach-installer`).
 
 Known misreadings (docs/install-lifecycle.md): a force-deleted installer pod
 (`--force --grace-period=0`) has its pod-bound token rejected at once, which reads as

@@ -1,0 +1,61 @@
+# The container image (docs/build.md, "make image"), built here with no registry: two
+# Debian bullseye base images made from Debian packages (hack/image/bases.sh, cached
+# per key), then the repository's Containerfile built on them with buildah, exported as
+# a docker-archive (`ctr -n k8s.io images import`, `docker load`, `podman load`).
+#
+# Defines:
+#   image           build/image/netattach.tar, rebuilt only when an input changed
+#   image-bases     the two base images (a second run only checks a stamp)
+#   image-lock      rewrite hack/image/constraints.txt from what pip resolves in the build base
+#   image-clean     drop the cached bases (every key) and the archive
+#   IMAGE_ENV       command prefix pointing the tests (tests/image) at the archive
+#   IMAGE_REF, IMAGE_ARCHIVE, IMAGE_KEY, IMAGE_KEY_DIR
+# Needs BUILD_INPUTS (the Makefile's inputs of `make build`), CACHE_DIR and SUDO.
+
+IMAGE_SRC := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))../hack/image)
+# IMAGE_SUITE, IMAGE_GLIBC_FLOOR, IMAGE_PYTHON_VERSION, ...
+include $(IMAGE_SRC)/base.env
+
+# The key names what determines the bases: the suite, CPython's version and the scripts
+# (base.env pins the rest), so changing any of them builds into a fresh directory.
+IMAGE_BASE_FILES := $(IMAGE_SRC)/base.env $(IMAGE_SRC)/lib.sh $(IMAGE_SRC)/bases.sh $(IMAGE_SRC)/bases-cpython.sh
+IMAGE_KEY := $(IMAGE_SUITE)-python$(IMAGE_PYTHON_VERSION)-$(shell cat $(IMAGE_BASE_FILES) | sha256sum | cut -c1-12)
+IMAGE_KEY_DIR := $(CACHE_DIR)/image/$(IMAGE_KEY)
+
+# The reference deploy/ runs: the version of pyproject.toml.
+IMAGE_VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | head -n1)
+IMAGE_REF := ghcr.io/netattach/netattach:$(IMAGE_VERSION)
+IMAGE_ARCHIVE := $(CURDIR)/build/image/netattach.tar
+IMAGE_INPUTS := Containerfile .dockerignore $(IMAGE_SRC)/build.sh $(IMAGE_SRC)/constraints.txt $(BUILD_INPUTS)
+
+IMAGE_ENV := NETATTACH_IMAGE=$(IMAGE_ARCHIVE) NETATTACH_IMAGE_REF=$(IMAGE_REF)
+
+# mmdebstrap and buildah make the bases and the image; patch and xz-utils apply Debian's
+# patches to CPython's source; binutils' objdump is what tests/image reads the dist with.
+IMAGE_DEBS := mmdebstrap buildah patch xz-utils binutils
+IMAGE_COMMANDS := mmdebstrap buildah patch xz objdump
+.PHONY: image image-sysdeps image-bases image-lock image-clean
+image-sysdeps:
+	@if ! for c in $(IMAGE_COMMANDS); do command -v $$c >/dev/null || exit 1; done; then \
+	  echo "installing Debian packages: $(IMAGE_DEBS)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(IMAGE_DEBS) >/dev/null; \
+	fi
+
+image-bases: $(IMAGE_KEY_DIR)/bases.done
+$(IMAGE_KEY_DIR)/bases.done: | image-sysdeps
+	@echo "building the image's base images $(IMAGE_KEY) (takes 3-5 min on 2 cores the first time, cached afterwards in $(IMAGE_KEY_DIR))"
+	$(SUDO) env IMAGE_KEY_DIR=$(IMAGE_KEY_DIR) $(IMAGE_SRC)/bases.sh
+
+# The archive gets the build's start time, as the executable of `make build` does.
+image: $(IMAGE_ARCHIVE)
+$(IMAGE_ARCHIVE): $(IMAGE_KEY_DIR)/bases.done $(IMAGE_INPUTS) | image-sysdeps
+	@mkdir -p $(@D)
+	@touch $(@D)/.started
+	$(SUDO) env IMAGE_KEY_DIR=$(IMAGE_KEY_DIR) $(IMAGE_SRC)/build.sh $(IMAGE_REF) $@
+	@touch -r $(@D)/.started $@
+
+image-lock: $(IMAGE_KEY_DIR)/bases.done
+	$(SUDO) env IMAGE_KEY_DIR=$(IMAGE_KEY_DIR) $(IMAGE_SRC)/lock.sh $(IMAGE_SRC)/constraints.txt
+
+image-clean:
+	$(SUDO) rm -rf $(CACHE_DIR)/image $(IMAGE_ARCHIVE) $(dir $(IMAGE_ARCHIVE)).started

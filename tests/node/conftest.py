@@ -1,0 +1,71 @@
+"""The real node tier (tests/testbed/node.py): one single-node cluster per session,
+started on first use; its tests install netattach on it as admins do."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.testbed import cluster as cl
+from tests.testbed import node as nd
+
+
+@pytest.fixture(scope="session")
+def real_node():
+    """A running RealNode, Ready. Its workdir is removed at the end of the session unless
+    NETATTACH_KEEP_NODE=1 (to read the components' logs afterwards)."""
+    workdir = Path(tempfile.mkdtemp(prefix="netattach-node-"))
+    keep = os.environ.get("NETATTACH_KEEP_NODE") == "1"
+    try:
+        try:
+            node = nd.RealNode.start(workdir)
+        except cl.TestbinMissing as e:
+            pytest.fail(str(e), pytrace=False)
+        with node:
+            yield node
+    finally:
+        if keep:
+            print(f"\nnetattach: real node workdir kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def node_image(real_node) -> str:
+    """netattach's image (`make image`, $NETATTACH_IMAGE) imported into the node's
+    containerd under the reference deploy/ names; returns that reference."""
+    try:
+        archive = nd.image_archive()
+    except cl.ClusterError as e:
+        pytest.fail(str(e), pytrace=False)
+    real_node.import_image(archive)
+    return nd.image_ref()
+
+
+@dataclass
+class NodeScenario:
+    """Scenario 1's NADs on the real node: `net-a` in `namespace` (macvlan on `master`),
+    `net-b` in `other` (bridge `net_b_bridge`)."""
+    namespace: str
+    master: str
+    net_b_bridge: str
+
+
+@pytest.fixture
+def node_scenario(real_node, host_env) -> NodeScenario:
+    """A fresh namespace with scenario 1's NADs (the README's), on links `host_env` owns;
+    the namespace is deleted afterwards (its pods' DELs done)."""
+    namespace = nd.unique_name("nat")
+    master, bridge = host_env.master_link(), host_env.bridge_name()
+    nd.apply_objects(real_node, [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}
+        for n in (namespace, "other")] + nd.scenario_nads(namespace, master, bridge))
+    try:
+        yield NodeScenario(namespace, master, bridge)
+    finally:
+        real_node.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=120s",
+                          check=False, timeout=150)

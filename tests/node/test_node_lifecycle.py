@@ -1,0 +1,150 @@
+"""netattach's life on the real node with pods running: upgrades (an image tag to another,
+thin to thick in place), restarts of the installer pod, the kubelet and containerd, and
+the uninstall. Through all of it a running pod keeps its networks, a new pod gets all of
+its networks, and every DEL frees everything, whichever version ADDed the pod."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.testbed import node as nd
+
+NETWORKS = "k8s.v1.cni.cncf.io/networks"
+SELECTION = "net-a,other/net-b@data0"
+
+
+def _pod(node: nd.RealNode, namespace: str, prefix: str = "pod") -> tuple[str, dict]:
+    """A scenario-1 pod, Running: (name, its addresses by link)."""
+    name = nd.unique_name(prefix)
+    nd.apply_objects(node, [nd.pod_manifest(namespace, name, {NETWORKS: SELECTION})])
+    nd.wait_running(node, namespace, name)
+    addrs = node.pod_addresses(namespace, name)
+    assert sorted(addrs) == ["data0", "eth0", "lo", "net1"], addrs
+    assert [e["interface"] for e in nd.network_status(node, namespace, name)] == \
+        ["eth0", "net1", "data0"]
+    return name, addrs
+
+
+def _conflist_type(node: nd.RealNode) -> str:
+    conf = json.loads(node.host_path("/etc/cni/net.d/00-netattach.conflist").read_text())
+    return conf["plugins"][0]["type"]
+
+
+def _snapshot(node: nd.RealNode) -> dict[str, list[str]]:
+    """The node's CNI dirs: names in the conf dir and bin dir, and whether netattach's
+    state dir exists."""
+    return {d: sorted(p.name for p in node.host_path(d).iterdir())
+            if node.host_path(d).exists() else []
+            for d in ("/etc/cni/net.d", "/opt/cni/bin", "/var/lib/cni")}
+
+
+@pytest.mark.parametrize("mode", ["thin", "thick"])
+def test_upgrade_to_another_image_tag_with_pods_running(real_node, node_image, node_scenario,
+                                                        mode, tmp_path):
+    ns = node_scenario.namespace
+    nd.install(real_node, mode)
+    try:
+        old, old_addrs = _pod(real_node, ns, "old")
+        real_node.ctr("images", "tag", "--force", node_image, f"{nd.IMAGE}:next")
+        overlay = nd.admin_overlay(tmp_path, mode, images=[{"name": nd.IMAGE, "newTag": "next"}])
+        nd.install(real_node, mode, overlay)
+        images = {c["image"] for c in nd.daemonset(real_node)["spec"]["template"]["spec"]["containers"]}
+        assert images == {f"{nd.IMAGE}:next"}
+        # the running pod kept its networks; a new one gets all of them
+        assert real_node.pod_addresses(ns, old) == old_addrs
+        new, _ = _pod(real_node, ns, "new")
+        # the DEL of a pod the old version ADDed frees everything
+        for name in (old, new):
+            nd.delete_pod(real_node, ns, name)
+        assert real_node.ipam_allocations() == []
+        assert nd.state_files(real_node) == []
+    finally:
+        nd.uninstall(real_node, mode)
+
+
+def test_thin_to_thick_in_place_with_pods_running(real_node, node_image, node_scenario):
+    ns = node_scenario.namespace
+    nd.install(real_node, "thin")
+    try:
+        thin_pod, thin_addrs = _pod(real_node, ns, "thin")
+        assert _conflist_type(real_node) == "netattach"
+        nd.install(real_node, "thick")
+        assert _conflist_type(real_node) == "netattach-shim"
+        assert real_node.pod_addresses(ns, thin_pod) == thin_addrs
+        thick_pod, _ = _pod(real_node, ns, "thick")
+        for name in (thin_pod, thick_pod):
+            nd.delete_pod(real_node, ns, name)
+        assert real_node.ipam_allocations() == []
+        assert nd.state_files(real_node) == []
+    finally:
+        nd.uninstall(real_node, "thick")
+        # the thin install's own objects (ServiceAccount, RBAC) outlive the thick overlay
+        nd.uninstall(real_node, "thin")
+
+
+@pytest.mark.parametrize("mode", ["thin", "thick"])
+def test_installer_pod_restart_never_leaves_pods_without_netattach(real_node, node_image,
+                                                                   node_scenario, mode):
+    ns = node_scenario.namespace
+    nd.install(real_node, mode)
+    try:
+        running, addrs = _pod(real_node, ns, "running")
+        real_node.kubectl("-n", nd.NAMESPACE, "delete", "pod", "-l",
+                          "app.kubernetes.io/name=netattach", "--wait=false")
+        # created while the installer pod is going and coming back: it gets every network
+        # (thin: the conflist stayed; thick: the runtime retries the ADD until the daemon
+        # answers), never the primary network alone
+        during, _ = _pod(real_node, ns, "during")
+        nd.rollout(real_node)
+        assert real_node.pod_addresses(ns, running) == addrs
+        for name in (running, during):
+            nd.delete_pod(real_node, ns, name)
+        assert real_node.ipam_allocations() == []
+        assert nd.state_files(real_node) == []
+    finally:
+        nd.uninstall(real_node, mode)
+
+
+@pytest.mark.parametrize("component", ["kubelet", "containerd"])
+def test_kubelet_and_containerd_restart_with_pods_running(real_node, node_image, node_scenario,
+                                                          component):
+    ns = node_scenario.namespace
+    nd.install(real_node, "thick")
+    try:
+        name, addrs = _pod(real_node, ns, "steady")
+        sandbox = real_node.pod_sandbox(ns, name)["id"]
+        allocations, states = real_node.ipam_allocations(), nd.state_files(real_node)
+        real_node.restart(component)
+        real_node.wait_node_ready()
+        nd.rollout(real_node)
+        # nothing was DEL'ed that is still in use
+        assert real_node.pod_sandbox(ns, name)["id"] == sandbox
+        assert real_node.pod_addresses(ns, name) == addrs
+        assert real_node.ipam_allocations() == allocations
+        assert nd.state_files(real_node) == states
+        nd.delete_pod(real_node, ns, name)
+        assert real_node.ipam_allocations() == []
+        assert nd.state_files(real_node) == []
+    finally:
+        nd.uninstall(real_node, "thick")
+
+
+@pytest.mark.parametrize("mode", ["thin", "thick"])
+def test_uninstall_with_a_multi_network_pod_running_leaks_nothing(real_node, node_image,
+                                                                  node_scenario, mode):
+    ns = node_scenario.namespace
+    before = _snapshot(real_node)
+    nd.install(real_node, mode)
+    name, _ = _pod(real_node, ns, "stays")
+    nd.uninstall(real_node, mode)
+    # a pod created now gets the cluster default network alone, as without netattach
+    plain = nd.unique_name("plain")
+    nd.apply_objects(real_node, [nd.pod_manifest(ns, plain, {NETWORKS: SELECTION})])
+    nd.wait_running(real_node, ns, plain)
+    assert sorted(real_node.pod_addresses(ns, plain)) == ["eth0", "lo"]
+    for pod in (name, plain):
+        nd.delete_pod(real_node, ns, pod)
+    assert real_node.ipam_allocations() == []
+    assert nd.netattach_files(real_node) == []
+    assert _snapshot(real_node) == before

@@ -1,0 +1,873 @@
+"""A real single-node Kubernetes cluster on this machine (issue 20): the test bed's etcd
+and kube-apiserver (Node and RBAC authorization, NodeRestriction), kube-controller-manager,
+kube-scheduler, containerd and a kubelet, all built from the pinned tools modules
+(`make testbin`), with the admin's real kubectl.
+
+netattach is installed on it as admins install it: the image built by `make image`
+imported into the node's containerd, deploy/ applied with `kubectl apply -k`. Nothing
+here stands in for a Kubernetes component.
+
+The node's own view of the machine. containerd, the kubelet and everything they start
+(runc, the CNI plugins, the DaemonSet's containers) run in a mount namespace of the
+node's own, where the paths a node owns are bind mounts of dirs under the node's
+workdir (`fs/<path>`): /etc/cni, /opt/cni, /var/lib/cni, /var/lib/kubelet, /var/log,
+/run/netns, /run/containerd, /run/netattach, /run/k8s.cni.cncf.io, /run/flannel, /run/cdi.
+So deploy/ runs unchanged (its hostPaths are the standard ones) and nothing of the
+machine's own dirs is read or written; a test reads the node's files through
+`host_path()`. The namespace starts private (unshare's default), so no mount made or
+undone in it reaches the machine: `ip netns` mounts of other tests' are never touched.
+Then its root is made shared inside it, so volumes the kubelet mounts reach runc and
+`mountPropagation: HostToContainer` passes containerd's check. Three global sysctls the
+kubelet writes at start (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops) are
+files bind-mounted over /proc/sys in it: the machine keeps its values.
+
+No traffic leaves the machine. The node's IP (NODE_IP) is a /32 on an empty bridge the
+node owns (the kernel has no dummy links, and the kubelet refuses a loopback IP); the
+Service range and the pod subnets are inside NODE_NET, which is blackholed, so without
+kube-proxy nothing aimed at a Service IP follows the default route. The `kubernetes`
+Service's IP (what pods get as KUBERNETES_SERVICE_HOST) is a second /32 on that bridge
+where a forwarder (socat) passes port 443 to the loopback API server: in-cluster
+clients, the installer's kubeconfig among them, reach it as on a real cluster.
+
+cgroups: the kubelet's cgroupRoot is CGROUP_ROOT, made in every hierarchy, removed at
+stop. Only one real node runs on a machine at a time (an flock on NODE_LOCK): its
+addresses and routes are fixed.
+
+    with RealNode.start(workdir) as node:
+        node.import_image(tar)
+        node.kubectl("apply", "-k", "deploy/")
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import cluster as cl
+from . import runtime as rt
+from .cluster import ClusterError, _Process, log_tail, started
+from .netns import run, unique
+
+NODE_NAME = "netattach-node"
+# Everything the node addresses: blackholed as a whole, the bridges' own subnets and
+# addresses inside it are more specific (or local) and win.
+NODE_NET = "198.19.192.0/18"
+SERVICE_CIDR = "198.19.240.0/24"
+KUBERNETES_SERVICE_IP = str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))
+CLUSTER_DNS_IP = "198.19.240.10"
+NODE_IP = "198.19.255.1"
+# The cluster default network of the node (its bridge plugin's subnet).
+POD_SUBNET = "198.19.193.0/24"
+NODE_LOCK = Path("/run/lock/netattach-real-node.lock")
+CGROUP_ROOT = f"/netattach-node-{os.getpid()}"
+CGROUP_FS = Path("/sys/fs/cgroup")
+# What the node owns of the machine's paths: bind mounts of <workdir>/fs/<path>.
+NODE_PATHS = ("/etc/cni", "/opt/cni", "/var/lib/cni", "/var/lib/kubelet", "/var/log",
+              "/run/netns", "/run/containerd", "/run/netattach", "/run/k8s.cni.cncf.io",
+              "/run/flannel", "/run/cdi")
+# The global sysctls the kubelet sets at start (pkg/kubelet/cm: setupKernelTunables).
+KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+CONTAINERD_SOCKET = "/run/containerd/containerd.sock"   # the node's view
+CNI_PLUGINS = ("bridge", "host-local", "loopback", "macvlan", "ipvlan", "tuning", "portmap",
+               "bandwidth", "ptp", "static", "vlan")
+PAUSE_IMAGE = rt.SANDBOX_IMAGE
+READY_TIMEOUT = 120.0   # hang guards, seconds
+STOP_TIMEOUT = 30.0
+
+CONTAINERD_CONFIG = """\
+version = 3
+root = "{root}"
+state = "/run/containerd/state"
+temp = "{tmp}"
+oom_score = 0
+
+[grpc]
+  address = "{socket}"
+
+[ttrpc]
+  address = "{socket}.ttrpc"
+
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "{opt}"
+
+  [plugins."io.containerd.nri.v1.nri"]
+    disable = true
+
+  [plugins."io.containerd.cri.v1.images"]
+    snapshotter = "native"
+    [plugins."io.containerd.cri.v1.images".pinned_images]
+      sandbox = "{pause}"
+
+  [plugins."io.containerd.cri.v1.runtime"]
+    # runc cannot lower oom_score_adj below our own without CAP_SYS_RESOURCE
+    restrict_oom_score_adj = true
+    disable_apparmor = true
+    # DRA: the kubelet passes the CDI devices a DRA driver prepared
+    enable_cdi = true
+    cdi_spec_dirs = ["/run/cdi"]
+
+    [plugins."io.containerd.cri.v1.runtime".containerd]
+      default_runtime_name = "runc"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+          BinaryName = "{runc}"
+          Root = "{runc_root}"
+          SystemdCgroup = false
+
+    [plugins."io.containerd.cri.v1.runtime".cni]
+      bin_dirs = ["/opt/cni/bin"]
+      conf_dir = "/etc/cni/net.d"
+      max_conf_num = 1
+
+  [plugins."io.containerd.grpc.v1.cri"]
+    disable_tcp_service = true
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+"""
+
+
+def kubelet_config(node: RealNode) -> dict[str, Any]:
+    """The node's KubeletConfiguration (kubelet.config.k8s.io/v1beta1)."""
+    pki = node.cluster.workdir / "pki"
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+        "address": NODE_IP, "port": node.kubelet_port, "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1", "healthzPort": node.kubelet_healthz_port,
+        "tlsCertFile": str(pki / "kubelet.crt"), "tlsPrivateKeyFile": str(pki / "kubelet.key"),
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                           "x509": {"clientCAFile": str(pki / "ca.crt")}},
+        "authorization": {"mode": "Webhook"},
+        "containerRuntimeEndpoint": f"unix://{CONTAINERD_SOCKET}",
+        "cgroupDriver": "cgroupfs", "cgroupRoot": CGROUP_ROOT, "cgroupsPerQOS": True,
+        # this machine: cgroup v1, swap may be on
+        "failCgroupV1": False, "failSwapOn": False,
+        "makeIPTablesUtilChains": False,
+        "protectKernelDefaults": False,
+        "resolvConf": "",
+        "serializeImagePulls": False,
+        # the machine's disk and memory are shared: evict nothing for them, collect no
+        # image (the images are imported, never pulled)
+        "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%",
+                         "nodefs.inodesFree": "1%", "imagefs.available": "1%"},
+        "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+        "maxPods": 110,
+        # a DNS Service IP (in the blackholed range: nothing answers, nothing leaves), so
+        # pods get a cluster resolv.conf as on any cluster
+        "clusterDNS": [CLUSTER_DNS_IP], "clusterDomain": "cluster.local",
+        "shutdownGracePeriod": "0s",
+        "registerNode": True,
+        "rotateCertificates": False, "serverTLSBootstrap": False,
+    }
+
+
+class MountNamespace:
+    """A mount namespace held open by a sleeping process (private, as `unshare --mount`
+    makes it); `argv()` prefixes a command so that it runs inside."""
+
+    def __init__(self, log: Path):
+        self._proc = _Process("mount-namespace", ["unshare", "--mount", "--propagation",
+                                                  "private", "--", "sleep", "infinity"], log)
+
+    def start(self, timeout: float = 10.0) -> None:
+        self._proc.start()
+        deadline = time.monotonic() + timeout
+        assert self._proc.popen is not None
+        # setpriv execs unshare, which execs sleep: the same pid throughout
+        pid = self._proc.popen.pid
+        while os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt"):
+            if not self._proc.running or time.monotonic() > deadline:
+                raise ClusterError(f"no mount namespace: {log_tail(self._proc.log)}")
+            time.sleep(0.02)
+        self.pid = pid
+
+    def argv(self, *argv: str) -> list[str]:
+        return ["nsenter", "-t", str(self.pid), "-m", "--", *argv]
+
+    def run(self, *argv: str) -> subprocess.CompletedProcess:
+        return run(*self.argv(*argv))
+
+    def stop(self) -> None:
+        self._proc.stop()
+
+
+class RealNode:
+    """The cluster and its one node (a context manager); see the module doc.
+
+    Attributes: workdir, cluster (the testbed Cluster: admin_api(), admin_kubeconfig),
+    bridge (the node's bridge), logs under workdir/logs/.
+    """
+
+    def __init__(self, workdir: Path):
+        self.workdir = Path(workdir).resolve()
+        self.fs = self.workdir / "fs"
+        self.logs = self.workdir / "logs"
+        self.k8s_bin = cl.k8s_bin_dir()
+        for name in ("kubelet", "kube-scheduler", "kube-controller-manager", "kubectl"):
+            if not os.access(self.k8s_bin / name, os.X_OK):
+                raise cl.TestbinMissing(f"{name} not found in {self.k8s_bin} (NETATTACH_K8S_BIN): "
+                                        "run `make testbin` (or the tests through `make test`)")
+        self.containerd_bin = rt.require_binaries()
+        self.cni_bin = Path(os.environ.get("NETATTACH_CNI_BIN") or "")
+        self.cluster: cl.Cluster | None = None
+        self.ns = MountNamespace(self.logs / "mount-namespace.log")
+        self.bridge = unique("n")
+        self.pod_bridge = unique("c")
+        self.kubelet_port = cl.free_port()
+        self.kubelet_healthz_port = cl.free_port()
+        self._lock_fd: int | None = None
+        self._procs: dict[str, _Process] = {}
+        self._made_mountpoints: list[Path] = []
+        self._routes: list[list[str]] = []
+        self._bridge_made = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def start(cls, workdir: Path, timeout: float = READY_TIMEOUT) -> RealNode:
+        """Start everything and wait until the node is Ready (hang guard `timeout` s).
+        ClusterError (with the log tails) on failure, after stopping what started."""
+        return started(cls(workdir), timeout)
+
+    def __enter__(self) -> RealNode:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _start(self, timeout: float) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._take_lock(timeout)
+        self._network()
+        self.cluster = cl.Cluster.start(self.workdir / "cluster", self.k8s_bin,
+                                        service_cidr=SERVICE_CIDR, nodes=True)
+        self._node_certs()
+        self._forwarder()
+        self._mount_namespace()
+        self._cgroups()
+        self._cni_bin_dir()
+        self._primary_network()
+        self._control_plane()
+        self._containerd(timeout)
+        self._kubelet()
+        self.wait_node_ready(timeout)
+
+    def stop(self) -> None:
+        """Delete every pod the node runs (their CNI DELs run), stop the kubelet, the
+        runtime (sandboxes left are stopped and removed), the control plane, and undo
+        the cgroups, mounts, routes, addresses and the bridge. Idempotent; ClusterError
+        naming what failed."""
+        errors: list[str] = []
+        kubelet = self._procs.get("kubelet")
+        if kubelet is not None and kubelet.running and self.cluster is not None:
+            try:
+                self._drain(STOP_TIMEOUT)
+            except Exception as e:  # noqa: BLE001  (teardown: go on, report)
+                errors.append(f"deleting the node's pods: {e}")
+        for name in ("kubelet", "kube-scheduler", "kube-controller-manager"):
+            self._stop_proc(name, errors)
+        self._stop_containerd(errors)
+        self._stop_proc("forwarder", errors)
+        self.ns.stop()
+        if self.cluster is not None:
+            try:
+                self.cluster.stop()
+            except ClusterError as e:
+                errors.append(str(e))
+        self._remove_cgroups(errors)
+        for d in reversed(self._made_mountpoints):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        self._made_mountpoints = []
+        for route in self._routes:
+            run("ip", "route", "del", *route, check=False)
+        self._routes = []
+        if self._bridge_made:
+            run("ip", "link", "del", self.bridge, check=False)
+            self._bridge_made = False
+        if Path(f"/sys/class/net/{self.pod_bridge}").exists():
+            run("ip", "link", "del", self.pod_bridge, check=False)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        if errors:
+            raise ClusterError("; ".join(errors))
+
+    def _stop_proc(self, name: str, errors: list[str]) -> None:
+        proc = self._procs.pop(name, None)
+        if proc is not None:
+            try:
+                proc.stop()
+            except ClusterError as e:
+                errors.append(str(e))
+
+    # ------------------------------------------------------------ pieces
+
+    def _take_lock(self, timeout: float) -> None:
+        NODE_LOCK.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(NODE_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise ClusterError(
+                        f"another real node runs on this machine ({NODE_LOCK})") from None
+                time.sleep(0.5)
+        self._lock_fd = fd
+
+    def _network(self) -> None:
+        run("ip", "link", "add", self.bridge, "type", "bridge")
+        self._bridge_made = True
+        run("ip", "link", "set", self.bridge, "up")
+        for addr in (NODE_IP, KUBERNETES_SERVICE_IP):
+            run("ip", "addr", "add", f"{addr}/32", "dev", self.bridge)
+        route = ["blackhole", NODE_NET]
+        run("ip", "route", "replace", *route)
+        self._routes.append(route)
+
+    def _node_certs(self) -> None:
+        assert self.cluster is not None
+        pki = self.cluster.workdir / "pki"
+        crt, key = cl.issue_client_cert(pki, "kubelet-client", f"system:node:{NODE_NAME}",
+                                        "system:nodes")
+        cl.issue_serving_cert(pki, "kubelet", NODE_NAME, [NODE_IP], [NODE_NAME])
+        cl.write_kubeconfig(self.workdir / "kubelet.kubeconfig", self.cluster.server,
+                            ca_file=self.cluster.ca_file,
+                            user={"client-certificate": str(crt), "client-key": str(key)},
+                            name=NODE_NAME)
+
+    def _forwarder(self) -> None:
+        assert self.cluster is not None
+        if shutil.which("socat") is None:
+            raise ClusterError("socat not found: install the Debian package socat "
+                               "(`make test` does)")
+        self._spawn("forwarder", [
+            "socat", f"TCP-LISTEN:443,bind={KUBERNETES_SERVICE_IP},reuseaddr,fork",
+            f"TCP:127.0.0.1:{self.cluster.apiserver_port}"])
+
+    def _mount_namespace(self) -> None:
+        self.ns.start()
+        for path in NODE_PATHS:
+            src = self.host_path(path)
+            src.mkdir(parents=True, exist_ok=True, mode=0o755)
+            if not Path(path).exists():
+                self._mkdirs(Path(path))
+            self.ns.run("mount", "--bind", str(src), path)
+        sysctls = self.workdir / "sysctl"
+        sysctls.mkdir(exist_ok=True)
+        for key in KUBELET_SYSCTLS:
+            f = sysctls / key.replace("/", ".")
+            f.write_text(Path("/proc/sys", key).read_text())
+            self.ns.run("mount", "--bind", str(f), f"/proc/sys/{key}")
+        self.ns.run("mount", "--make-rshared", "/")
+
+    def _mkdirs(self, path: Path) -> None:
+        """mkdir -p `path` on the machine (a mount point), remembering what it made."""
+        missing = []
+        p = path
+        while not p.exists():
+            missing.append(p)
+            p = p.parent
+        for d in reversed(missing):
+            d.mkdir(mode=0o755)
+            self._made_mountpoints.append(d)
+
+    def host_path(self, node_path: str | Path) -> Path:
+        """Where the machine sees `node_path` of the node (one of NODE_PATHS or below)."""
+        p = str(node_path)
+        if not any(p == n or p.startswith(n + "/") for n in NODE_PATHS):
+            raise ValueError(f"{p} is not a path the node owns ({', '.join(NODE_PATHS)})")
+        return self.fs / p.lstrip("/")
+
+    def _cgroups(self) -> None:
+        for hierarchy in _cgroup_hierarchies():
+            d = hierarchy / CGROUP_ROOT.lstrip("/")
+            d.mkdir(exist_ok=True)
+            if hierarchy.name == "cpuset":
+                for f in ("cpuset.cpus", "cpuset.mems"):
+                    (d / f).write_text((hierarchy / f).read_text())
+
+    def _remove_cgroups(self, errors: list[str]) -> None:
+        for cg in node_cgroups():
+            for _ in range(50):
+                try:
+                    cg.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                errors.append(f"cgroup {cg} not removed")
+
+    def _cni_bin_dir(self) -> None:
+        """The node's /opt/cni/bin: the reference plugins (copies, as a node has them)."""
+        src = self.cni_bin if str(self.cni_bin) else None
+        if src is None:
+            raise ClusterError("NETATTACH_CNI_BIN is not set: run the tests through `make test`")
+        dest = self.host_path("/opt/cni/bin")
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in CNI_PLUGINS:
+            shutil.copy2(src / name, dest / name)
+
+    @property
+    def primary_conflist(self) -> Path:
+        """The cluster default network's conflist on the node (machine path)."""
+        return self.host_path("/etc/cni/net.d/10-cluster.conflist")
+
+    def _primary_network(self) -> None:
+        """The cluster default network, as a cluster's network add-on installs it: a
+        bridge conflist in /etc/cni/net.d (bridge + host-local on POD_SUBNET, the
+        pods' default route through it; portmap), CNI 1.0.0."""
+        path = self.primary_conflist
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"cniVersion": "1.0.0", "name": "cluster-net", "plugins": [
+            {"type": "bridge", "bridge": self.pod_bridge, "isGateway": True, "ipMasq": False,
+             "ipam": {"type": "host-local", "subnet": POD_SUBNET,
+                      "routes": [{"dst": "0.0.0.0/0"}]}},
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ]}, indent=2))
+
+    def _spawn(self, name: str, argv: list[str]) -> _Process:
+        proc = _Process(name, argv, self.logs / f"{name}.log")
+        proc.start()
+        self._procs[name] = proc
+        return proc
+
+    def _control_plane(self) -> None:
+        assert self.cluster is not None
+        kc, pki = str(self.cluster.admin_kubeconfig), self.cluster.workdir / "pki"
+        self._spawn("kube-controller-manager", [
+            str(self.k8s_bin / "kube-controller-manager"), f"--kubeconfig={kc}",
+            "--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--v=1"])
+        self._spawn("kube-scheduler", [
+            str(self.k8s_bin / "kube-scheduler"), f"--kubeconfig={kc}", "--leader-elect=false",
+            "--secure-port=0", "--v=1"])
+
+    def _containerd(self, timeout: float) -> None:
+        d = self.workdir / "containerd"
+        for sub in ("root", "tmp", "opt", "runc"):
+            (d / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
+        config = d / "config.toml"
+        config.write_text(CONTAINERD_CONFIG.format(
+            root=d / "root", tmp=d / "tmp", opt=d / "opt", socket=CONTAINERD_SOCKET,
+            pause=PAUSE_IMAGE, runc=rt.RUNC, runc_root=d / "runc"))
+        env_path = f"{self.containerd_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        proc = self._spawn("containerd", self.ns.argv(
+            "env", f"PATH={env_path}", str(self.containerd_bin / "containerd"),
+            "--config", str(config)))
+        cri = self.cri
+        deadline = time.monotonic() + timeout
+        while True:
+            if not proc.running:
+                raise ClusterError(f"containerd exited while starting:\n{log_tail(proc.log)}")
+            if self.host_path(CONTAINERD_SOCKET).exists():
+                try:
+                    rt.Cri(cri.client, cri.endpoint, timeout=5).version()
+                    break
+                except (ClusterError, subprocess.TimeoutExpired):
+                    pass
+            if time.monotonic() > deadline:
+                raise ClusterError(f"containerd not ready after {timeout:.0f}s:\n{log_tail(proc.log)}")
+            time.sleep(0.2)
+        self.import_image(rt.sandbox_image(self.containerd_bin / "pause", d / "pause.tar"))
+
+    @property
+    def cri(self) -> rt.Cri:
+        """The kubelet's side of the node's CRI socket (for what a test inspects)."""
+        return rt.Cri(self.containerd_bin / "criclient",
+                      f"unix://{self.host_path(CONTAINERD_SOCKET)}", timeout=60)
+
+    def ctr(self, *args: str, timeout: float = 300) -> str:
+        """`ctr` against the node's containerd, in the kubelet's namespace; stdout."""
+        p = subprocess.run([str(self.containerd_bin / "ctr"), "--address",
+                            str(self.host_path(CONTAINERD_SOCKET)), "--namespace",
+                            rt.K8S_NAMESPACE, *args], capture_output=True, text=True,
+                           timeout=timeout)
+        if p.returncode != 0:
+            raise ClusterError(f"ctr {' '.join(args)} failed: {p.stderr.strip()}")
+        return p.stdout
+
+    def import_image(self, tar: Path) -> None:
+        """Import an image archive (OCI layout or docker-archive) into the node's
+        containerd, where `imagePullPolicy: IfNotPresent` finds it with no registry."""
+        self.ctr("images", "import", "--all-platforms", str(tar))
+
+    def _kubelet(self) -> None:
+        d = self.workdir / "kubelet"
+        d.mkdir(exist_ok=True, mode=0o700)
+        config = d / "config.yaml"
+        config.write_text(yaml.safe_dump(kubelet_config(self)))
+        self._spawn("kubelet", self.ns.argv(
+            str(self.k8s_bin / "kubelet"), f"--config={config}",
+            f"--kubeconfig={self.workdir / 'kubelet.kubeconfig'}",
+            "--root-dir=/var/lib/kubelet", f"--hostname-override={NODE_NAME}",
+            f"--node-ip={NODE_IP}", f"--cert-dir={d / 'pki'}", "--v=2"))
+
+    def restart(self, component: str) -> None:
+        """Stop `component` ("kubelet" or "containerd") and start it again, as a
+        node's service manager restarts it; pods keep running."""
+        if component not in ("kubelet", "containerd"):
+            raise ValueError(component)
+        errors: list[str] = []
+        # the daemon only: containerd's shims, and so the pods, keep running
+        self._stop_proc(component, errors)
+        if errors:
+            raise ClusterError("; ".join(errors))
+        if component == "kubelet":
+            self._kubelet()
+        else:
+            self._containerd(READY_TIMEOUT)
+
+    def _stop_containerd(self, errors: list[str]) -> None:
+        proc = self._procs.get("containerd")
+        if proc is not None and proc.running:
+            try:
+                cri = self.cri
+                for sb in cri.sandboxes():
+                    cri.stop_sandbox(sb["id"])
+                    cri.remove_sandbox(sb["id"])
+            except (rt.CriError, ClusterError, subprocess.TimeoutExpired) as e:
+                errors.append(f"removing sandboxes: {e}")
+        self._stop_proc("containerd", errors)
+        rt.kill_shims(Path(CONTAINERD_SOCKET))
+
+    # ------------------------------------------------------------ the API
+
+    def admin_api(self):
+        assert self.cluster is not None
+        return self.cluster.admin_api()
+
+    def kubectl(self, *args: str, check: bool = True, timeout: float = 300,
+                stdin: str | None = None) -> subprocess.CompletedProcess:
+        """The real kubectl as the cluster's admin; the finished process (ClusterError
+        naming the command and its stderr when `check` and it failed)."""
+        assert self.cluster is not None
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        env["KUBECONFIG"] = str(self.cluster.admin_kubeconfig)
+        p = subprocess.run([str(self.k8s_bin / "kubectl"), *args], capture_output=True,
+                           text=True, timeout=timeout, env=env, input=stdin,
+                           cwd=cl.REPO_ROOT)
+        if check and p.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} failed ({p.returncode}): "
+                               f"{p.stderr.strip()}")
+        return p
+
+    def get(self, *args: str) -> dict[str, Any]:
+        """`kubectl get ... -o json`, parsed."""
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def node_ready(self) -> bool:
+        """The node's Ready condition is True now."""
+        conds = self.get("node", NODE_NAME)["status"].get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+    def wait_node_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        last = "not registered"
+        while True:
+            kubelet = self._procs.get("kubelet")
+            if kubelet is None or not kubelet.running:
+                raise ClusterError(f"the kubelet exited:\n{log_tail(self.logs / 'kubelet.log')}")
+            p = self.kubectl("get", "node", NODE_NAME, "-o", "json", check=False)
+            if p.returncode == 0:
+                conds = {c["type"]: c for c in json.loads(p.stdout)["status"].get("conditions", [])}
+                ready = conds.get("Ready", {})
+                if ready.get("status") == "True":
+                    return
+                last = f"Ready={ready.get('status')} ({ready.get('reason')}: {ready.get('message')})"
+            if time.monotonic() > deadline:
+                raise ClusterError(f"node {NODE_NAME} not Ready after {timeout:.0f}s: {last}; "
+                                   f"kubelet log:\n{log_tail(self.logs / 'kubelet.log')}")
+            time.sleep(0.5)
+
+    def _drain(self, timeout: float) -> None:
+        """Delete every pod (all namespaces) and wait until the kubelet removed them."""
+        self.kubectl("delete", "pods", "--all", "--all-namespaces", "--wait=false",
+                     "--grace-period=1", check=False)
+        deadline = time.monotonic() + timeout
+        while self.get("pods", "--all-namespaces")["items"]:
+            if time.monotonic() > deadline:
+                raise ClusterError("pods left after the drain")
+            time.sleep(0.5)
+
+    def pod_sandbox(self, namespace: str, name: str) -> dict[str, Any]:
+        """The CRI sandbox of a pod (ListPodSandbox item of the Ready one)."""
+        for sb in self.cri.sandboxes():
+            meta = sb["metadata"]
+            if (meta["namespace"], meta["name"]) == (namespace, name) and \
+                    sb.get("state") == "SANDBOX_READY":
+                return sb
+        raise AssertionError(f"pod {namespace}/{name} has no ready sandbox on the node")
+
+    def pod_pid(self, namespace: str, name: str) -> int:
+        """The pid of a pod's sandbox process (its netns is /proc/<pid>/ns/net)."""
+        sb = self.pod_sandbox(namespace, name)
+        info = json.loads(self.cri.sandbox_status(sb["id"])["info"]["info"])
+        return int(info["pid"])
+
+    def pod_addresses(self, namespace: str, name: str) -> dict[str, list[str]]:
+        """Every link in the pod's netns -> its CIDR addresses (link-local v6 excluded)."""
+        pid = self.pod_pid(namespace, name)
+        p = run("nsenter", "-t", str(pid), "-n", "ip", "-j", "addr", "show")
+        return {link["ifname"]: [f"{a['local']}/{a['prefixlen']}"
+                                 for a in link.get("addr_info", []) if a.get("scope") != "link"]
+                for link in json.loads(p.stdout or "[]")}
+
+    def ipam_allocations(self) -> list[str]:
+        """host-local allocations on the node (/var/lib/cni/networks/<net>/<ip>)."""
+        d = self.host_path("/var/lib/cni/networks")
+        if not d.is_dir():
+            return []
+        return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file()
+                      and p.name != "lock" and not p.name.startswith("last_reserved_ip"))
+
+    def log(self, component: str) -> str:
+        path = self.logs / f"{component}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _cgroup_hierarchies() -> list[Path]:
+    """The mounted cgroup hierarchies (v1 controllers and the v2/unified one)."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        sep = fields.index("-")
+        if fields[sep + 1] in ("cgroup", "cgroup2") and fields[4].startswith(str(CGROUP_FS)):
+            out.append(Path(fields[4]))
+    return out
+
+
+def node_cgroups() -> list[Path]:
+    """The node's cgroup dirs in every hierarchy, deepest first."""
+    out: list[Path] = []
+    for hierarchy in _cgroup_hierarchies():
+        base = hierarchy / CGROUP_ROOT.lstrip("/")
+        if base.is_dir():
+            out += [p for p in base.rglob("*") if p.is_dir()] + [base]
+    return sorted(set(out), key=lambda p: len(p.parts), reverse=True)
+
+
+def pod_manifest(namespace: str, name: str, annotations: dict[str, str] | None = None,
+                 **spec: Any) -> dict[str, Any]:
+    """A pod of the test bed's pause image (imported, never pulled), annotated."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace,
+                         "annotations": dict(annotations or {})},
+            "spec": {"containers": [{"name": "pause", "image": PAUSE_IMAGE,
+                                     "imagePullPolicy": "Never"}],
+                     "terminationGracePeriodSeconds": 5,
+                     "automountServiceAccountToken": False, **spec}}
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+# ---------------------------------------------------------------- scenario 1 on the node
+
+# Scenario 1's secondary networks on the real node (tests/testbed/scenario.py has the
+# same shape on 198.18/15 for the tiers without a kubelet).
+NODE_SUBNETS = {"net-a": "198.19.194.0/24", "net-b": "198.19.195.0/24"}
+NET_A_MTU = 1420
+
+
+def scenario_nads(namespace: str, master: str, net_b_bridge: str) -> list[dict[str, Any]]:
+    """Scenario 1's NetworkAttachmentDefinitions as the README shows them: `net-a` in
+    `namespace` (a 1.0.0 conflist: macvlan on `master` + host-local, then tuning with an
+    MTU) and `net-b` in namespace `other` (a 0.3.1 bridge conf without `name`, which
+    netattach injects, spec §3.4.2). host-local keeps its store in its default dir on
+    the node (/var/lib/cni/networks)."""
+    def nad(ns: str, name: str, config: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"config": json.dumps(config)}}
+    net_a = {"cniVersion": "1.0.0", "name": "net-a", "plugins": [
+        {"type": "macvlan", "master": master, "mode": "bridge",
+         "ipam": {"type": "host-local", "subnet": NODE_SUBNETS["net-a"]}},
+        {"type": "tuning", "mtu": NET_A_MTU}]}
+    net_b = {"cniVersion": "0.3.1", "type": "bridge", "bridge": net_b_bridge, "isGateway": False,
+             "ipMasq": False, "ipam": {"type": "host-local", "subnet": NODE_SUBNETS["net-b"]}}
+    return [nad(namespace, "net-a", net_a), nad("other", "net-b", net_b)]
+
+
+def apply_objects(node: RealNode, objects: list[dict[str, Any]]) -> None:
+    """`kubectl apply -f -` of `objects` (a List), as an admin applies YAML."""
+    node.kubectl("apply", "-f", "-", stdin=json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": objects}))
+
+
+# ---------------------------------------------------------------- netattach on the node
+
+NAMESPACE = "kube-system"
+DAEMONSET = "netattach"
+IMAGE = "ghcr.io/netattach/netattach"
+OVERLAYS = {"thin": "deploy/", "thick": "deploy/thick/"}
+STATE_DIR = "/var/lib/cni/netattach"   # cniDir, the node's view
+NETATTACH_FILES = ("/opt/cni/bin/netattach", "/opt/cni/bin/netattach-shim",
+                   "/etc/cni/net.d/00-netattach.conflist", "/etc/cni/net.d/netattach.d")
+
+
+def image_archive() -> Path:
+    """The image `make image` built ($NETATTACH_IMAGE: its docker-archive)."""
+    path = os.environ.get("NETATTACH_IMAGE")
+    if not path or not Path(path).is_file():
+        raise ClusterError(f"NETATTACH_IMAGE={path!r}: no image archive there; run "
+                           "`make image` (or the tests through `make test`)")
+    return Path(path)
+
+
+def image_ref() -> str:
+    """The image reference deploy/ names: IMAGE at the version in pyproject.toml."""
+    import tomllib
+    version = tomllib.loads((cl.REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+    return f"{IMAGE}:{version}"
+
+
+def rollout(node: RealNode, timeout: float = 300) -> None:
+    """`kubectl rollout status` of netattach's DaemonSet: returns when every node runs
+    an updated, available pod (ClusterError with the pods' state otherwise)."""
+    p = node.kubectl("-n", NAMESPACE, "rollout", "status", f"daemonset/{DAEMONSET}",
+                     f"--timeout={timeout:.0f}s", check=False, timeout=timeout + 30)
+    if p.returncode != 0:
+        pods = node.kubectl("-n", NAMESPACE, "get", "pods", "-o", "wide", check=False).stdout
+        describe = node.kubectl("-n", NAMESPACE, "describe", "pods", check=False).stdout
+        raise ClusterError(f"rollout of {DAEMONSET} did not complete: {p.stderr.strip()}\n"
+                           f"{pods}\n{describe[-6000:]}")
+
+
+def admin_overlay(directory: Path, mode: str, *, images: list[dict[str, str]] | None = None,
+                  patches: list[dict[str, Any]] | None = None) -> Path:
+    """An admin's own kustomization in `directory` on top of the mode's overlay in the
+    repo (thin: deploy/, thick: deploy/thick/), with kustomize `images:` and `patches:`
+    entries. Returns `directory`, for `kubectl apply -k`."""
+    base = os.path.relpath(cl.REPO_ROOT / OVERLAYS[mode], directory)
+    doc: dict[str, Any] = {"apiVersion": "kustomize.config.k8s.io/v1beta1",
+                           "kind": "Kustomization", "resources": [base]}
+    if images:
+        doc["images"] = images
+    if patches:
+        doc["patches"] = patches
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(doc))
+    return directory
+
+
+def install(node: RealNode, mode: str, overlay: Path | str | None = None) -> None:
+    """`kubectl apply -k` of the mode's overlay (thin: deploy/, thick: deploy/thick/) or
+    of an admin's `overlay` of it, then `kubectl rollout status`, as the README's install
+    section says."""
+    node.kubectl("apply", "-k", str(overlay or OVERLAYS[mode]))
+    rollout(node)
+
+
+def uninstall(node: RealNode, mode: str, timeout: float = 120) -> None:
+    """`kubectl delete -k` of the mode's overlay, then until netattach's pods are gone."""
+    node.kubectl("delete", "-k", OVERLAYS[mode], "--ignore-not-found", "--wait=true",
+                 timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while node.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=netattach")["items"]:
+        if time.monotonic() > deadline:
+            raise ClusterError("netattach's pods still there after its uninstall")
+        time.sleep(0.5)
+
+
+def wait_running(node: RealNode, namespace: str, name: str,
+                 timeout: float = 120) -> dict[str, Any]:
+    """The pod once Running (its object); AssertionError with its events if it fails
+    or `timeout` (a hang guard) passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pod = node.get("pod", "-n", namespace, name)
+        phase = pod["status"].get("phase")
+        if phase == "Running":
+            return pod
+        if phase in ("Failed", "Succeeded") or time.monotonic() > deadline:
+            events = node.kubectl("-n", namespace, "get", "events", "--field-selector",
+                                  f"involvedObject.name={name}", check=False).stdout
+            raise AssertionError(f"pod {namespace}/{name} is {phase}, not Running:\n{events}")
+        time.sleep(0.3)
+
+
+def delete_pod(node: RealNode, namespace: str, name: str, timeout: float = 120) -> None:
+    """Delete the pod and wait until it is gone (its sandbox torn down: CNI DEL done)."""
+    node.kubectl("-n", namespace, "delete", "pod", name, "--wait=true",
+                 f"--timeout={timeout:.0f}s", timeout=timeout + 30)
+
+
+def network_status(node: RealNode, namespace: str, name: str,
+                   timeout: float = 60) -> list[dict[str, Any]]:
+    """The pod's k8s.v1.cni.cncf.io/network-status, once written (hang guard `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = node.get("pod", "-n", namespace, name)["metadata"].get(
+            "annotations", {}).get("k8s.v1.cni.cncf.io/network-status")
+        if value is not None:
+            return json.loads(value)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pod {namespace}/{name}: no network-status after {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def state_files(node: RealNode) -> list[str]:
+    """netattach's live state files on the node (tombstones, which hold nothing, aside)."""
+    from .statefiles import live
+    return live(node.host_path(STATE_DIR))
+
+
+def netattach_files(node: RealNode) -> list[str]:
+    """Which of netattach's own files are on the node (NETATTACH_FILES, the onedir
+    builds `.netattach-*` in the bin dir, the state dir)."""
+    found = [f for f in NETATTACH_FILES if os.path.lexists(node.host_path(f))]
+    found += [f"/opt/cni/bin/{p.name}" for p in node.host_path("/opt/cni/bin").glob(".netattach-*")]
+    if node.host_path(STATE_DIR).exists():
+        found.append(STATE_DIR)
+    return sorted(found)
+
+
+def daemonset(node: RealNode) -> dict[str, Any]:
+    """netattach's DaemonSet object."""
+    return node.get("daemonset", "-n", NAMESPACE, DAEMONSET)
+
+
+def rendered(node: RealNode, overlay: Path | str) -> list[dict[str, Any]]:
+    """The objects `kubectl kustomize <overlay>` renders."""
+    return list(yaml.safe_load_all(node.kubectl("kustomize", str(overlay)).stdout))
+
+
+def container_args_patch(node: RealNode, mode: str, container: str,
+                         *args: str) -> dict[str, Any]:
+    """A kustomize `patches:` entry appending `args` to the `container` of netattach's
+    DaemonSet in the mode's overlay (a JSON patch at that container's index)."""
+    [ds] = [o for o in rendered(node, OVERLAYS[mode]) if o and o["kind"] == "DaemonSet"]
+    names = [c["name"] for c in ds["spec"]["template"]["spec"]["containers"]]
+    i = names.index(container)
+    ops = [{"op": "add", "path": f"/spec/template/spec/containers/{i}/args/-", "value": a}
+           for a in args]
+    return {"target": {"kind": "DaemonSet", "name": DAEMONSET}, "patch": json.dumps(ops)}
+
+
+def doc_block(path: Path, marker: str, lang: str = "yaml") -> str:
+    """The fenced ```<lang> block right after `<!-- marker -->` in a Markdown file."""
+    import re
+    m = re.search(rf"<!-- {re.escape(marker)} -->\n```{lang}\n(.*?)```", path.read_text(), re.S)
+    if not m:
+        raise AssertionError(f"{path} has no block after <!-- {marker} -->")
+    return m.group(1)
