@@ -72,9 +72,12 @@ unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 # RUNTIME=containerd: the same pod through a real containerd, driven through the CRI.
+# NODE=real: on a real single-node cluster, netattach's image installed with kubectl.
 RUNTIME ?= none
-demo: sysdeps venv testbin build
-	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(PY) hack/demo.py --runtime $(RUNTIME)
+NODE ?= none
+demo: sysdeps venv testbin build $(if $(filter real,$(NODE)),image)
+	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(IMAGE_ENV) $(PY) hack/demo.py \
+	  --runtime $(RUNTIME) --node $(NODE)
 
 # netattach side by side with Multus (thin and thick) and the child plugins alone,
 # interleaved on the real test bed (hack/bench.py). RUNS=<n> rounds (default 15),

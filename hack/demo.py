@@ -1,5 +1,10 @@
 """`make demo`: a pod gets three interfaces from three networks, then loses them again.
 
+`make demo NODE=real` (--node real) shows it as an admin sees it on a cluster: a real
+single-node Kubernetes (kubelet, scheduler, controller-manager, containerd) on this
+machine, netattach's image (`make image`) installed with `kubectl apply -k deploy/`,
+the pod created and deleted with kubectl (tests/testbed/node.py).
+
 `make demo RUNTIME=containerd` (--runtime containerd) shows the same pod under a real
 container runtime: netattach installed on a node by its own installer, containerd
 2.x started on it, and the kubelet's CRI calls (Status, RunPodSandbox,
@@ -47,9 +52,74 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runtime", choices=("none", "containerd"), default="none",
                         help="exec netattach as a runtime does (none), or through containerd")
-    if parser.parse_args().runtime == "containerd":
+    parser.add_argument("--node", choices=("none", "real"), default="none",
+                        help="real: on a real single-node cluster, installed with kubectl")
+    args = parser.parse_args()
+    if args.node == "real":
+        return main_real_node()
+    if args.runtime == "containerd":
         return main_containerd()
     return main_direct()
+
+
+def main_real_node() -> int:
+    from tests.testbed import node as nd
+    workdir = Path(tempfile.mkdtemp(prefix="netattach-demo-node-"))
+    env = tb.new_host_env()
+    try:
+        say("starting a real single-node cluster: etcd, kube-apiserver, controller-manager, "
+            "scheduler, containerd, kubelet")
+        with nd.RealNode.start(workdir) as node:
+            show(node.kubectl("get", "nodes", "-o", "wide").stdout)
+            node.import_image(nd.image_archive())
+            print(f"netattach's image (make image) imported into the node's containerd: "
+                  f"{nd.image_ref()}")
+
+            def kubectl(*args: str, stdin: str | None = None) -> None:
+                print(f"$ kubectl {' '.join(args)}", flush=True)
+                show(node.kubectl(*args, stdin=stdin).stdout.rstrip())
+
+            say("install netattach as the README says")
+            kubectl("apply", "-k", "deploy/")
+            kubectl("-n", "kube-system", "rollout", "status", "daemonset/netattach")
+            kubectl("-n", "kube-system", "get", "pods", "-o", "wide")
+
+            say("scenario 1: two NetworkAttachmentDefinitions and a pod selecting them")
+            master, bridge = env.master_link(), env.bridge_name()
+            objects = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}
+                       for n in (NAMESPACE, "other")] + nd.scenario_nads(NAMESPACE, master, bridge)
+            objects.append(nd.pod_manifest(NAMESPACE, "demo-pod",
+                                           {sc.NETWORKS: "net-a,other/net-b@data0"}))
+            show(yaml_dump(objects))
+            kubectl("apply", "-f", "-", stdin=json.dumps(
+                {"apiVersion": "v1", "kind": "List", "items": objects}))
+            nd.wait_running(node, NAMESPACE, "demo-pod")
+            kubectl("-n", NAMESPACE, "get", "pod", "demo-pod", "-o", "wide")
+
+            say("the pod's interfaces (ip addr in its network namespace)")
+            for link, addrs in node.pod_addresses(NAMESPACE, "demo-pod").items():
+                print(f"  {link:6} {' '.join(addrs)}")
+            say(f"its {sc.STATUS} annotation")
+            show(nd.network_status(node, NAMESPACE, "demo-pod"))
+
+            say("delete the pod: the kubelet's runtime calls DEL, every address is freed")
+            kubectl("-n", NAMESPACE, "delete", "pod", "demo-pod", "--wait=true")
+            print(f"host-local allocations left on the node: {node.ipam_allocations() or 'none'}")
+            print(f"netattach state left on the node: {nd.state_files(node) or 'none'}")
+
+            say("uninstall: netattach's pods go, and with them its files on the node")
+            print("$ kubectl delete -k deploy/", flush=True)
+            nd.uninstall(node, "thin")
+            print(f"netattach's files left on the node: {nd.netattach_files(node) or 'none'}")
+        return 0
+    finally:
+        env.cleanup()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def yaml_dump(objects: list) -> str:
+    import yaml
+    return yaml.safe_dump_all(objects, sort_keys=False)
 
 
 def main_direct() -> int:

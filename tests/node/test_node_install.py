@@ -149,6 +149,10 @@ def test_hotplug_adds_and_removes_a_network_on_a_running_pod(real_node, installe
                       f"{NETWORKS}=net-a")
     wait_for(lambda: "data0" not in real_node.pod_addresses(namespace, name),
              "hot-plug removed data0", timeout=60)
-    assert not any(a.startswith("net-b/") for a in real_node.ipam_allocations())
+    # the bridge plugin releases the address after it removed the link
+    wait_for(lambda: not any(a.startswith("net-b/") for a in real_node.ipam_allocations()),
+             "hot-plug released net-b's address", timeout=60)
+    wait_for(lambda: [e["interface"] for e in nd.network_status(real_node, namespace, name)]
+             == ["eth0", "net1"], "network-status without data0", timeout=60)
     nd.delete_pod(real_node, namespace, name)
     assert real_node.ipam_allocations() == []
