@@ -11,7 +11,9 @@ What DEL works from, in order (`_load_or_rebuild`):
    conflist: the sandbox predates netattach (or was ADDed while netattach's conflist was
    absent), so that network is all it has. DEL releases it as cached (config, runtime
    config and result: what the ADD ran), asks the API nothing, logs at INFO, and
-   removes the cache entry once done, as libcni's own DEL of that network would have;
+   removes the cache entry once done, as libcni's own DEL of that network would have.
+   An entry of netattach's retired conflist (retired.py) is one too: that ADD attached
+   the cluster default network alone, which its `clusterNetwork` names;
 4. otherwise the plan rebuilt from the pod and its NADs, an attachment read from the
    file replacing the rebuilt one of the same interface (it is what the ADD ran);
 5. otherwise a best effort (`_best_effort`): what is known, plus the cluster default
@@ -302,6 +304,10 @@ def _added_without_netattach(orch: Orchestrator, req: CniRequest,
     an entry under another name is an ADD by another conflist."""
     from .cni.libcni_cache import META_PLUGIN_TYPES, cached_adds
     entries = cached_adds(req.container_id, req.ifname, orch.libcni_cache_dir)
+    if len(entries) == 1:
+        retired = _retired_add(entries[0])
+        if retired is not None:
+            return retired, repr(entries[0].network)
     own_types = {"netattach", "netattach-shim", conf.raw.get("type")}
     if not entries or any(e.network == conf.name or e.plugin_types & own_types
                           for e in entries):
@@ -310,6 +316,57 @@ def _added_without_netattach(orch: Orchestrator, req: CniRequest,
     if len(entries) == 1 and not entries[0].plugin_types & META_PLUGIN_TYPES:
         return entries[0], names
     return None, names
+
+
+def _retired_add(entry: CachedAdd) -> CachedAdd | None:
+    """An entry of netattach's retired conflist (retired.py: netattach being uninstalled
+    ADDed the cluster default network alone, saving no state), as the entry of that
+    network: its config as the retired configuration's `clusterNetwork` names it now,
+    the runtime config and result cached (the result in that network's version when it
+    converts). None for any other entry, or when that network cannot be read."""
+    from . import nodefiles
+    if not nodefiles.is_retired(entry.config):
+        return None
+    from .cni.result import convert_result
+    from .netconf import parse_netconf
+    from .networks import resolve_cluster_network
+    plugins = entry.config.get("plugins")
+    plugin = plugins[0] if isinstance(plugins, list) else entry.config
+    try:
+        retired = parse_netconf({**plugin, "cniVersion": entry.config.get("cniVersion"),
+                                 "name": entry.network})
+        name, network = resolve_cluster_network(retired, None)
+        result = entry.result
+        if result is not None:
+            result = convert_result(result, network.cni_version, retired.cni_version)
+    except CniError as e:
+        log.debug("libcni cache entry %s of the retired conflist: %s", entry.path, e)
+        return None
+    return dataclasses.replace(entry, network=name, config=network.raw, result=result)
+
+
+def release_added_without_netattach(orch: Orchestrator, req: CniRequest,
+                                    conf: NetConf) -> bool:
+    """Case 3a for a DEL that keeps no books (the retired configuration's DEL of a sandbox
+    without saved state, retired.py: no lock, no tombstone, the state dir never made):
+    when libcni's cache shows the runtime ADDed CNI_IFNAME with one network without
+    netattach, or with the retired conflist, DEL that network as cached, remove the
+    entry and return True; False when the cache says nothing of the kind. Raises
+    TryAgain (11) when that DEL fails (the entry stays for the runtime's retry)."""
+    pod = pod_ref(req)
+    cached, _ = _added_without_netattach(orch, req, conf)
+    if cached is None:
+        return False
+    who = f"container {req.container_id} (pod {pod or '?'})"
+    state = _from_libcni_cache(req, SavedState.for_request(req, pod, conf.cni_version),
+                               cached, who)
+    if state is None:
+        return False
+    errors = delete_attachments(orch, req, conf, state)
+    if errors:
+        raise TryAgain(f"pod {pod or req.container_id}: DEL failed: " + "; ".join(errors))
+    _forget_cached(pod, cached)
+    return True
 
 
 def _from_libcni_cache(req: CniRequest, base: SavedState, cached: CachedAdd,

@@ -37,6 +37,7 @@ import stat
 from dataclasses import dataclass
 
 from . import atomicfile
+from .cni.libcni_cache import CACHE_DIR, remove_network
 from .state import StateError, StateStore
 
 CONFLIST_NAME = "00-netattach.conflist"
@@ -54,11 +55,6 @@ VERSION_DIR = re.compile(r"^\.netattach-[0-9a-f]{12}$")
 BIN_TEMP = re.compile(r"^\.netattach\.tmp-")
 """The bin dir's temp entries: atomicfile.temp_path of `netattach`, with a suffix for a
 tree, a symlink or a version dir set aside (install/binary.py)."""
-LIBCNI_RESULTS = "/var/lib/cni/results"
-"""libcni's result cache (its default CacheDir, `/var/lib/cni`, which containerd keeps):
-one `<network name>-<container ID>-<ifname>` file (kind `cniCacheV1`) per attachment the
-runtime ADDed through a network config, removed by the runtime's DEL through the same
-network name."""
 RETIRED_KEY = "retired"
 """The key of a retired conflist's plugin entry: {"conflist": its own host path}
 (netconf.NetConf.retired_conflist)."""
@@ -162,7 +158,7 @@ def _take_presence(kube_dir: str) -> int | None:
 
 def remove_when_unused(conflist: str, bin_dir: str, cni_dir: str,
                        presence_fd: int | None = None, network: str | None = None,
-                       cache_dir: str = LIBCNI_RESULTS) -> Removal:
+                       cache_dir: str = CACHE_DIR) -> Removal:
     """Remove netattach's files from the node when nothing needs them (module doc).
 
     conflist, bin_dir, cni_dir: the conflist, the CNI bin dir and the state dir as this
@@ -170,7 +166,9 @@ def remove_when_unused(conflist: str, bin_dir: str, cni_dir: str,
     installer: its mounts). presence_fd: the installer's own presence lock, held
     exclusively already (it removes the files as it exits); None: taken here without
     waiting. network: the conflist's network name, whose entries in the runtime's
-    libcni result cache `cache_dir` go too (`_remove_cached_results`); None: none.
+    libcni cache `cache_dir` go too (libcni_cache.remove_network: the runtime DELs
+    through another network name once the conflist is gone, so the sandboxes ADDed with
+    the retired conflist would leave theirs for ever); None: none.
 
     Removes, in this order: the conflist (the runtime stops calling netattach), the
     state dir's netattach entries and the dir, the bin dir's netattach entries,
@@ -217,7 +215,7 @@ def remove_when_unused(conflist: str, bin_dir: str, cni_dir: str,
             return Removal(BUSY, f"an operation on container {running[0]} runs")
         left = _remove_all(conflist, bin_dir, store, kube_dir)
         if network is not None:
-            left += _remove_cached_results(cache_dir, network)
+            left += remove_network(network, cache_dir)
         return Removal(REMOVED, f"removed {conflist}, netattach's entries in {bin_dir}, "
                                 f"{cni_dir} and {kube_dir}", tuple(left))
     finally:
@@ -270,37 +268,3 @@ def _remove_all(conflist: str, bin_dir: str, store: StateStore, kube_dir: str) -
         atomicfile.fsync_dir(os.path.dirname(kube_dir))
     return left
 
-
-def _remove_cached_results(cache_dir: str, network: str) -> list[str]:
-    """Remove the runtime's libcni cache entries of `network` in `cache_dir`: regular
-    files named `<network>-...` holding a `cniCacheV1` record of that network. Once the
-    conflist is gone the runtime DELs every sandbox through another network name (the
-    cluster default network's), so an entry of this one would stay for ever: the
-    sandboxes ADDed with the retired conflist leave one each. Returns what could not be
-    removed."""
-    left: list[str] = []
-    try:
-        names = os.listdir(cache_dir)
-    except OSError:
-        return left
-    for name in names:
-        if not name.startswith(network + "-"):
-            continue
-        path = os.path.join(cache_dir, name)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            ours = stat.S_ISREG(os.fstat(fd).st_mode)
-            if ours:
-                doc = json.loads(os.pread(fd, MAX_CONFLIST_BYTES, 0))
-                ours = (isinstance(doc, dict) and doc.get("kind") == "cniCacheV1"
-                        and doc.get("networkName") == network)
-        except (OSError, ValueError, RecursionError):
-            ours = False
-        finally:
-            os.close(fd)
-        if ours:
-            _remove(path, left)
-    return left

@@ -18,7 +18,8 @@ nothing here asks the API server. With it:
   known, at once (delete.py: no API retry window, the API will not come back for
   netattach). DEL of a sandbox without state (ADDed with the retired configuration, or
   before netattach was installed) is the cluster default network's DEL alone, quiet,
-  with no tombstone; one with a tombstone was released already (nothing to do).
+  with no tombstone: as the runtime's libcni cache has it when it has (delete.py, case
+  3a), else as configured now; one with a tombstone was released already.
 * CHECK: from saved state; without one, the cluster default network's CHECK.
 * GC: as always, except that a valid attachment without saved state is the cluster
   default network's own (garbage.py).
@@ -75,7 +76,7 @@ def run(orch: Orchestrator, req: CniRequest, conf: NetConf) -> dict[str, Any] | 
         if fd is not None:
             os.close(fd)
     if fd is not None:
-        _remove_when_unused(conf)
+        _remove_when_unused(conf, orch.libcni_cache_dir)
     return out
 
 
@@ -84,12 +85,12 @@ def _command(orch: Orchestrator, req: CniRequest, conf: NetConf) -> dict[str, An
     if req.command == "ADD":
         return _add(orch, req, conf)
     if req.command == "DEL":
+        from . import delete
         if _saved(store, req.container_id):
-            from . import delete
             delete.cmd_del(orch, req, conf)
         elif store.deleted_since(req.container_id) is not None:
             log.debug("container %s: already released; nothing to do", req.container_id)
-        else:
+        elif not delete.release_added_without_netattach(orch, req, conf):
             _primary_only(orch, req, conf, "DEL")
     elif req.command == "CHECK":
         from . import check
@@ -187,11 +188,12 @@ def _primary_only(orch: Orchestrator, req: CniRequest, conf: NetConf, command: s
              "%s only", where(pod), req.container_id, command, att.network)
 
 
-def _remove_when_unused(conf: NetConf) -> None:
-    """nodefiles.remove_when_unused for the configuration's paths; logs the outcome."""
+def _remove_when_unused(conf: NetConf, cache_dir: str) -> None:
+    """nodefiles.remove_when_unused for the configuration's paths and the runtime's libcni
+    cache dir `cache_dir`; logs the outcome."""
     assert conf.retired_conflist is not None
     removal = nodefiles.remove_when_unused(conf.retired_conflist, conf.bin_dir, conf.cni_dir,
-                                           network=conf.name)
+                                           network=conf.name, cache_dir=cache_dir)
     if removal.outcome == nodefiles.REMOVED:
         log.info("netattach is uninstalled from this node and no sandbox needs it any more: "
                  "%s", removal.detail)

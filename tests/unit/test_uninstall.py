@@ -241,7 +241,8 @@ def rbed(tmp_path):
 # configuration: never a request, never code 11, and the last one removes every file
 RETIRED_DELS = {"whole": ALL_DELS, "tombstone": [], "marker": [],
                 "damaged-all-readable": ALL_DELS, "damaged-partly": READ_ONE,
-                "missing": PRIMARY, "pending": PRIMARY}
+                "missing": PRIMARY, "pending": PRIMARY, "predates": PRIMARY,
+                "predates-multus": PRIMARY, "lost": PRIMARY}
 
 
 @pytest.mark.parametrize("state", sorted(RETIRED_DELS))
@@ -258,8 +259,11 @@ def test_retired_del_recovery_matrix(rbed, caplog, state):
     assert (rbed.tmp / "net.d" / "10-cluster.conf").exists()
     assert (rbed.tmp / "bin" / "bridge").exists()
     assert "no sandbox needs it any more" in caplog.text
-    if state == "missing":  # a sandbox netattach did not attach: quiet
+    if state in ("missing", "predates", "predates-multus", "lost"):  # no state: quiet
         assert max(r.levelno for r in caplog.records) == logging.INFO
+    if state == "predates":  # released as libcni's cache has it, and its entry gone
+        assert "without netattach" in caplog.text
+        assert not (rbed.tmp / "libcni" / "results" / f"cluster-net-{CID}-eth0").exists()
 
 
 def test_retired_add_attaches_the_cluster_default_network_alone_and_saves_nothing(rbed):
@@ -430,8 +434,8 @@ def test_the_runtimes_cache_entries_of_the_network_go_with_the_files(tmp_path):
     another network's, whatever its file name, a file that is no cache record and a
     symlink stay."""
     conflist, bin_dir, state = _node(tmp_path)
-    cache = tmp_path / "results"
-    cache.mkdir()
+    cache = tmp_path / "cni" / "results"
+    cache.mkdir(parents=True)
 
     def entry(name: str, network: str) -> Path:
         path = cache / name
@@ -447,8 +451,36 @@ def test_the_runtimes_cache_entries_of_the_network_go_with_the_files(tmp_path):
     (cache / "netattach-cni-network-link").symlink_to(kept[1])
     removal = nodefiles.remove_when_unused(conflist, bin_dir, state,
                                            network="netattach-cni-network",
-                                           cache_dir=str(cache))
+                                           cache_dir=str(tmp_path / "cni"))
     assert removal.outcome == nodefiles.REMOVED and removal.left == ()
     assert sorted(p.name for p in cache.iterdir()) == [
         "cluster-net-c1-eth0", "netattach-cni-network-2-c1-eth0", "netattach-cni-network-junk",
         "netattach-cni-network-link"]
+
+
+def _retired_add(b: Bed) -> None:
+    """No state: the runtime ADDed the sandbox with the retired conflist (the cluster
+    default network alone, nothing saved); its libcni entry is under the conflist's
+    name, with the retired configuration."""
+    b.conf()  # the files as installed
+    entry = {**b.conf(), "retired": {"conflist": str(b.tmp / "net.d" /
+                                                     nodefiles.CONFLIST_NAME)}}
+    ta.libcni_entry(b, "netattach", {"cniVersion": "1.0.0", "name": "netattach",
+                                     "plugins": [entry]})
+
+
+@pytest.mark.parametrize("retired", [True, False])
+def test_a_sandbox_the_retired_conflist_added_is_the_cluster_default_networks(
+        rbed, caplog, retired):
+    """Its DEL with the retired conflist, or after a reinstall with the active one: the
+    cluster default network alone (its libcni entry names the retired configuration),
+    quietly, without the API server, the entry removed."""
+    _retired_add(rbed)
+    rbed.retired = retired
+    caplog.set_level(logging.DEBUG, logger="netattach")
+    caplog.clear()
+    rbed.run("DEL")
+    assert rbed.dels() == PRIMARY and rbed.api.calls == []
+    assert max(r.levelno for r in caplog.records) == logging.INFO
+    assert "network 'cluster-net' alone, without netattach" in caplog.text
+    assert list((rbed.tmp / "libcni" / "results").iterdir()) == []

@@ -127,6 +127,34 @@ def _config(value: object) -> dict[str, Any] | None:
     return config if isinstance(config, dict) else None
 
 
+def remove_network(network: str, cache_dir: str = CACHE_DIR) -> list[str]:
+    """Remove every entry of network `network` from `<cache_dir>/results`: regular files
+    named `<network>-...` holding a "cniCacheV1" entry of that networkName (another
+    network whose name merely starts the same, a symlink, anything else stays).
+    netattach's files leaving a node (nodefiles.remove_when_unused): once its conflist
+    is gone, the runtime DELs through another network name, so no DEL would remove
+    them. Returns "<path> (<reason>)" for each entry that could not be removed."""
+    results = os.path.join(cache_dir, "results")
+    try:
+        names = os.listdir(results)
+    except OSError:
+        return []
+    left = []
+    for name in names:
+        if not name.startswith(network + "-"):
+            continue
+        path = os.path.join(results, name)
+        entry = _read_entry(path)
+        if not (isinstance(entry, dict) and entry.get("kind") == KIND
+                and entry.get("networkName") == network):
+            continue
+        try:
+            remove(CachedAdd(path, network, {}))
+        except OSError as e:
+            left.append(f"{path} ({e.strerror})")
+    return left
+
+
 def remove(entry: CachedAdd) -> None:
     """Remove the entry's file, as libcni's DEL of its network would have (`cacheDel`);
     already gone is fine. Raises OSError for anything else."""
