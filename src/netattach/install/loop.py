@@ -432,8 +432,8 @@ class Installer:
         return ask(server, sa, namespace, name, budget)
 
     def check_uninstall_rule(self) -> None:
-        """At start, one try of the rule, logged: a stop now would keep netattach (INFO),
-        or would be taken for an uninstall or could not be told, which a wrong
+        """At start, one try of the rule, logged: a stop now would keep netattach or
+        could not be told (INFO), or would be taken for an uninstall, which a wrong
         --daemonset or missing RBAC cause (WARNING)."""
         verdict = self.ask_uninstalled(min(self.args.uninstall_timeout, 5.0))
         if verdict.uninstall is False:
@@ -443,10 +443,10 @@ class Installer:
             log.warning("a stop of this installer would be taken for an uninstall: %s; "
                         "check --daemonset and the RBAC of deploy/base/rbac.yaml (Role "
                         "netattach-installer)", verdict.reason)
-        else:
-            log.warning("a stop of this installer could not be told from an uninstall "
-                        "now, for want of an answer (%s): it would keep netattach on the "
-                        "node", verdict.reason)
+        else:  # asked again at the stop; a misconfiguration answers, and is warned of
+            log.info("a stop of this installer could not be told from an uninstall now, "
+                     "for want of an answer (%s): it would keep netattach on the node",
+                     verdict.reason)
 
     def note_retired(self) -> None:
         """Log when the conflist is the retired one: an uninstall is being undone."""
