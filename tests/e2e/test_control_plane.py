@@ -98,7 +98,8 @@ def test_rbac_applied_as_written(admin_api):
     docs = {d["kind"]: d for d in cl.load_manifests([cl.BASE_DIR / "rbac.yaml"])}
     rbac = k8s.RbacAuthorizationV1Api(admin_api)
     role = rbac.read_cluster_role("netattach")
-    assert [{"apiGroups": r.api_groups, "resources": r.resources, "verbs": r.verbs}
+    assert [{"apiGroups": r.api_groups, "resources": r.resources, "verbs": r.verbs,
+             **({"resourceNames": r.resource_names} if r.resource_names else {})}
             for r in role.rules] == docs["ClusterRole"]["rules"]
     binding = rbac.read_cluster_role_binding("netattach")
     assert binding.role_ref.name == "netattach"
@@ -111,7 +112,7 @@ def test_apply_manifests_is_idempotent(admin_api):
     docs = cl.apply_documents(admin_api, cl.kustomize(cl.DEPLOY_DIR))
     assert {d["kind"] for d in docs} == {
         "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-        "DaemonSet"}
+        "Role", "RoleBinding", "DaemonSet"}
 
 
 # ---------------------------------------------------------------- the plugin's identity

@@ -466,7 +466,7 @@ def _entry(driver: str, pool: str, device: str) -> dict[str, Any]:
         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
 
 
-@pytest.mark.parametrize("manifest", ["rbac.yaml", "thick/rbac.yaml"])
+@pytest.mark.parametrize("manifest", ["base/rbac.yaml", "thick/rbac.yaml"])
 def test_status_devices_needs_the_drivers_rule_and_a_token_of_the_claims_node(
         manifest, cluster, admin_api, k8s_namespace, resource_slice, tmp_path):
     """Kubernetes >= 1.36 authorizes a write of status.devices per driver
