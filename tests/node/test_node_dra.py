@@ -49,7 +49,7 @@ def test_the_docs_dra_example_runs_as_written(real_node, node_image, host_env, t
 
         nd.delete_pod(real_node, namespace, name)
         assert real_node.ipam_allocations() == []
-        assert nd.state_files(real_node) == []
+        nd.wait_state_clean(real_node)
     finally:
         real_node.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=120s",
                           check=False, timeout=150)

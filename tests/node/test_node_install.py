@@ -64,7 +64,7 @@ def test_scenario_pod_gets_three_interfaces_and_delete_frees_everything(
 
     nd.delete_pod(real_node, namespace, name)
     assert real_node.ipam_allocations() == []
-    assert nd.state_files(real_node) == []
+    nd.wait_state_clean(real_node)
 
 
 HOSTPROBE = textwrap.dedent('''\

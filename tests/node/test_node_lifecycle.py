@@ -31,6 +31,11 @@ def _conflist_type(node: nd.RealNode) -> str:
     return conf["plugins"][0]["type"]
 
 
+def _saved(node: nd.RealNode) -> list[str]:
+    """The saved states on the node (not the locks of commands running now)."""
+    return [f for f in nd.state_files(node) if f.endswith(".json")]
+
+
 def _snapshot(node: nd.RealNode) -> dict[str, list[str]]:
     """The node's CNI dirs: names in the conf dir and bin dir, and whether netattach's
     state dir exists."""
@@ -58,7 +63,7 @@ def test_upgrade_to_another_image_tag_with_pods_running(real_node, node_image, n
         for name in (old, new):
             nd.delete_pod(real_node, ns, name)
         assert real_node.ipam_allocations() == []
-        assert nd.state_files(real_node) == []
+        nd.wait_state_clean(real_node)
     finally:
         nd.uninstall(real_node, mode)
 
@@ -76,7 +81,7 @@ def test_thin_to_thick_in_place_with_pods_running(real_node, node_image, node_sc
         for name in (thin_pod, thick_pod):
             nd.delete_pod(real_node, ns, name)
         assert real_node.ipam_allocations() == []
-        assert nd.state_files(real_node) == []
+        nd.wait_state_clean(real_node)
     finally:
         nd.uninstall(real_node, "thick")
         # the thin install's own objects (ServiceAccount, RBAC) outlive the thick overlay
@@ -101,7 +106,7 @@ def test_installer_pod_restart_never_leaves_pods_without_netattach(real_node, no
         for name in (running, during):
             nd.delete_pod(real_node, ns, name)
         assert real_node.ipam_allocations() == []
-        assert nd.state_files(real_node) == []
+        nd.wait_state_clean(real_node)
     finally:
         nd.uninstall(real_node, mode)
 
@@ -114,7 +119,7 @@ def test_kubelet_and_containerd_restart_with_pods_running(real_node, node_image,
     try:
         name, addrs = _pod(real_node, ns, "steady")
         sandbox = real_node.pod_sandbox(ns, name)["id"]
-        allocations, states = real_node.ipam_allocations(), nd.state_files(real_node)
+        allocations, states = real_node.ipam_allocations(), _saved(real_node)
         real_node.restart(component)
         real_node.wait_node_ready()
         nd.rollout(real_node)
@@ -122,10 +127,10 @@ def test_kubelet_and_containerd_restart_with_pods_running(real_node, node_image,
         assert real_node.pod_sandbox(ns, name)["id"] == sandbox
         assert real_node.pod_addresses(ns, name) == addrs
         assert real_node.ipam_allocations() == allocations
-        assert nd.state_files(real_node) == states
+        assert _saved(real_node) == states
         nd.delete_pod(real_node, ns, name)
         assert real_node.ipam_allocations() == []
-        assert nd.state_files(real_node) == []
+        nd.wait_state_clean(real_node)
     finally:
         nd.uninstall(real_node, "thick")
 

@@ -871,3 +871,15 @@ def doc_block(path: Path, marker: str, lang: str = "yaml") -> str:
     if not m:
         raise AssertionError(f"{path} has no block after <!-- {marker} -->")
     return m.group(1)
+
+
+def wait_state_clean(node: RealNode, timeout: float = 60) -> None:
+    """Until netattach's state dir on the node holds nothing live: no state file, and no
+    container lock (a lock file exists while a command runs, e.g. the runtime's second
+    DEL at RemovePodSandbox, which the kubelet sends after the pod is gone). `timeout`
+    is a hang guard: what is still there then fails the test."""
+    deadline = time.monotonic() + timeout
+    while (left := state_files(node)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"netattach state left on the node: {left}")
+        time.sleep(0.1)

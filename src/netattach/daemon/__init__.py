@@ -149,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda signum, _frame: stop.set())
+    _import_before_threads(args.dra)
     try:
         daemon.start()
         if args.dra:
@@ -172,6 +173,25 @@ def run(args: argparse.Namespace) -> int:
     log.info("stopped")
     logging.shutdown()
     return 0
+
+
+def _import_before_threads(dra: bool) -> None:
+    """Import, in the main thread before any other runs, what the daemon's threads would
+    otherwise import at the same moment: the watch caches' HTTP client (lightkube's
+    adapter, which loads asyncio, and httpx2) and, with `--dra`, grpc and the DRA
+    plugin's generated modules (grpc loads asyncio too). When two threads import one
+    module graph with a cycle at once, CPython hands the second a module still being
+    initialized rather than deadlock ("partially initialized module 'asyncio.subprocess'
+    has no attribute 'create_subprocess_exec'"): seen as a daemon with --dra exiting at
+    start, its two watch threads failing alike."""
+    import asyncio  # noqa: F401
+
+    import httpx2  # noqa: F401
+    import lightkube.config.client_adapter  # noqa: F401
+    import lightkube.config.kubeconfig  # noqa: F401
+    if dra:
+        from . import dra as dra_module
+        dra_module.grpc_modules()
 
 
 def _kubelet_plugin(args: argparse.Namespace, daemon: Any) -> Any:

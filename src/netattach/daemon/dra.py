@@ -299,6 +299,23 @@ class PrepareStats:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+def grpc_modules() -> tuple[Any, ...]:
+    """The generated modules of the kubelet's DRA v1 and v1beta1 services and of plugin
+    registration v1 (draplugin/), importing grpc and protobuf on the first call:
+    (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc,
+    pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc)."""
+    from ..draplugin import (
+        dra_v1_pb2,
+        dra_v1_pb2_grpc,
+        dra_v1beta1_pb2,
+        dra_v1beta1_pb2_grpc,
+        pluginregistration_v1_pb2,
+        pluginregistration_v1_pb2_grpc,
+    )
+    return (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc,
+            pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc)
+
+
 class KubeletPlugin:
     """The kubelet plugin of the driver, and the node's slice publisher.
 
@@ -335,14 +352,8 @@ class KubeletPlugin:
         """Serve the DRA service, then the registration socket (the kubelet calls the
         endpoint GetInfo names as soon as it sees it), then publish the slice in a thread.
         Raises DraError."""
-        from ..draplugin import (
-            dra_v1_pb2,
-            dra_v1_pb2_grpc,
-            dra_v1beta1_pb2,
-            dra_v1beta1_pb2_grpc,
-            pluginregistration_v1_pb2,
-            pluginregistration_v1_pb2_grpc,
-        )
+        (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc,
+         pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc) = grpc_modules()
         try:
             socket_dir(self.plugin_dir, own=True)
             socket_dir(self.registry_dir, own=False)
