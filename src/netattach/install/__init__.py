@@ -125,8 +125,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: %(default)s)")
     g = parser.add_argument_group("written into the plugin's conf")
     g.add_argument("--netconf-file", default=None,
-                   help="a JSON or YAML mapping of more netattach conf keys (README "
-                        "\"Configuration\"), e.g. a ConfigMap's key mounted as a file; "
+                   help="a JSON or YAML mapping of more netattach conf keys "
+                        "(docs/configuration.md), e.g. a ConfigMap's key mounted as a file; "
                         "merged into netattach's conflist entry over what the flags write, "
                         "re-read at every poll. Keys the installer writes itself (type, "
                         "name, cniVersion, kubeconfig, clusterNetwork, capabilities, "
@@ -171,7 +171,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--hotplug", action="store_true",
                    help="hotplug (thick mode): the node daemon attaches and detaches networks "
                         "of running pods when their k8s.v1.cni.cncf.io/networks annotation "
-                        "changes (README, \"Networks on running pods\")")
+                        "changes (docs/hotplug.md)")
     g.add_argument("--readiness-indicator-file", default=None,
                    help="readinessindicatorfile (host path) the plugin waits for on ADD. "
                         "Default: none")

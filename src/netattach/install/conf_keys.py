@@ -3,8 +3,7 @@
 deploy/components/netconf), merged into netattach's entry of the conflist.
 
 The rules (docs/install.md, "Conf keys"):
-* the document is one JSON or YAML mapping of netattach conf keys (README
-  "Configuration"); an empty document is no keys;
+* the document is one JSON or YAML mapping of netattach conf keys (docs/configuration.md); an empty document is no keys;
 * a key may be any of the plugin's (netconf.SCHEMA) but those the installer owns
   (OWNED: what it derives from the node, the primary and its own files), which are
   refused with the reason, as are a Multus key netattach does not honour
@@ -67,7 +66,7 @@ def load_document(path: str, thick: bool) -> dict[str, Any]:
         return {}
     if not isinstance(doc, dict):
         raise InstallError(f"--netconf-file {path} must be a mapping of netattach conf keys "
-                           f"(README \"Configuration\"), not a {type(doc).__name__}")
+                           f"(docs/configuration.md), not a {type(doc).__name__}")
     for key in doc:
         problem = key_problem(key, doc[key], thick)
         if problem:
@@ -84,7 +83,7 @@ def key_problem(key: Any, value: Any, thick: bool) -> str | None:
     if key in MULTUS_ONLY_KEYS:
         return f"a Multus key netattach does not honour ({MULTUS_ONLY_KEYS[key]})"
     if key not in SCHEMA["properties"]:
-        return "not a netattach conf key (README \"Configuration\" lists them)"
+        return "not a netattach conf key (docs/configuration.md lists them)"
     if key == "hotplug" and value is True and not thick:
         return "hot-plug needs thick mode (--mode thick): thin mode has no daemon"
     try:
