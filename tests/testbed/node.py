@@ -782,6 +782,11 @@ def uninstall(node: RealNode, mode: str, timeout: float = 120) -> None:
     """`kubectl delete -k` of the mode's overlay, then until netattach's pods are gone."""
     node.kubectl("delete", "-k", OVERLAYS[mode], "--ignore-not-found", "--wait=true",
                  timeout=timeout)
+    wait_gone(node, timeout)
+
+
+def wait_gone(node: RealNode, timeout: float = 120) -> None:
+    """Until netattach's pods are gone from the node (their installers have exited)."""
     deadline = time.monotonic() + timeout
     while node.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=netattach")["items"]:
         if time.monotonic() > deadline:
