@@ -3,7 +3,8 @@
 deploy/components/netconf), merged into netattach's entry of the conflist.
 
 The rules (docs/install.md, "Conf keys"):
-* the document is one JSON or YAML mapping of netattach conf keys (docs/configuration.md); an empty document is no keys;
+* the document is one JSON or YAML mapping of netattach conf keys
+  (docs/configuration.md); an empty document is no keys;
 * a key may be any of the plugin's (netconf.SCHEMA) but those the installer owns
   (OWNED: what it derives from the node, the primary and its own files), which are
   refused with the reason, as are a Multus key netattach does not honour
