@@ -24,7 +24,7 @@ def _entry(node: nd.RealNode) -> dict:
 
 def test_conf_keys_from_the_configmap_example(real_node, node_image, node_scenario):
     """deploy/examples/netconf/ applied as written: its ConfigMap's keys are in the
-    conflist; the plugin logs to the file it names."""
+    conflist, and pods get their networks with it."""
     keys = yaml.safe_load((cl.DEPLOY_DIR / "examples" / "netconf" / "netconf.yaml").read_text())
     nd.install(real_node, "thick", cl.DEPLOY_DIR / "examples" / "netconf")
     try:
@@ -35,8 +35,10 @@ def test_conf_keys_from_the_configmap_example(real_node, node_image, node_scenar
         nd.apply_objects(real_node, [nd.pod_manifest(node_scenario.namespace, name,
                                                      {NETWORKS: "net-a"})])
         nd.wait_running(real_node, node_scenario.namespace, name)
-        assert "net-a" in real_node.host_path(keys["logFile"]).read_text()
+        assert sorted(real_node.pod_addresses(node_scenario.namespace, name)) == \
+            ["eth0", "lo", "net1"]
         nd.delete_pod(real_node, node_scenario.namespace, name)
+        assert real_node.ipam_allocations() == []
     finally:
         real_node.kubectl("delete", "-k", str(cl.DEPLOY_DIR / "examples" / "netconf"),
                           "--ignore-not-found")
