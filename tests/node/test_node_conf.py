@@ -1,7 +1,7 @@
 """The installer's conf keys on the real node: from a ConfigMap (deploy/examples/netconf/
 as written, thick mode) and from flags plus the component in an admin's overlay (thin
-mode); confDir left unset unless asked; an admin's hand edit of the conflist reverted
-with a WARNING in the installer's log. And the DEL of a pod that predates netattach on
+mode), with an admin's hand edit of the conflist reverted with a WARNING in the
+installer's log; confDir left unset unless asked. And the DEL of a pod that predates netattach on
 the node is quiet."""
 from __future__ import annotations
 
@@ -73,21 +73,13 @@ def test_conf_keys_from_flags_and_a_configmap_in_thin_mode(real_node, node_image
             ("cluster-net", "eth0"), ("kube-system/net-a", "net1"), ("other/net-b", "data0")]
         nd.delete_pod(real_node, ns, name)
         assert real_node.ipam_allocations() == []
-    finally:
-        real_node.kubectl("delete", "-k", str(overlay), "--ignore-not-found")
-        nd.wait_gone(real_node)
-        real_node.kubectl("-n", "kube-system", "delete", "net-attach-def", "net-a",
-                          "--ignore-not-found", check=False)
-
-
-def test_a_hand_edit_of_the_conflist_is_reverted_with_a_warning(real_node, node_image):
-    nd.install(real_node, "thin")
-    try:
+        # an admin's hand edit of the conflist: the installer owns it, rewrites it and
+        # says so (docs/install.md, "Your edits of 00-netattach.conflist")
         path = real_node.host_path(CONFLIST)
         written = path.read_text()
-        doc = json.loads(written)
-        doc["plugins"][0]["logLevel"] = "debug"
-        path.write_text(json.dumps(doc))
+        edited = json.loads(written)
+        edited["plugins"][0]["logLevel"] = "debug"
+        path.write_text(json.dumps(edited))
         wait_for(lambda: path.read_text() == written, "the installer rewrote its conflist",
                  timeout=60)
         logs = real_node.kubectl("-n", nd.NAMESPACE, "logs", f"daemonset/{nd.DAEMONSET}",
@@ -95,7 +87,10 @@ def test_a_hand_edit_of_the_conflist_is_reverted_with_a_warning(real_node, node_
         assert any("WARNING" in line and "00-netattach.conflist" in line
                    for line in logs.splitlines()), logs
     finally:
-        nd.uninstall(real_node, "thin")
+        real_node.kubectl("delete", "-k", str(overlay), "--ignore-not-found")
+        nd.wait_gone(real_node)
+        real_node.kubectl("-n", "kube-system", "delete", "net-attach-def", "net-a",
+                          "--ignore-not-found", check=False)
 
 
 def test_a_pod_that_predates_netattach_is_deleted_quietly(real_node, node_image, node_scenario):

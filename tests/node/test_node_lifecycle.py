@@ -37,25 +37,36 @@ def _saved(node: nd.RealNode) -> list[str]:
 
 
 def _snapshot(node: nd.RealNode) -> dict[str, list[str]]:
-    """The node's CNI dirs: names in the conf dir and bin dir, and whether netattach's
-    state dir exists."""
-    return {d: sorted(p.name for p in node.host_path(d).iterdir())
+    """The node's CNI dirs: the names in the conf dir and the bin dir, and netattach's
+    own in /var/lib/cni (host-local's `networks` and libcni's `results` are theirs)."""
+    def names(d: str) -> list[str]:
+        return sorted(p.name for p in node.host_path(d).iterdir()) \
             if node.host_path(d).exists() else []
-            for d in ("/etc/cni/net.d", "/opt/cni/bin", "/var/lib/cni")}
+    return {"/etc/cni/net.d": names("/etc/cni/net.d"), "/opt/cni/bin": names("/opt/cni/bin"),
+            "/var/lib/cni": [n for n in names("/var/lib/cni") if n not in ("networks", "results")]}
 
 
 @pytest.mark.parametrize("mode", ["thin", "thick"])
-def test_upgrade_to_another_image_tag_with_pods_running(real_node, node_image, node_scenario,
-                                                        mode, tmp_path):
+def test_readme_install_upgrade_to_another_image_and_uninstall_with_pods_running(
+        real_node, node_image, node_scenario, mode, tmp_path):
+    """README's install section as written (thick mode: the paths its comments give): the
+    install, an overlay of the admin's own image (another tag, pushed: here imported)
+    with pods running, the uninstall."""
     ns = node_scenario.namespace
-    nd.install(real_node, mode)
+    clone = nd.readme_clone(tmp_path)
+    thick = ("../deploy]", "../deploy/thick]") if mode == "thick" else None
+    before = _snapshot(real_node)
+    out = nd.run_readme_block(real_node, f"readme-install-{mode}", clone)
+    assert 'daemon set "netattach" successfully rolled out' in out
     try:
         old, old_addrs = _pod(real_node, ns, "old")
-        real_node.ctr("images", "tag", "--force", node_image, f"{nd.IMAGE}:next")
-        overlay = nd.admin_overlay(tmp_path, mode, images=[{"name": nd.IMAGE, "newTag": "next"}])
-        nd.install(real_node, mode, overlay)
-        images = {c["image"] for c in nd.daemonset(real_node)["spec"]["template"]["spec"]["containers"]}
-        assert images == {f"{nd.IMAGE}:next"}
+        real_node.ctr("images", "tag", "--force", node_image,
+                      "registry.example.com/netattach:0.1.0")
+        nd.run_readme_block(real_node, "readme-install-own-image", clone, thick)
+        containers = nd.daemonset(real_node)["spec"]["template"]["spec"]["containers"]
+        assert {c["name"]: c["image"] for c in containers} == {
+            name: "registry.example.com/netattach:0.1.0"
+            for name in (["install"] if mode == "thin" else ["install", "daemon"])}
         # the running pod kept its networks; a new one gets all of them
         assert real_node.pod_addresses(ns, old) == old_addrs
         new, _ = _pod(real_node, ns, "new")
@@ -65,7 +76,11 @@ def test_upgrade_to_another_image_tag_with_pods_running(real_node, node_image, n
         assert real_node.ipam_allocations() == []
         nd.wait_state_clean(real_node)
     finally:
-        nd.uninstall(real_node, mode)
+        nd.run_readme_block(real_node, "readme-uninstall", clone,
+                            ("deploy/ ", "deploy/thick/ ") if mode == "thick" else None)
+        nd.wait_gone(real_node)
+    assert nd.netattach_files(real_node) == []
+    assert _snapshot(real_node) == before
 
 
 def test_thin_to_thick_in_place_with_pods_running(real_node, node_image, node_scenario):
@@ -89,50 +104,38 @@ def test_thin_to_thick_in_place_with_pods_running(real_node, node_image, node_sc
 
 
 @pytest.mark.parametrize("mode", ["thin", "thick"])
-def test_installer_pod_restart_never_leaves_pods_without_netattach(real_node, node_image,
-                                                                   node_scenario, mode):
+def test_installer_kubelet_and_containerd_restarts_with_pods_running(real_node, node_image, node_scenario,
+                                                          mode):
     ns = node_scenario.namespace
     nd.install(real_node, mode)
     try:
-        running, addrs = _pod(real_node, ns, "running")
+        name, addrs = _pod(real_node, ns, "steady")
+        sandbox = real_node.pod_sandbox(ns, name)["id"]
+        # the installer's pod deleted (its DaemonSet makes another): a pod created while
+        # it goes and comes back gets every network, never the primary network alone
+        # (thin: the conflist stayed; thick: the runtime retries the ADD until the
+        # daemon answers)
         real_node.kubectl("-n", nd.NAMESPACE, "delete", "pod", "-l",
                           "app.kubernetes.io/name=netattach", "--wait=false")
-        # created while the installer pod is going and coming back: it gets every network
-        # (thin: the conflist stayed; thick: the runtime retries the ADD until the daemon
-        # answers), never the primary network alone
         during, _ = _pod(real_node, ns, "during")
         nd.rollout(real_node)
-        assert real_node.pod_addresses(ns, running) == addrs
-        for name in (running, during):
-            nd.delete_pod(real_node, ns, name)
+        allocations, states = real_node.ipam_allocations(), _saved(real_node)
+        for component in ("kubelet", "containerd"):
+            real_node.restart(component)
+            nd.rollout(real_node)
+            # nothing was DEL'ed that is still in use
+            assert real_node.pod_sandbox(ns, name)["id"] == sandbox, component
+            assert real_node.pod_addresses(ns, name) == addrs, component
+            assert real_node.ipam_allocations() == allocations, component
+            assert _saved(real_node) == states, component
+        # and a pod created now gets all its networks
+        after, _ = _pod(real_node, ns, "after")
+        for pod in (name, during, after):
+            nd.delete_pod(real_node, ns, pod)
         assert real_node.ipam_allocations() == []
         nd.wait_state_clean(real_node)
     finally:
         nd.uninstall(real_node, mode)
-
-
-@pytest.mark.parametrize("component", ["kubelet", "containerd"])
-def test_kubelet_and_containerd_restart_with_pods_running(real_node, node_image, node_scenario,
-                                                          component):
-    ns = node_scenario.namespace
-    nd.install(real_node, "thick")
-    try:
-        name, addrs = _pod(real_node, ns, "steady")
-        sandbox = real_node.pod_sandbox(ns, name)["id"]
-        allocations, states = real_node.ipam_allocations(), _saved(real_node)
-        real_node.restart(component)
-        real_node.wait_node_ready()
-        nd.rollout(real_node)
-        # nothing was DEL'ed that is still in use
-        assert real_node.pod_sandbox(ns, name)["id"] == sandbox
-        assert real_node.pod_addresses(ns, name) == addrs
-        assert real_node.ipam_allocations() == allocations
-        assert _saved(real_node) == states
-        nd.delete_pod(real_node, ns, name)
-        assert real_node.ipam_allocations() == []
-        nd.wait_state_clean(real_node)
-    finally:
-        nd.uninstall(real_node, "thick")
 
 
 @pytest.mark.parametrize("mode", ["thin", "thick"])

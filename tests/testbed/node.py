@@ -82,7 +82,7 @@ CNI_PLUGINS = ("bridge", "host-local", "loopback", "macvlan", "ipvlan", "tuning"
                "bandwidth", "ptp", "static", "vlan")
 PAUSE_IMAGE = rt.SANDBOX_IMAGE
 READY_TIMEOUT = 120.0   # hang guards, seconds
-STOP_TIMEOUT = 30.0
+STOP_TIMEOUT = 120.0   # hang guard of the drain at stop
 
 CONTAINERD_CONFIG = """\
 version = 3
@@ -285,6 +285,7 @@ class RealNode:
                 self.cluster.stop()
             except ClusterError as e:
                 errors.append(str(e))
+        self._kill_leftovers(errors)
         self._remove_cgroups(errors)
         for d in reversed(self._made_mountpoints):
             with contextlib.suppress(OSError):
@@ -401,6 +402,24 @@ class RealNode:
             if hierarchy.name == "cpuset":
                 for f in ("cpuset.cpus", "cpuset.mems"):
                     (d / f).write_text((hierarchy / f).read_text())
+
+    def _kill_leftovers(self, errors: list[str]) -> None:
+        """SIGKILL what still runs in the node's cgroups once the kubelet and containerd
+        are gone (a container whose shim died), naming it among the errors: nothing of
+        the node may outlive stop()."""
+        left: set[int] = set()
+        for cg in node_cgroups():
+            try:
+                left |= {int(p) for p in (cg / "cgroup.procs").read_text().split()}
+            except OSError:
+                continue
+        for pid in sorted(left):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                os.kill(pid, 9)
+            except (OSError, ProcessLookupError):
+                continue
+            errors.append(f"process {pid} ({cmd.strip()}) left in the node's cgroups")
 
     def _remove_cgroups(self, errors: list[str]) -> None:
         for cg in node_cgroups():
@@ -522,20 +541,53 @@ class RealNode:
             "--root-dir=/var/lib/kubelet", f"--hostname-override={NODE_NAME}",
             f"--node-ip={NODE_IP}", f"--cert-dir={d / 'pki'}", "--v=2"))
 
-    def restart(self, component: str) -> None:
+    def restart(self, component: str, timeout: float = READY_TIMEOUT) -> None:
         """Stop `component` ("kubelet" or "containerd") and start it again, as a
-        node's service manager restarts it; pods keep running."""
+        node's service manager restarts it (the daemon alone: containerd's shims, and so
+        the pods, keep running), then wait until the node has taken it back (hang guard
+        `timeout` s): the new kubelet has reported the node Ready since it started, and
+        every pod on the node is Ready again; so one restart is over before a test does
+        the next (an admin's restart of containerd while the kubelet starts up is
+        another story)."""
         if component not in ("kubelet", "containerd"):
             raise ValueError(component)
         errors: list[str] = []
-        # the daemon only: containerd's shims, and so the pods, keep running
         self._stop_proc(component, errors)
         if errors:
             raise ClusterError("; ".join(errors))
+        started_at = time.time()
         if component == "kubelet":
             self._kubelet()
         else:
-            self._containerd(READY_TIMEOUT)
+            self._containerd(timeout)
+        self.wait_settled(started_at, timeout)
+
+    def wait_settled(self, since: float, timeout: float = READY_TIMEOUT) -> None:
+        """Until the kubelet answers its /healthz, has renewed the node's Lease after
+        `since` (epoch seconds; it renews every 10 s), the node is Ready and every pod on
+        it is Ready (hang guard `timeout` s)."""
+        import datetime as dt
+        deadline = time.monotonic() + timeout
+        while True:
+            kubelet = self._procs.get("kubelet")
+            if kubelet is None or not kubelet.running:
+                raise ClusterError(f"the kubelet exited:\n{log_tail(self.logs / 'kubelet.log')}")
+            healthz = cl._probe(f"http://127.0.0.1:{self.kubelet_healthz_port}/healthz")
+            lease = self.get("lease", "-n", "kube-node-lease", NODE_NAME)["spec"]
+            renewed = dt.datetime.fromisoformat(
+                lease.get("renewTime", "1970-01-01T00:00:00Z").replace("Z", "+00:00"))
+            pods = [p["metadata"]["name"] for p in self.get("pods", "--all-namespaces")["items"]
+                    if not any(c["type"] == "Ready" and c["status"] == "True"
+                               for c in p["status"].get("conditions", []))]
+            if healthz[0] == 200 and renewed.timestamp() >= since and self.node_ready() \
+                    and not pods:
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"the node did not settle after {timeout:.0f}s: kubelet /healthz "
+                    f"{healthz[0]}, lease renewed {lease.get('renewTime')}, pods not Ready: "
+                    f"{pods}")
+            time.sleep(0.5)
 
     def _stop_containerd(self, errors: list[str]) -> None:
         proc = self._procs.get("containerd")
@@ -888,3 +940,33 @@ def wait_state_clean(node: RealNode, timeout: float = 60) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"netattach state left on the node: {left}")
         time.sleep(0.1)
+
+
+README = cl.REPO_ROOT / "README.md"
+
+
+def readme_clone(directory: Path) -> Path:
+    """The reader's clone of this repository under `directory` (what README's install
+    commands need of it: deploy/); returns its path."""
+    clone = directory / "netattach"
+    shutil.copytree(cl.DEPLOY_DIR, clone / "deploy")
+    return clone
+
+
+def run_readme_block(node: RealNode, marker: str, cwd: Path,
+                     replace: tuple[str, str] | None = None) -> str:
+    """Run README's shell block after `<!-- marker -->` with bash (-e: every line must
+    succeed) in `cwd`, as an admin with the test bed's kubectl first on PATH; stdout.
+    `replace` (old, new): the alternative a comment of the block gives (thick mode's
+    path), taken before running it. AssertionError with the output on failure."""
+    script = doc_block(README, marker, "sh")
+    if replace:
+        assert replace[0] in script, f"README block {marker} has no {replace[0]!r}"
+        script = script.replace(replace[0], replace[1])
+    assert node.cluster is not None
+    env = {**os.environ, "KUBECONFIG": str(node.cluster.admin_kubeconfig),
+           "PATH": f"{node.k8s_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    p = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"README block {marker} failed:\n{script}\n{p.stdout}\n{p.stderr}"
+    return p.stdout
