@@ -58,8 +58,7 @@ class NodeScenario:
 @pytest.fixture
 def node_scenario(real_node, host_env) -> NodeScenario:
     """A fresh namespace with scenario 1's NADs (the README's), on links `host_env` owns
-    (the NAD CRD applied first); the namespace is deleted afterwards (its pods' DELs
-    done)."""
+    (the NAD CRD applied first); the namespace is deleted afterwards."""
     namespace = nd.unique_name("nat")
     master, bridge = host_env.master_link(), host_env.bridge_name()
     # the NAD CRD, whether netattach is installed yet or not (as where Multus' was)
@@ -72,5 +71,6 @@ def node_scenario(real_node, host_env) -> NodeScenario:
     try:
         yield NodeScenario(namespace, master, bridge)
     finally:
-        real_node.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=120s",
-                          check=False, timeout=150)
+        # not waited for: the tests delete their pods (each DEL checked) before this, and
+        # the namespace controller takes seconds to empty a namespace of the rest
+        real_node.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
