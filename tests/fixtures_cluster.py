@@ -7,9 +7,6 @@ test (never skip): run `make testbin`, or the tests through `make test`.
 """
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -33,18 +30,11 @@ def cluster():
         cl.require_k8s_binaries()
     except cl.TestbinMissing as e:
         pytest.fail(str(e), pytrace=False)
-    workdir = Path(tempfile.mkdtemp(prefix="netattach-cluster-"))
-    keep = os.environ.get("NETATTACH_KEEP_CLUSTER") == "1"
-    try:
-        with cl.Cluster.start(workdir) as c:
-            with c.admin_api() as api:
-                cl.apply_documents(api, cl.kustomize(cl.DEPLOY_DIR))
-            yield c
-    finally:
-        if keep:
-            print(f"\nnetattach: test cluster workdir kept in {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+    with cl.workdir("netattach-cluster-", "NETATTACH_KEEP_CLUSTER", "test cluster") as d, \
+            cl.Cluster.start(d) as c:
+        with c.admin_api() as api:
+            cl.apply_documents(api, cl.kustomize(cl.DEPLOY_DIR))
+        yield c
 
 
 @pytest.fixture(scope="session")

@@ -2,11 +2,7 @@
 started on first use; its tests install netattach on it as admins do."""
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -18,20 +14,13 @@ from tests.testbed import node as nd
 def real_node():
     """A running RealNode, Ready. Its workdir is removed at the end of the session unless
     NETATTACH_KEEP_NODE=1 (to read the components' logs afterwards)."""
-    workdir = Path(tempfile.mkdtemp(prefix="netattach-node-"))
-    keep = os.environ.get("NETATTACH_KEEP_NODE") == "1"
-    try:
+    with cl.workdir("netattach-node-", "NETATTACH_KEEP_NODE", "real node") as workdir:
         try:
             node = nd.RealNode.start(workdir)
         except cl.TestbinMissing as e:
             pytest.fail(str(e), pytrace=False)
         with node:
             yield node
-    finally:
-        if keep:
-            print(f"\nnetattach: real node workdir kept in {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

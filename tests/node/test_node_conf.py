@@ -40,10 +40,7 @@ def test_conf_keys_from_the_configmap_example(real_node, node_image, node_scenar
         nd.delete_pod(real_node, node_scenario.namespace, name)
         assert real_node.ipam_allocations() == []
     finally:
-        real_node.kubectl("delete", "-k", str(cl.DEPLOY_DIR / "examples" / "netconf"),
-                          "--ignore-not-found")
-        nd.wait_gone(real_node)
-        nd.uninstall(real_node, "thick")
+        nd.uninstall(real_node, "thick", cl.DEPLOY_DIR / "examples" / "netconf")
 
 
 def test_conf_keys_from_flags_and_a_configmap_in_thin_mode(real_node, node_image, node_scenario,
@@ -87,8 +84,7 @@ def test_conf_keys_from_flags_and_a_configmap_in_thin_mode(real_node, node_image
         assert any("WARNING" in line and "00-netattach.conflist" in line
                    for line in logs.splitlines()), logs
     finally:
-        real_node.kubectl("delete", "-k", str(overlay), "--ignore-not-found")
-        nd.wait_gone(real_node)
+        nd.uninstall(real_node, "thin", overlay)
         real_node.kubectl("-n", "kube-system", "delete", "net-attach-def", "net-a",
                           "--ignore-not-found", check=False)
 

@@ -26,6 +26,15 @@ def _pod(node: nd.RealNode, namespace: str, prefix: str = "pod") -> tuple[str, d
     return name, addrs
 
 
+def _delete_all(node: nd.RealNode, namespace: str, *names: str) -> None:
+    """Delete the pods: their DELs free every address and every saved state, whichever
+    version ADDed them."""
+    for name in names:
+        nd.delete_pod(node, namespace, name)
+    assert node.ipam_allocations() == []
+    nd.wait_state_clean(node)
+
+
 def _conflist_type(node: nd.RealNode) -> str:
     conf = json.loads(node.host_path("/etc/cni/net.d/00-netattach.conflist").read_text())
     return conf["plugins"][0]["type"]
@@ -71,14 +80,11 @@ def test_readme_install_upgrade_to_another_image_and_uninstall_with_pods_running
         assert real_node.pod_addresses(ns, old) == old_addrs
         new, _ = _pod(real_node, ns, "new")
         # the DEL of a pod the old version ADDed frees everything
-        for name in (old, new):
-            nd.delete_pod(real_node, ns, name)
-        assert real_node.ipam_allocations() == []
-        nd.wait_state_clean(real_node)
+        _delete_all(real_node, ns, old, new)
     finally:
-        nd.run_readme_block(real_node, "readme-uninstall", clone,
-                            ("deploy/ ", "deploy/thick/ ") if mode == "thick" else None)
-        nd.wait_gone(real_node)
+        with nd.uninstalling(real_node):
+            nd.run_readme_block(real_node, "readme-uninstall", clone,
+                                ("deploy/ ", "deploy/thick/ ") if mode == "thick" else None)
     assert nd.netattach_files(real_node) == []
     assert _snapshot(real_node) == before
 
@@ -93,10 +99,7 @@ def test_thin_to_thick_in_place_with_pods_running(real_node, node_image, node_sc
         assert _conflist_type(real_node) == "netattach-shim"
         assert real_node.pod_addresses(ns, thin_pod) == thin_addrs
         thick_pod, _ = _pod(real_node, ns, "thick")
-        for name in (thin_pod, thick_pod):
-            nd.delete_pod(real_node, ns, name)
-        assert real_node.ipam_allocations() == []
-        nd.wait_state_clean(real_node)
+        _delete_all(real_node, ns, thin_pod, thick_pod)
     finally:
         nd.uninstall(real_node, "thick")
         # the thin install's own objects (ServiceAccount, RBAC) outlive the thick overlay
@@ -130,10 +133,7 @@ def test_installer_kubelet_and_containerd_restarts_with_pods_running(real_node, 
             assert _saved(real_node) == states, component
         # and a pod created now gets all its networks
         after, _ = _pod(real_node, ns, "after")
-        for pod in (name, during, after):
-            nd.delete_pod(real_node, ns, pod)
-        assert real_node.ipam_allocations() == []
-        nd.wait_state_clean(real_node)
+        _delete_all(real_node, ns, name, during, after)
     finally:
         nd.uninstall(real_node, mode)
 
@@ -145,14 +145,12 @@ def test_uninstall_with_a_multi_network_pod_running_leaks_nothing(real_node, nod
     before = _snapshot(real_node)
     nd.install(real_node, mode)
     name, _ = _pod(real_node, ns, "stays")
-    nd.uninstall(real_node, mode)
+    nd.uninstall(real_node, mode, clean=False)  # the pod's DEL removes the files
     # a pod created now gets the cluster default network alone, as without netattach
     plain = nd.unique_name("plain")
     nd.apply_objects(real_node, [nd.pod_manifest(ns, plain, {NETWORKS: SELECTION})])
     nd.wait_running(real_node, ns, plain)
     assert sorted(real_node.pod_addresses(ns, plain)) == ["eth0", "lo"]
-    for pod in (name, plain):
-        nd.delete_pod(real_node, ns, pod)
-    assert real_node.ipam_allocations() == []
+    _delete_all(real_node, ns, name, plain)
     assert nd.netattach_files(real_node) == []
     assert _snapshot(real_node) == before

@@ -19,6 +19,7 @@ kubectl's built-in kustomize builds deploy/'s overlays, as an admin's kubectl do
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import ipaddress
 import json
@@ -29,10 +30,11 @@ import signal
 import socket
 import ssl
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import yaml
@@ -79,6 +81,21 @@ class TestbinMissing(ClusterError):
 
 
 # ---------------------------------------------------------------- binaries
+
+@contextlib.contextmanager
+def workdir(prefix: str, keep_env: str, what: str) -> Iterator[Path]:
+    """A fresh temp dir named `prefix`*, removed afterwards unless the environment
+    variable `keep_env` is "1" (to read the components' logs afterwards: then its path
+    is printed, as `what`'s workdir)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        if os.environ.get(keep_env) == "1":
+            print(f"\nnetattach: {what} workdir kept in {path}")
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
 
 def gomod_version(gomod: Path, module: str) -> str:
     """The version `module` is required at in `gomod` ("v1.34.4"); ClusterError if absent."""

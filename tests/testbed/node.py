@@ -46,6 +46,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -83,60 +84,6 @@ CNI_PLUGINS = ("bridge", "host-local", "loopback", "macvlan", "ipvlan", "tuning"
 PAUSE_IMAGE = rt.SANDBOX_IMAGE
 READY_TIMEOUT = 120.0   # hang guards, seconds
 STOP_TIMEOUT = 120.0   # hang guard of the drain at stop
-
-CONTAINERD_CONFIG = """\
-version = 3
-root = "{root}"
-state = "/run/containerd/state"
-temp = "{tmp}"
-oom_score = 0
-
-[grpc]
-  address = "{socket}"
-
-[ttrpc]
-  address = "{socket}.ttrpc"
-
-[plugins]
-  [plugins."io.containerd.internal.v1.opt"]
-    path = "{opt}"
-
-  [plugins."io.containerd.nri.v1.nri"]
-    disable = true
-
-  [plugins."io.containerd.cri.v1.images"]
-    snapshotter = "native"
-    [plugins."io.containerd.cri.v1.images".pinned_images]
-      sandbox = "{pause}"
-
-  [plugins."io.containerd.cri.v1.runtime"]
-    # runc cannot lower oom_score_adj below our own without CAP_SYS_RESOURCE
-    restrict_oom_score_adj = true
-    disable_apparmor = true
-    # DRA: the kubelet passes the CDI devices a DRA driver prepared
-    enable_cdi = true
-    cdi_spec_dirs = ["/run/cdi"]
-
-    [plugins."io.containerd.cri.v1.runtime".containerd]
-      default_runtime_name = "runc"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-        runtime_type = "io.containerd.runc.v2"
-        [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-          BinaryName = "{runc}"
-          Root = "{runc_root}"
-          SystemdCgroup = false
-
-    [plugins."io.containerd.cri.v1.runtime".cni]
-      bin_dirs = ["/opt/cni/bin"]
-      conf_dir = "/etc/cni/net.d"
-      max_conf_num = 1
-
-  [plugins."io.containerd.grpc.v1.cri"]
-    disable_tcp_service = true
-    stream_server_address = "127.0.0.1"
-    stream_server_port = "0"
-"""
-
 
 def kubelet_config(node: RealNode) -> dict[str, Any]:
     """The node's KubeletConfiguration (kubelet.config.k8s.io/v1beta1)."""
@@ -486,9 +433,10 @@ class RealNode:
         for sub in ("root", "tmp", "opt", "runc"):
             (d / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
         config = d / "config.toml"
-        config.write_text(CONTAINERD_CONFIG.format(
-            root=d / "root", tmp=d / "tmp", opt=d / "opt", socket=CONTAINERD_SOCKET,
-            pause=PAUSE_IMAGE, runc=rt.RUNC, runc_root=d / "runc"))
+        config.write_text(rt.containerd_config(
+            d, socket=CONTAINERD_SOCKET, state="/run/containerd/state",
+            cni_bin_dirs=["/opt/cni/bin"], cni_conf_dir="/etc/cni/net.d",
+            cdi_spec_dirs=["/run/cdi"]))
         env_path = f"{self.containerd_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         proc = self._spawn("containerd", self.ns.argv(
             "env", f"PATH={env_path}", str(self.containerd_bin / "containerd"),
@@ -830,11 +778,48 @@ def install(node: RealNode, mode: str, overlay: Path | str | None = None) -> Non
     rollout(node)
 
 
-def uninstall(node: RealNode, mode: str, timeout: float = 120) -> None:
-    """`kubectl delete -k` of the mode's overlay, then until netattach's pods are gone."""
-    node.kubectl("delete", "-k", OVERLAYS[mode], "--ignore-not-found", "--wait=true",
-                 timeout=timeout)
-    wait_gone(node, timeout)
+@contextlib.contextmanager
+def uninstalling(node: RealNode, clean: bool = True, timeout: float = 120):
+    """Around an uninstall (the body deletes netattach's objects): the installers' logs
+    are followed meanwhile; afterwards, until netattach's pods are gone and, when `clean`
+    (no pod netattach attached is left), until its files are gone from the node, as
+    docs/install-lifecycle.md promises. AssertionError naming what is left, with the
+    conflist and the installers' last log lines, when `timeout` (a hang guard) passes."""
+    assert node.cluster is not None
+    env = {**os.environ, "KUBECONFIG": str(node.cluster.admin_kubeconfig)}
+    with tempfile.TemporaryFile("w+") as logs:
+        follow = subprocess.Popen(
+            [str(node.k8s_bin / "kubectl"), "-n", NAMESPACE, "logs", "-f", "--prefix",
+             "--all-containers", "--max-log-requests=20", "--tail=-1",
+             "-l", "app.kubernetes.io/name=netattach"],
+            stdout=logs, stderr=subprocess.STDOUT, env=env)
+        try:
+            yield
+            wait_gone(node, timeout)
+            deadline = time.monotonic() + timeout
+            while clean and (left := netattach_files(node)):
+                if time.monotonic() > deadline:
+                    conflist = node.host_path("/etc/cni/net.d/00-netattach.conflist")
+                    text = conflist.read_text() if conflist.exists() else "(none)"
+                    logs.seek(0)
+                    raise AssertionError(
+                        f"netattach's files left on the node after its uninstall: {left}\n"
+                        f"00-netattach.conflist: {text}\ninstallers' logs:\n"
+                        f"{logs.read()[-8000:]}")
+                time.sleep(0.3)
+        finally:
+            follow.kill()
+            follow.wait()
+
+
+def uninstall(node: RealNode, mode: str, overlay: Path | str | None = None,
+              clean: bool = True, timeout: float = 120) -> None:
+    """`kubectl delete -k` of the mode's overlay or of the admin's `overlay` of it that
+    installed netattach, then until netattach's pods and (when `clean`: no pod it
+    attached is left) its files are gone (`uninstalling`)."""
+    with uninstalling(node, clean, timeout):
+        node.kubectl("delete", "-k", str(overlay or OVERLAYS[mode]), "--ignore-not-found",
+                     "--wait=true", timeout=timeout)
 
 
 def wait_gone(node: RealNode, timeout: float = 120) -> None:

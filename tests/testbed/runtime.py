@@ -299,8 +299,9 @@ oom_score = 0
     # runc cannot lower oom_score_adj below our own without CAP_SYS_RESOURCE
     restrict_oom_score_adj = true
     disable_apparmor = true
-    enable_cdi = false
-    netns_mounts_under_state_dir = true
+    enable_cdi = {enable_cdi}
+    cdi_spec_dirs = {cdi_spec_dirs}
+    netns_mounts_under_state_dir = {netns_under_state}
 
     [plugins."io.containerd.cri.v1.runtime".containerd]
       default_runtime_name = "runc"
@@ -321,6 +322,24 @@ oom_score = 0
     stream_server_address = "127.0.0.1"
     stream_server_port = "0"
 """
+
+
+def containerd_config(workdir: Path, *, socket: Path | str, state: Path | str,
+                      cni_bin_dirs: list[str], cni_conf_dir: Path | str,
+                      cdi_spec_dirs: list[str] | None = None,
+                      netns_under_state: bool = False) -> str:
+    """The config.toml of a test-owned containerd whose root/, tmp/, opt/ and runc/ are
+    under `workdir`: the CRI with the sandbox image, runc (cgroupfs) and the CNI dirs
+    given; CDI on for `cdi_spec_dirs` (the kubelet passes the devices a DRA driver
+    prepared), off when None; the sandboxes' netns mounts under `state` when
+    `netns_under_state` (else /run/netns)."""
+    return CONFIG.format(
+        root=workdir / "root", state=state, tmp=workdir / "tmp", opt=workdir / "opt",
+        socket=socket, image=SANDBOX_IMAGE, runc=RUNC, runc_root=workdir / "runc",
+        enable_cdi=json.dumps(cdi_spec_dirs is not None),
+        cdi_spec_dirs=json.dumps(cdi_spec_dirs or []),
+        netns_under_state=json.dumps(netns_under_state),
+        cni_bin_dirs=json.dumps(cni_bin_dirs), cni_conf_dir=cni_conf_dir)
 
 
 class Containerd:
@@ -360,12 +379,10 @@ class Containerd:
         STARTED.append(self.workdir)
         for d in ("root", "state", "tmp", "opt", "runc"):
             (self.workdir / d).mkdir(exist_ok=True, mode=0o700)
-        self.config.write_text(CONFIG.format(
-            root=self.workdir / "root", state=self.workdir / "state",
-            tmp=self.workdir / "tmp", opt=self.workdir / "opt", socket=self.socket,
-            image=SANDBOX_IMAGE, runc=RUNC, runc_root=self.workdir / "runc",
-            cni_bin_dirs=json.dumps([str(d) for d in self.cni_bin_dirs]),
-            cni_conf_dir=self.cni_conf_dir))
+        self.config.write_text(containerd_config(
+            self.workdir, socket=self.socket, state=self.workdir / "state",
+            cni_bin_dirs=[str(d) for d in self.cni_bin_dirs],
+            cni_conf_dir=self.cni_conf_dir, netns_under_state=True))
         # The shim is found on PATH, next to containerd itself.
         env_path = f"{self.bin_dir}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
         self._proc = _Process("containerd", [
