@@ -140,7 +140,7 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
     store.save(state, durable=False)  # before the first API request
     store.forget_deleted(req.container_id)
     try:
-        plan = build_plan(req, conf, pod, api)
+        plan = build_plan(req, conf, pod, api, executor=orch.executor)
     except BaseException:
         store.release(req.container_id)  # nothing was attached
         raise

@@ -92,6 +92,10 @@ class DelegateError(ConfigError):
         self.network = network
 
 
+NAD_SOURCE_PREFIX = "NetworkAttachmentDefinition "
+"""How a NetworkConfig read from a NAD's `spec.config` names its `source`."""
+
+
 def _cni_error_message(exc: CniError, source: str) -> str:
     """The CniError's text, which names *source* already (from_dict does)."""
     text = str(exc)
@@ -140,7 +144,7 @@ def config_from_nad(nad: dict, *, default_name: str) -> NetworkConfig | None:
             :meth:`NetworkConfig.from_dict` is chained).
     """
     ref = _nad_ref(nad, default_name)
-    what = f"NetworkAttachmentDefinition {ref}"
+    what = f"{NAD_SOURCE_PREFIX}{ref}"
     spec = nad.get("spec") if isinstance(nad, dict) else None
     if spec is None:
         return None

@@ -302,7 +302,8 @@ def _added_without_netattach(orch: Orchestrator, req: CniRequest,
     The rule's source: libcni caches every successful ADD under the network name of the
     conflist it ran, and the runtime DELs with the conflist it has now (netattach's), so
     an entry under another name is an ADD by another conflist."""
-    from .cni.libcni_cache import META_PLUGIN_TYPES, cached_adds
+    from .cni.invoke import META_PLUGIN_TYPES
+    from .cni.libcni_cache import cached_adds
     entries = cached_adds(req.container_id, req.ifname, orch.libcni_cache_dir)
     if len(entries) == 1:
         retired = _retired_add(entries[0])

@@ -118,6 +118,10 @@ SCHEMA: dict[str, Any] = {
         # hot-plug (issue 13; thick mode): the node daemon applies later changes of the
         # pod's selection to the sandboxes ADDed with it
         "hotplug": {"type": "boolean"},
+        # the plugin types NADs' and claims' configs may name (docs/security.md); unset:
+        # every plugin in binDir but the delegating meta-plugins
+        "allowedPluginTypes": {"type": "array", "uniqueItems": True, "items": {
+            "type": "string", "minLength": 1, "pattern": "^[^/\\x00]+$"}},
         # written by `netattach install` only, when netattach is uninstalled (retired.py)
         "retired": {"type": "object", "required": ["conflist"], "additionalProperties": False,
                     "properties": {"conflist": _PATH}},
@@ -137,7 +141,9 @@ class NetConf:
     that netattach does not honour -> why (MULTUS_ONLY_KEYS). retired_conflist: the
     host path of the conflist in `retired.conflist`, set only in the retired
     configuration `netattach install` writes when netattach is uninstalled
-    (retired.py); None otherwise.
+    (retired.py); None otherwise. allowed_plugin_types: `allowedPluginTypes`, the
+    plugin types a NetworkAttachmentDefinition's or a claim's config may name; None:
+    any but the delegating meta-plugins (networks.check_delegate).
     """
     raw: dict[str, Any]
     name: str
@@ -168,6 +174,7 @@ class NetConf:
     resource_claims: bool = False
     hotplug: bool = False
     retired_conflist: str | None = None
+    allowed_plugin_types: frozenset[str] | None = None
 
     @property
     def conf_dir(self) -> str:
@@ -295,4 +302,6 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         resource_claims=config.get("resourceClaims", False),
         hotplug=config.get("hotplug", False),
         retired_conflist=retired,
+        allowed_plugin_types=(frozenset(config["allowedPluginTypes"])
+                              if "allowedPluginTypes" in config else None),
     )

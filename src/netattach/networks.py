@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import delegates, devices, selection
+from . import delegates, devices, policy, selection
 from . import plan as planning
 from .api import MIRROR_POD_ANNOTATION, PodApi, pods_cached, where
 from .cni import invoke
@@ -51,9 +51,8 @@ OWN_TYPES = frozenset({"netattach", "netattach-shim"})
 
 def is_own(config: NetworkConfig, conf: NetConf) -> bool:
     """True when a plugin of `config` is netattach itself: its own `type`, or either of
-    its executables (OWN_TYPES) whatever the mode. A delegate that runs netattach would
-    run it with a configuration the NAD's or claim's author wrote (its cniDir, logFile,
-    kubeconfig, `retired`...), which only the admin may choose."""
+    its executables (OWN_TYPES) whatever the mode: a config file of netattach's in a
+    conf dir, which is never the cluster default network."""
     own = OWN_TYPES | {conf.raw.get("type", "netattach")}
     return any(p.get("type") in own for p in config.plugins)
 
@@ -304,21 +303,19 @@ def resolve_element(conf: NetConf, pod: PodRef | None, api: PodApi | None,
         nad = api.get_nad(element.namespace, element.name) if api else None
         config = delegates.resolve_delegate(nad, element.namespace, element.name,
                                             conf.conf_dirs)
-        if is_own(config, conf):
-            raise delegates.DelegateError(element.ref, f"{config.source} names netattach "
-                                          "itself as a plugin; a delegate must be another "
-                                          "plugin")
     except CniError as e:
         raise e.within(where(pod, element.ref)) from None
     return nad, config
 
 
 def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi | None,
-               wait_for_pod: bool = True) -> Plan:
+               wait_for_pod: bool = True, executor: invoke.Executor | None = None) -> Plan:
     """Fetch what is needed (pod, NADs, devices) and plan all attachments.
 
     wait_for_pod: ADD waits for a pod not visible yet (get_pod); DEL does not: a pod
     the API server does not know raises PodNotFound at once (its selection is unknown).
+    executor: where ADD will find the children: every delegate is checked with it
+    (check_delegate) before any child runs.
     Raises CniError (its kind names the cause: KubeError when the API server could
     not be asked, ConfigError for configs and the selection, ...).
     """
@@ -371,14 +368,10 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
                 [(a.ifname, a.default_route, a.network) for a in attachments if not a.auxiliary])
     except CniError as e:
         raise e.within(where(pod)) from None
-    for a in attachments:  # a type naming a path or netattach: refused before any child
+    for a in attachments:  # every delegate's plugins checked before any child runs
         try:
-            for plugin in a.config.plugins:
-                invoke.check_plugin_type(plugin.get("type"))
-            if is_own(a.config, conf):
-                raise delegates.DelegateError(a.config.source, f"{a.config.source} names "
-                                              "netattach itself as a plugin; a delegate must "
-                                              "be another plugin")
+            policy.check_delegate(a.config, conf, policy.from_tenant(a.config, a.claim),
+                                  executor, (conf.bin_dir, *req.path))
         except CniError as e:
             raise e.within(where(pod, a.network)) from None
     for index in device_map:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import nodefiles
 from .api import pod_ref, where
-from .cni import chain, invoke, version
+from .cni import chain, version
 from .cni.errors import CniError, VersionError
 from .cni.request import CniRequest
 from .cni.result import convert_result
@@ -121,15 +121,11 @@ def _primary(req: CniRequest, conf: NetConf) -> Attachment:
     on disk (no API request), with the runtimeConfig the runtime sent (spec §7.5).
     Raises CniError (ConfigError: the config cannot be read or names netattach)."""
     from . import plan as planning
-    from .networks import is_own, resolve_cluster_network
+    from .networks import resolve_cluster_network
+    from .policy import check_delegate
     default = resolve_cluster_network(conf, None)
     [att] = planning.plan_attachments(default, req.ifname, conf.runtime_config, [])
-    for plugin in att.config.plugins:
-        invoke.check_plugin_type(plugin.get("type"))
-    if is_own(att.config, conf):
-        from .delegates import DelegateError
-        raise DelegateError(att.config.source, "the cluster default network's config names "
-                                               "netattach itself")
+    check_delegate(att.config, conf, tenant=False)
     return att
 
 

@@ -47,8 +47,9 @@ The checks, by severity (source in brackets):
   without type, capabilities not an object, unsupported cniVersion), a non-string
   name [delegates.config_from_nad, NetworkConfig.from_dict: §3.4.2, CNI SPEC.md 1];
   an invalid network name [request.validate_network_name]; a plugin or IPAM type that
-  is not a plain file name [invoke.check_plugin_type]; a plugin of type netattach
-  [attach]. Pods: the networks annotation not parsing [selection, §4.1], a requested
+  is not a plain file name, or outside --allowed-plugin-types, and any `type` naming a
+  delegating meta-plugin [invoke.check_plugin_type, policy.plugin_types]. Pods: the
+  networks annotation not parsing [selection, §4.1], a requested
   interface already used (eth0 included) [plan.interface_names, §4.1.2.1.5], a bad
   default-route [routes.plan_default_routes, §4.1.2.1.9], each of ips, mac,
   portMappings, bandwidth, infiniband-guid without the capability in the NAD found
@@ -83,7 +84,7 @@ from typing import Any
 
 import yaml
 
-from . import delegates, plan, routes, selection
+from . import delegates, plan, policy, routes, selection
 from .cni import invoke, request
 from .cni.chain import NetworkConfig
 from .cni.errors import CniError
@@ -316,9 +317,11 @@ def _check_annotation_values(meta: dict, where: str, report: Report) -> None:
                    "refuses it; quote the value or write it as a block scalar (|)")
 
 
-def _lint_nad(doc: _Doc, report: Report) -> tuple[str | None, str | None, _Nad | None]:
-    """Check one NetworkAttachmentDefinition (spec §3). Returns (name, namespace as
-    written, its _Nad) or None in place of a name that cannot be selected."""
+def _lint_nad(doc: _Doc, report: Report, allowed: frozenset[str] | None
+              ) -> tuple[str | None, str | None, _Nad | None]:
+    """Check one NetworkAttachmentDefinition (spec §3); `allowed`: the node's
+    allowedPluginTypes, None for any. Returns (name, namespace as written, its _Nad) or
+    None in place of a name that cannot be selected."""
     obj = doc.obj
     if obj.get("apiVersion") != NAD_API_VERSION:
         report(ERROR, "apiVersion", f"must be {NAD_API_VERSION!r} (the only version the CRD "
@@ -358,7 +361,7 @@ def _lint_nad(doc: _Doc, report: Report) -> tuple[str | None, str | None, _Nad |
                f"{json.dumps(name)} in its confDir on each node (.conflist first, then "
                ".conf/.json, §3.2.4, §3.4.1 steps 2-3); a node without one fails the ADD")
         return name, namespace, _Nad(_where(doc), None, True)
-    _lint_config(config, written, report)
+    _lint_config(config, written, report, allowed)
     return name, namespace, _Nad(_where(doc), config, False)
 
 
@@ -367,7 +370,8 @@ def _where(doc: _Doc) -> str:
     return f"{doc.file}:{doc.index}" + (f" {doc.prefix.rstrip('.')}" if doc.prefix else "")
 
 
-def _lint_config(config: NetworkConfig, nad_name: str | None, report: Report) -> None:
+def _lint_config(config: NetworkConfig, nad_name: str | None, report: Report,
+                 allowed: frozenset[str] | None) -> None:
     """What a loaded config still holds for the ADD: CNI SPEC.md section 1 rules the
     loader leaves to the exec (network name, plugin types) and likely mistakes.
     nad_name: metadata.name as written (None when absent)."""
@@ -390,22 +394,18 @@ def _lint_config(config: NetworkConfig, nad_name: str | None, report: Report) ->
                "config as a list and ignores the top-level \"type\"")
     for i, plugin in enumerate(config.plugins):
         where = f"{base}.plugins[{i}]" if config.is_list else base
-        _lint_plugin(plugin, where, report)
+        _lint_plugin(plugin, where, report, allowed)
 
 
-def _lint_plugin(plugin: dict, where: str, report: Report) -> None:
-    types = [(f"{where}.type", plugin.get("type"))]
-    ipam = plugin.get("ipam")
-    if isinstance(ipam, dict) and "type" in ipam:
-        types.append((f"{where}.ipam.type", ipam.get("type")))
-    for key, ptype in types:
+def _lint_plugin(plugin: dict, where: str, report: Report,
+                 allowed: frozenset[str] | None) -> None:
+    for key, ptype, by_name in policy.plugin_types(plugin):
+        if not by_name and ptype not in invoke.META_PLUGIN_TYPES:
+            continue
         try:
-            invoke.check_plugin_type(ptype)
+            invoke.check_plugin_type(ptype, allowed if by_name else None)
         except CniError as e:
-            report(ERROR, key, str(e))
-    if plugin.get("type") == "netattach":
-        report(ERROR, f"{where}.type", "names netattach itself as a plugin; a delegate must be "
-               "another plugin (the ADD fails)")
+            report(ERROR, f"{where}.{key}", str(e))
     caps = plugin.get("capabilities")
     for cap, on in (caps.items() if isinstance(caps, dict) else ()):
         if not isinstance(on, bool):
@@ -612,7 +612,7 @@ def _lint_gateways(element, config: NetworkConfig | None, ifname: str, ekey: str
 
 # ---------------------------------------------------------------- DRA ResourceClaims
 
-def _lint_claim(doc: _Doc, report: Report) -> None:
+def _lint_claim(doc: _Doc, report: Report, allowed: frozenset[str] | None) -> None:
     """A ResourceClaim or ResourceClaimTemplate: every config of the CNI DRA driver
     (claims.DRIVER) through the plugin's own parser (claims.parse_cni_config, then
     claims.to_netconf offline: an argument read from a device, a ResourceSlice or a
@@ -649,7 +649,9 @@ def _lint_claim(doc: _Doc, report: Report) -> None:
             for name in targets:
                 ref = claims.ClaimRef("", doc._meta("name") or "", "", name, claims.DRIVER,
                                       "", "")
-                claims.to_netconf(parsed, ref, None, offline=True)
+                netconf = claims.to_netconf(parsed, ref, None, offline=True)
+                for plugin in netconf.plugins:
+                    policy.check_plugin(plugin, allowed)
         except CniError as e:
             report(ERROR, f"{key}.opaque.parameters", e.msg)
             continue
@@ -679,12 +681,15 @@ def _lint_claim(doc: _Doc, report: Report) -> None:
 # ---------------------------------------------------------------- the whole run
 
 def lint_sources(sources: list[tuple[str, bytes]], *, namespace: str = "default",
-                 strict: bool = False) -> list[Finding]:
+                 strict: bool = False,
+                 allowed_plugin_types: frozenset[str] | None = None) -> list[Finding]:
     """Lint the documents of every (label, content) source together.
 
     namespace: where objects without metadata.namespace go (what `kubectl apply -n`
     would use). strict: a selected NAD missing from the sources is an error, not a
-    note. NADs of every source are known to the pods of every source.
+    note. allowed_plugin_types: the nodes' `allowedPluginTypes` (a NAD's or a claim's
+    plugin or IPAM type outside it is an error); None: any type but a meta-plugin's.
+    NADs of every source are known to the pods of every source.
     Returns the findings in source and document order (NADs and pods interleaved as
     the documents are). Never raises for any content.
     """
@@ -705,7 +710,7 @@ def lint_sources(sources: list[tuple[str, bytes]], *, namespace: str = "default"
             report(ERROR, "kind", "required: every Kubernetes object has a kind")
         elif kind == NAD_KIND or (api == NAD_API_VERSION
                                   and difflib.get_close_matches(kind, [NAD_KIND], cutoff=0.8)):
-            name, ns, nad = _lint_nad(doc, report)
+            name, ns, nad = _lint_nad(doc, report, allowed_plugin_types)
             if name is not None and nad is not None:
                 ref = (ns or namespace, name)
                 if ref in nads:
@@ -714,7 +719,7 @@ def lint_sources(sources: list[tuple[str, bytes]], *, namespace: str = "default"
                            "last one")
                 nads[ref] = nad
         elif kind in CLAIM_KINDS:
-            _lint_claim(doc, report)
+            _lint_claim(doc, report, allowed_plugin_types)
         elif kind in POD_TEMPLATES:
             pods.append((n, doc, report))
     for _n, doc, report in pods:
@@ -755,6 +760,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true",
                         help="a selected NetworkAttachmentDefinition missing from the files "
                              "is an error (default: a note, the cluster may have it)")
+    parser.add_argument("--allowed-plugin-types", metavar="TYPES", default=None,
+                        help="the nodes' allowedPluginTypes, comma-separated: a NAD or a "
+                             "claim naming another plugin or IPAM type is an error "
+                             "(default: any type but a delegating meta-plugin's)")
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text",
                         help="text: one line per finding; json: {\"findings\": [...], "
                              "\"summary\": {...}} on stdout (default: %(default)s)")
@@ -819,7 +828,10 @@ def run(args: argparse.Namespace) -> int:
     when there is an error, else 0.
     """
     sources, failed = _read(args.files)
-    findings = failed + lint_sources(sources, namespace=args.namespace, strict=args.strict)
+    allowed = (None if args.allowed_plugin_types is None else
+               frozenset(t.strip() for t in args.allowed_plugin_types.split(",") if t.strip()))
+    findings = failed + lint_sources(sources, namespace=args.namespace, strict=args.strict,
+                                     allowed_plugin_types=allowed)
     counts = summary(findings)
     if args.output == "json":
         json.dump({"findings": [f.to_dict() for f in findings],

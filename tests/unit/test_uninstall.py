@@ -187,7 +187,7 @@ def test_a_nad_naming_netattach_is_refused_before_any_child(tmp_path, monkeypatc
     bed = Bed(tmp_path)
     with pytest.raises(CniError) as e:
         bed.run("ADD")
-    assert e.value.code == 7 and "names netattach itself" in e.value.msg
+    assert e.value.code == 7 and "is a delegating meta-plugin" in e.value.msg
     assert bed.exe.calls == [] and bed.files() == [f"{CID}.deleted"]
     assert not (tmp_path / "elsewhere").exists()
 

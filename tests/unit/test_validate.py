@@ -137,7 +137,7 @@ NAD_MISTAKES = [
     ("hostile ipam type", nad(conf(ipam={"type": "../host-local"})), "error",
      "spec.config.ipam.type", "invalid plugin type '../host-local'"),
     ("netattach itself", nad(conflist({"type": "netattach"})), "error",
-     "spec.config.plugins[0].type", "names netattach itself"),
+     "spec.config.plugins[0].type", "is a delegating meta-plugin"),
     ("capabilities not an object", nad(conf(capabilities=["ips"])), "error", "spec.config",
      "'capabilities' must be an object"),
     ("capability not a boolean", nad(conf(capabilities={"mac": "true"})), "warning",
@@ -612,3 +612,32 @@ def test_cli_deploy_examples_and_spec_examples():
     assert run_cli("--strict", str(DEPLOY_EXAMPLES)).returncode == 0
     done = run_cli(*map(str, sorted(SPEC_EXAMPLES.glob("*.yaml"))))
     assert done.returncode == 0, done.stdout.decode()
+
+
+def test_the_nodes_allowlist_and_nested_meta_plugins():
+    """--allowed-plugin-types: a plugin or IPAM type outside it is an error; a nested
+    `type` (flannel's delegate) naming a meta-plugin is one whatever the allowlist."""
+    doc = nad(conflist({"type": "macvlan", "ipam": {"type": "dhcp"}},
+                       {"type": "flannel", "delegate": {"type": "netattach"}}))
+    allowed = frozenset({"macvlan", "flannel", "host-local"})
+    assert only(lint(doc, allowed_plugin_types=allowed), "error") == [
+        ("error", "spec.config.plugins[0].ipam.type", "plugin type 'dhcp' is not in the node's "
+         "allowedPluginTypes (flannel, host-local, macvlan); allowedPluginTypes: the plugin "
+         "types NetworkAttachmentDefinitions and claims may name on this node (netattach's "
+         "configuration)"),
+        ("error", "spec.config.plugins[1].delegate.type", "plugin type 'netattach' is a "
+         "delegating meta-plugin; a delegate never is one (it would run with paths and "
+         "credentials from the delegate's config); refused plugin types: multus, "
+         "multus-shim, netattach, netattach-shim")]
+    assert [f.key for f in lint(doc) if f.severity == "error"] == [
+        "spec.config.plugins[1].delegate.type"]
+
+
+def test_cli_allowed_plugin_types(files):
+    """good.yaml's NAD is macvlan: within `macvlan,host-local`, outside `bridge`."""
+    assert run_cli("--allowed-plugin-types", "macvlan,host-local", "good.yaml",
+                   cwd=files).returncode == 0
+    done = run_cli("--allowed-plugin-types", "bridge", "good.yaml", cwd=files)
+    assert done.returncode == 1
+    assert b"error: spec.config.type: plugin type 'macvlan' is not in the node's " \
+           b"allowedPluginTypes (bridge)" in done.stdout

@@ -171,3 +171,20 @@ def test_the_dra_examples_selection_picks_only_devices_with_what_its_config_read
     loose = selected(docs, "macvlan0", devices)
     assert loose[:3] == ["cni-0", "cni-1", "cni-2"]
     assert not reads <= set(by_name["cni-0"]["attributes"])
+
+
+def test_the_nodes_allowlist_and_the_meta_plugin_rule_reach_claims():
+    data = yaml.safe_dump_all([claim()]).encode()
+    key = "spec.devices.config[0].opaque.parameters"
+    assert [f for f in lint_sources([("x.yaml", data)],
+                                    allowed_plugin_types=frozenset({"macvlan", "host-local"}))
+            if f.severity == ERROR] == []
+    [finding] = [f for f in lint_sources([("x.yaml", data)],
+                                         allowed_plugin_types=frozenset({"macvlan"}))
+                 if f.severity == ERROR]
+    assert finding.key == key and "'host-local' is not in the node's allowedPluginTypes" \
+        in finding.message
+    c = claim()
+    params(c)["plugins"][0]["type"] = "multus-shim"
+    [(k, msg)] = errors([c])
+    assert k == key and "'multus-shim' is a delegating meta-plugin" in msg

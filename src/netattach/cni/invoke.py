@@ -13,6 +13,7 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -34,6 +35,13 @@ children through it because a `preexec_fn` calling os.chroot is unsafe in the
 multi-threaded daemon (Python's subprocess docs)."""
 MAX_SYMLINKS = 40
 """Symlinks one path lookup may follow before ELOOP (Linux's MAXSYMLINKS)."""
+
+META_PLUGIN_TYPES = frozenset({"netattach", "netattach-shim", "multus", "multus-shim"})
+"""Plugin types of delegating meta-plugins: a config with one of them attaches more than
+its own network (netattach's in thin and thick mode, Multus' in thin and thick mode).
+No delegate is ever one of them (check_plugin_type, MetaPluginRefused): a nested
+meta-plugin would take its own paths, credentials and log file from the delegate's
+config, which a NetworkAttachmentDefinition's or a claim's author wrote."""
 
 _child_lock = threading.Lock()
 _child_seconds = 0.0
@@ -64,15 +72,69 @@ class PluginEnv:
     path: str = ""
 
 
-def check_plugin_type(plugin_type: object) -> None:
-    """Raise ConfigError (7) "invalid plugin type" unless `plugin_type` is a
-    plain file name: not empty, ".", "..", no '/' or NUL (SPEC.md "Plugin configuration
-    objects": `type` "must not contain characters disallowed in file paths"). Anything
-    else could name a file outside the plugin directories."""
+class MetaPluginRefused(ConfigError):
+    """A delegate's plugin is a delegating meta-plugin (META_PLUGIN_TYPES by name, or the
+    same file as one of them: a symlink or a hard link). Code 7; nothing is run."""
+
+
+def check_plugin_type(plugin_type: object, allowed: frozenset[str] | None = None) -> None:
+    """Raise ConfigError (7) unless `plugin_type` may name a delegate's plugin:
+
+    * a plain file name: not empty, ".", "..", no '/' or NUL (SPEC.md "Plugin
+      configuration objects": `type` "must not contain characters disallowed in file
+      paths"); anything else could name a file outside the plugin directories;
+    * not a delegating meta-plugin (META_PLUGIN_TYPES): MetaPluginRefused;
+    * in `allowed` when that is given (the node's `allowedPluginTypes`).
+
+    The message names the type and the rule; the caller adds the pod, the network and
+    the key (`plugins[i].type`)."""
     if (not isinstance(plugin_type, str) or not plugin_type or plugin_type in (".", "..")
             or "/" in plugin_type or "\0" in plugin_type):
         raise ConfigError(f"invalid plugin type {plugin_type!r}",
                           "a plugin type is a file name: not empty, '.', '..', no '/' or NUL")
+    if plugin_type in META_PLUGIN_TYPES:
+        raise MetaPluginRefused(
+            f"plugin type {plugin_type!r} is a delegating meta-plugin; a delegate never is "
+            "one (it would run with paths and credentials from the delegate's config)",
+            f"refused plugin types: {', '.join(sorted(META_PLUGIN_TYPES))}")
+    if allowed is not None and plugin_type not in allowed:
+        raise ConfigError(f"plugin type {plugin_type!r} is not in the node's "
+                          f"allowedPluginTypes ({', '.join(sorted(allowed)) or 'none'})",
+                          "allowedPluginTypes: the plugin types NetworkAttachmentDefinitions "
+                          "and claims may name on this node (netattach's configuration)")
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the file `path` leads to (symlinks followed), None if none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def meta_plugin_paths(dirs: Sequence[str]) -> list[str]:
+    """Where the delegating meta-plugins would be: each META_PLUGIN_TYPES name in each of
+    the plugin dirs `dirs`."""
+    return [os.path.join(d, name) for d in dirs if d for name in sorted(META_PLUGIN_TYPES)]
+
+
+def refuse_meta_plugin(plugin_type: str, path: str, meta_paths: Sequence[str]) -> None:
+    """Raise MetaPluginRefused (7) when the executable `path` found for `plugin_type` is
+    the same file (st_dev, st_ino; symlinks followed) as one of `meta_paths`
+    (meta_plugin_paths) or as this process's own executable when it is the built
+    artifact (PyInstaller's sys.executable): a symlink or a hard link to netattach, its
+    shim or Multus under another name. Reads only (stat)."""
+    ident = _identity(path)
+    if ident is None:
+        return
+    candidates = list(meta_paths) + ([sys.executable] if getattr(sys, "frozen", False) else [])
+    for same in candidates:
+        if _identity(same) == ident:
+            raise MetaPluginRefused(
+                f"plugin type {plugin_type!r} is the same file as {same}, a delegating "
+                "meta-plugin; a delegate never is one (it would run with paths and "
+                "credentials from the delegate's config)", f"{path} and {same} are one file")
 
 
 def find_plugin(plugin_type: str, dirs: Sequence[str]) -> str:
@@ -80,8 +142,10 @@ def find_plugin(plugin_type: str, dirs: Sequence[str]) -> str:
 
     SPEC.md: the runtime uses the network "type" as the executable name and looks
     for it in its plugin directories (libcni invoke.FindInPath). A type that is not a
-    plain file name raises ConfigError (7) (check_plugin_type); no regular
-    executable file found raises ConfigError naming the type and dirs.
+    plain file name or is a delegating meta-plugin's raises ConfigError (7)
+    (check_plugin_type), and so does an executable that is the same file as one
+    (MetaPluginRefused, refuse_meta_plugin); no regular executable file found raises
+    ConfigError naming the type and dirs.
     """
     check_plugin_type(plugin_type)
     for d in dirs:
@@ -89,6 +153,7 @@ def find_plugin(plugin_type: str, dirs: Sequence[str]) -> str:
             continue
         candidate = os.path.join(d, plugin_type)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            refuse_meta_plugin(plugin_type, candidate, meta_plugin_paths(dirs))
             return candidate
     raise ConfigError(f"failed to find plugin {plugin_type!r} in path "
                       f"[{', '.join(d for d in dirs if d)}]")
@@ -358,7 +423,8 @@ class Executor(Protocol):
     the process executor below in production, a fake in unit tests."""
 
     def find(self, plugin_type: str, dirs: Sequence[str]) -> str:
-        """The path of plugin `plugin_type` (find_plugin's contract)."""
+        """The path of plugin `plugin_type` (find_plugin's contract: a delegating
+        meta-plugin, by name or by file, is refused with MetaPluginRefused)."""
         ...
 
     def run(self, path: str, command: str, config: dict[str, Any], env: PluginEnv,
@@ -417,9 +483,17 @@ class ChrootExecutor:
                 continue
             here = os.path.join(self.root, inside.lstrip("/"))
             if os.path.isfile(here) and os.access(here, os.X_OK):
+                self._refuse_meta_plugin(plugin_type, here, dirs)
                 return candidate
         raise ConfigError(f"failed to find plugin {plugin_type!r} in path "
                           f"[{', '.join(d for d in dirs if d)}] under the root {self.root}")
+
+    def _refuse_meta_plugin(self, plugin_type: str, here: str, dirs: Sequence[str]) -> None:
+        """refuse_meta_plugin inside the root: the file `here` (a path here) against the
+        meta-plugins' paths in `dirs`, each resolved in the root."""
+        inside = (resolve_in_root(self.root, p) for p in meta_plugin_paths(dirs))
+        refuse_meta_plugin(plugin_type, here, [os.path.join(self.root, p.lstrip("/"))
+                                               for p in inside if p is not None])
 
     def run(self, path: str, command: str, config: dict[str, Any], env: PluginEnv,
             timeout: float) -> dict[str, Any] | None:

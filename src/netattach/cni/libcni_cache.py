@@ -34,9 +34,6 @@ KIND = "cniCacheV1"
 """`kind` of a cache entry (libcni `CNICacheV1`); older entries held a bare result."""
 MAX_ENTRY_BYTES = 1 << 20
 """Bytes of one entry read at most: a conflist and a result are a few KiB."""
-META_PLUGIN_TYPES = frozenset({"netattach", "netattach-shim", "multus", "multus-shim"})
-"""Plugin types of delegating meta-plugins: a config with one of them attaches more than
-its own network (netattach's in thin and thick mode, Multus' in thin and thick mode)."""
 
 
 @dataclass(frozen=True)

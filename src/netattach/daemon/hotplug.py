@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-from .. import hotplug, netnsinfo, networks, status
+from .. import hotplug, netnsinfo, networks, policy, status
 from .. import plan as planning
 from ..api import PodApi
 from ..cni import chain, invoke
@@ -427,8 +427,8 @@ class Hotplugger:
                                "kubelet allocates at pod creation only")
                 return False
             att = planning.element_attachment(element, config, ifname)
-            for plugin in att.config.plugins:
-                invoke.check_plugin_type(plugin.get("type"))
+            policy.check_delegate(att.config, conf, policy.from_tenant(att.config),
+                                  orch.executor, (conf.bin_dir, *req.path))
         except CniError as e:
             self._count("failed")
             event("Warning", "ErrorAddingNetwork", f"hot-plug of {element.ref}: {e.msg}")

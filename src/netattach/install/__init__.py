@@ -159,6 +159,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         g.add_argument(flag, type=_seconds, default=None,
                        help=f"{key}, seconds. Default: not written (the plugin's "
                             f"{plugin_default:g})")
+    g.add_argument("--allowed-plugin-types", default=None,
+                   help="allowedPluginTypes, comma-separated: the only plugin and IPAM types "
+                        "NetworkAttachmentDefinitions and claims may name "
+                        "(docs/security.md). Default: not written, any plugin in the bin "
+                        "dir but a delegating meta-plugin")
     g.add_argument("--multus-namespace", default=None,
                    help="multusNamespace, where clusterNetwork/defaultNetworks NADs are looked "
                         "up. Default: the plugin's, kube-system")

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..cni.errors import CniError, VersionError
-from ..cni.libcni_cache import META_PLUGIN_TYPES
+from ..cni.invoke import META_PLUGIN_TYPES
 from ..cni.version import SUPPORTED_VERSIONS, config_version
 from ..delegates import list_conf_files, load_conf_file
 from ..nodefiles import CONFLIST_NAME
@@ -204,6 +204,8 @@ class PluginSettings:
     log_file: str | None = None
     namespace_isolation: bool = False
     global_namespaces: str | None = None
+    allowed_plugin_types: str | None = None
+    """allowedPluginTypes, comma-separated (a list in the conf)."""
     multus_namespace: str | None = None
     system_namespaces: str | None = None
     readiness_indicator_file: str | None = None
@@ -261,6 +263,9 @@ class PluginSettings:
         if self.system_namespaces is not None:
             plugin["systemNamespaces"] = [n.strip() for n in self.system_namespaces.split(",")
                                           if n.strip()]
+        if self.allowed_plugin_types is not None:
+            plugin["allowedPluginTypes"] = sorted(
+                {t.strip() for t in self.allowed_plugin_types.split(",") if t.strip()})
         plugin.update(self.extra)
         return plugin
 
@@ -275,6 +280,7 @@ def plugin_settings(args: Any, kubeconfig: str, plugin_type: str) -> PluginSetti
         log_level=args.log_level, conf_dir=args.plugin_conf_dir, log_file=args.log_file,
         namespace_isolation=args.namespace_isolation,
         global_namespaces=args.global_namespaces, multus_namespace=args.multus_namespace,
+        allowed_plugin_types=args.allowed_plugin_types,
         system_namespaces=args.system_namespaces,
         readiness_indicator_file=args.readiness_indicator_file,
         default_networks=networks, auxiliary_chain=args.auxiliary_cni_chain_name,

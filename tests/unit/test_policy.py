@@ -1,0 +1,134 @@
+"""The rule every delegate passes (policy.py, invoke.check_plugin_type, the executors'
+meta-plugin check): no delegating meta-plugin by name or by file, in any `type`; a
+tenant's config only names the node's allowedPluginTypes."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from netattach import policy
+from netattach.cni import invoke
+from netattach.cni.chain import NetworkConfig
+from netattach.cni.errors import CniError, ConfigError
+from netattach.netconf import parse_netconf
+
+NAD = "NetworkAttachmentDefinition ns1/evil"
+
+
+def _conf(**extra):
+    return parse_netconf({"cniVersion": "1.0.0", "name": "n", "type": "netattach",
+                          "clusterNetwork": "/etc/cni/net.d/10-x.conf", **extra})
+
+
+def _executable(path, content=b"#!/bin/sh\nexit 0\n"):
+    path.write_bytes(content)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.mark.parametrize("ptype", sorted(invoke.META_PLUGIN_TYPES))
+def test_a_meta_plugin_type_is_refused_by_name(ptype):
+    with pytest.raises(invoke.MetaPluginRefused) as e:
+        invoke.check_plugin_type(ptype)
+    assert e.value.code == 7 and f"plugin type {ptype!r} is a delegating meta-plugin" in e.value.msg
+
+
+def test_the_allowlist_refuses_other_types_and_never_allows_a_meta_plugin():
+    allowed = frozenset({"macvlan", "host-local", "multus"})
+    invoke.check_plugin_type("macvlan", allowed)
+    with pytest.raises(ConfigError) as e:
+        invoke.check_plugin_type("bridge", allowed)
+    assert "plugin type 'bridge' is not in the node's allowedPluginTypes (host-local, " \
+           "macvlan, multus)" in e.value.msg
+    with pytest.raises(invoke.MetaPluginRefused):
+        invoke.check_plugin_type("multus", allowed)
+
+
+@pytest.mark.parametrize("how", ["symlink", "hardlink"])
+def test_a_plugin_that_is_netattachs_file_under_another_name_is_refused(tmp_path, how):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real = _executable(tmp_path / "netattach-real")
+    (bin_dir / "netattach").symlink_to(real)
+    alias = bin_dir / "innocent"
+    if how == "symlink":
+        alias.symlink_to(bin_dir / "netattach")
+    else:
+        os.link(real, alias)
+    _executable(bin_dir / "bridge")
+    executor = invoke.ProcessExecutor()
+    assert executor.find("bridge", [str(bin_dir)]) == str(bin_dir / "bridge")
+    with pytest.raises(invoke.MetaPluginRefused) as e:
+        executor.find("innocent", [str(bin_dir)])
+    assert f"is the same file as {bin_dir / 'netattach'}" in e.value.msg
+
+
+def test_inside_a_root_a_hard_link_to_the_shim_is_refused(tmp_path):
+    """ChrootExecutor (the thick daemon's): the meta-plugins' paths are resolved in the
+    root, their symlinks included (the installed shim is a link into `.netattach-*`)."""
+    bin_dir = tmp_path / "opt" / "cni" / "bin"
+    (bin_dir / ".netattach-0123456789ab").mkdir(parents=True)
+    shim = _executable(bin_dir / ".netattach-0123456789ab" / "netattach-shim")
+    (bin_dir / "netattach-shim").symlink_to("/opt/cni/bin/.netattach-0123456789ab/netattach-shim")
+    os.link(shim, bin_dir / "innocent")
+    _executable(bin_dir / "macvlan")
+    executor = invoke.ChrootExecutor(str(tmp_path))
+    assert executor.find("macvlan", ["/opt/cni/bin"]) == "/opt/cni/bin/macvlan"
+    with pytest.raises(invoke.MetaPluginRefused):
+        executor.find("innocent", ["/opt/cni/bin"])
+
+
+def test_every_type_in_a_plugin_is_found():
+    plugin = {"type": "flannel", "ipam": {"type": "host-local"},
+              "delegate": {"type": "bridge", "x": [{"type": "netattach"}]}}
+    assert sorted(policy.plugin_types(plugin)) == [
+        ("delegate.type", "bridge", False), ("delegate.x[0].type", "netattach", False),
+        ("ipam.type", "host-local", True), ("type", "flannel", True)]
+
+
+@pytest.mark.parametrize("plugin, key", [
+    ({"type": "bridge", "ipam": {"type": "netattach"}}, "plugins[1].ipam.type"),
+    ({"type": "flannel", "delegate": {"type": "multus-shim"}}, "plugins[1].delegate.type"),
+    ({"type": "netattach-shim"}, "plugins[1].type"),
+])
+def test_check_delegate_names_the_source_and_the_key(plugin, key):
+    config = NetworkConfig.from_dict({"cniVersion": "1.0.0", "name": "evil", "plugins": [
+        {"type": "tuning"}, plugin]}, NAD)
+    with pytest.raises(invoke.MetaPluginRefused) as e:
+        policy.check_delegate(config, _conf(), tenant=True)
+    assert e.value.msg.startswith(f"{NAD}: {key}: plugin type ")
+
+
+def test_the_allowlist_binds_tenants_configs_only():
+    conf = _conf(allowedPluginTypes=["macvlan", "host-local"])
+    nad = NetworkConfig.from_dict({"cniVersion": "1.0.0", "name": "n", "type": "macvlan",
+                                   "ipam": {"type": "dhcp"}}, NAD)
+    assert policy.from_tenant(nad)
+    with pytest.raises(ConfigError) as e:
+        policy.check_delegate(nad, conf, tenant=True)
+    assert e.value.msg.startswith(f"{NAD}: ipam.type: plugin type 'dhcp' is not in the node's "
+                                  "allowedPluginTypes")
+    admins = NetworkConfig.from_dict(nad.raw, "/etc/cni/net.d/10-x.conf")
+    assert not policy.from_tenant(admins)
+    policy.check_delegate(admins, conf, tenant=False)
+    assert policy.from_tenant(admins, claim=object())
+
+
+def test_a_plugin_not_found_is_left_to_its_exec(tmp_path):
+    config = NetworkConfig.from_dict({"cniVersion": "1.0.0", "name": "n", "type": "nowhere"},
+                                     NAD)
+    policy.check_delegate(config, _conf(), True, invoke.ProcessExecutor(), (str(tmp_path),))
+
+
+@pytest.mark.parametrize("value", [["a/b"], ["x", "x"], "macvlan", [""]])
+def test_allowed_plugin_types_must_be_a_list_of_file_names(value):
+    with pytest.raises(CniError) as e:
+        _conf(allowedPluginTypes=value)
+    assert e.value.code == 7 and "allowedPluginTypes" in e.value.msg
+
+
+def test_allowed_plugin_types_unset_is_none():
+    assert _conf().allowed_plugin_types is None
+    assert _conf(allowedPluginTypes=[]).allowed_plugin_types == frozenset()
