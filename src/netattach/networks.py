@@ -37,7 +37,8 @@ on a fresh pod). DEL does not wait: a pod it cannot find is gone."""
 
 
 class InvalidSelection(ConfigError):
-    """The pod's selection annotation is invalid (code 7); the ADD records a Warning event."""
+    """The pod's selection annotation is invalid, or names what the pod may not use
+    (code 7); the ADD records a Warning `InvalidNetworkSelection` event."""
 
 
 class PodNotFound(TryAgain):
@@ -245,7 +246,11 @@ def _pod_default_network(conf: NetConf, pod: PodRef | None, api: PodApi | None,
                          annotations: dict[str, Any]) -> tuple[str, NetworkConfig] | None:
     """The pod's `v1.multus-cni.io/default-network` choice, replacing the cluster default
     network for this pod (Multus-compatible): exactly one network selection element,
-    resolved in `multusNamespace` unless namespaced. None when the pod has none."""
+    resolved in `multusNamespace` unless namespaced (as Multus does), and, with
+    `namespaceIsolation`, allowed only as an element of the networks annotation is
+    (check_isolation; Multus does not check this annotation). None when the pod has
+    none. Raises InvalidSelection (7), before the NAD is read, for an invalid value or
+    a NAD the pod may not use; CniError naming the pod and the network otherwise."""
     value = annotations.get(selection.DEFAULT_NETWORK_ANNOTATION, "").strip()
     if not value or api is None:
         return None
@@ -258,12 +263,45 @@ def _pod_default_network(conf: NetConf, pod: PodRef | None, api: PodApi | None,
         raise InvalidSelection(f"pod {pod}: {selection.DEFAULT_NETWORK_ANNOTATION} must name "
                                f"exactly one network, not {len(elements)}")
     element = elements[0]
+    if pod is not None:
+        check_isolation(conf, pod, element, selection.DEFAULT_NETWORK_ANNOTATION)
     try:
         nad = api.get_nad(element.namespace, element.name)
         return element.ref, delegates.resolve_delegate(nad, element.namespace, element.name,
                                                        conf.conf_dirs)
     except CniError as e:
         raise e.within(where(pod, f"{element.ref} (pod's default network)")) from None
+
+
+def check_isolation(conf: NetConf, pod: PodRef, element: selection.NetworkSelectionElement,
+                    annotation: str) -> None:
+    """`namespaceIsolation`: with it on, a network selection element of the pod's
+    `annotation` (the `k8s.v1.cni.cncf.io/networks` or the
+    `v1.multus-cni.io/default-network` one) may name a NetworkAttachmentDefinition in
+    the pod's own namespace or in one of `globalNamespaces`, and no other. Off: any.
+
+    The rule is Multus' (multus-cni pkg/k8sclient/k8sclient.go, GetNetworkDelegates:
+    the element's namespace must be the pod's or one of the non-isolated
+    `globalNamespaces`; no other exception, not `multusNamespace` either), one spec
+    §7.4 allows ("Implementations are free to impose restrictions on which Network
+    Attachment Definitions can be selected by a given Pod ... it must fail the pod
+    network operation"). Multus applies it to the networks annotation only; netattach
+    applies it to the default-network annotation too, whose unqualified name resolves
+    in `multusNamespace` (so, isolated, it is refused unless that namespace is global
+    or the pod's).
+
+    Pure. Raises InvalidSelection (7) naming the pod, the annotation, the NAD and the
+    rule.
+    """
+    if (not conf.namespace_isolation or element.namespace == pod.namespace
+            or element.namespace in conf.global_namespaces):
+        return
+    allowed = ", ".join(dict.fromkeys((pod.namespace,) + conf.global_namespaces))
+    raise InvalidSelection(
+        f"pod {pod}: {annotation}: network {element.ref}: namespace isolation "
+        f"(namespaceIsolation) forbids pods in namespace {pod.namespace} to use "
+        f"NetworkAttachmentDefinitions in namespace {element.namespace} (allowed: the "
+        f"pod's namespace and globalNamespaces: {allowed})")
 
 
 def selected_elements(conf: NetConf, pod: PodRef | None, annotations: dict[str, Any] | None
@@ -291,15 +329,11 @@ def resolve_element(conf: NetConf, pod: PodRef | None, api: PodApi | None,
                     ) -> tuple[dict[str, Any] | None, NetworkConfig]:
     """(its NetworkAttachmentDefinition or None, the delegate) of one network selection
     element: `namespaceIsolation` for an element of the pod's annotation (`from_pod`;
-    spec §4.1.1), the NAD through the API seam, its config (spec §3.4), never
-    netattach itself. Raises CniError naming the pod and the network."""
-    if (from_pod and pod is not None and conf.namespace_isolation
-            and element.namespace != pod.namespace
-            and element.namespace not in conf.global_namespaces):
-        raise ConfigError(f"pod {pod}: network {element.ref}: namespace isolation forbids "
-                          f"pods in namespace {pod.namespace} to use "
-                          f"NetworkAttachmentDefinitions in namespace {element.namespace} "
-                          f"(allowed: {', '.join((pod.namespace,) + conf.global_namespaces)})")
+    check_isolation), the NAD through the API seam, its config (spec §3.4), never
+    netattach itself. Raises InvalidSelection (7) for a NAD the pod may not use, and
+    CniError naming the pod and the network."""
+    if from_pod and pod is not None:
+        check_isolation(conf, pod, element, selection.NETWORKS_ANNOTATION)
     try:
         nad = api.get_nad(element.namespace, element.name) if api else None
         config = delegates.resolve_delegate(nad, element.namespace, element.name,
