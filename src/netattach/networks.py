@@ -390,8 +390,9 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
     for i, element in enumerate(elements):
         nad, config = resolve_element(conf, pod, api, element, from_pod=i >= n_defaults)
         secondaries.append((element, config))
-        resources.append(devices.nad_resource_name(nad) if nad and element.device_id is None
-                         else None)
+        resources.append(devices.nad_resource_name(nad) if nad else None)
+        if element.device_id is not None and resources[-1] is None:
+            raise _unverifiable_device(pod, element, nad)
     device_map = _assign_devices(conf, pod, resources, secondaries)
     claim_networks = _claim_networks(pod, pod_obj, api, rebuild=not wait_for_pod)
     try:
@@ -447,23 +448,68 @@ def _claim_networks(pod: PodRef | None, pod_obj: dict[str, Any] | None,
         raise e.within(where(pod)) from None
 
 
+def _unverifiable_device(pod: PodRef | None, element: selection.NetworkSelectionElement,
+                         nad: dict[str, Any] | None) -> InvalidSelection:
+    """The refusal of an element's `deviceID` whose network has no device resource: with
+    no `k8s.v1.cni.cncf.io/resourceName` on the NAD (or no NAD: a config on disk) the
+    kubelet allocated the pod no device for it, so the choice cannot be checked, and a
+    plugin given it (host-device's runtimeConfig.deviceID, an SR-IOV plugin's deviceID)
+    would take whatever device of the node it names."""
+    what = (f"its NetworkAttachmentDefinition {element.ref} has no "
+            f"{devices.RESOURCE_NAME_ANNOTATION} annotation" if nad is not None
+            else f"it is a config on disk, not a NetworkAttachmentDefinition with a "
+                 f"{devices.RESOURCE_NAME_ANNOTATION} annotation")
+    return InvalidSelection(
+        f"{where(pod, element.ref)}: {selection.NETWORKS_ANNOTATION}: deviceID "
+        f"{element.device_id!r} cannot be verified: {what}, so the kubelet allocated the "
+        "pod no device for this network; a pod may only name a device allocated to it")
+
+
 def _assign_devices(conf: NetConf, pod: PodRef | None, resources: list[str | None],
                     secondaries: list[tuple[selection.NetworkSelectionElement, NetworkConfig]],
                     ) -> dict[int, tuple[str, str]]:
     """Give each secondary whose NAD names a resource one of the pod's devices of it (in
-    place, into its selection element and config). Returns attachment index (secondary
-    position + 1) -> (resourceName, deviceID). Raises DeviceError (11) naming the
-    resource when the kubelet cannot be asked or allocated too few devices."""
+    place, into its selection element and config): the element's own `deviceID` when it
+    names one that the kubelet allocated to the pod for that resource
+    (devices.reserve_chosen_devices), else the next one left, in plan order
+    (devices.assign_device_ids). Returns attachment index (secondary position + 1) ->
+    (resourceName, deviceID).
+
+    Raises InvalidSelection (7) naming the pod, the network and the deviceID for a
+    chosen device the pod was not allocated (or chosen twice); DeviceError (11) naming
+    the resource when the kubelet cannot be asked (a chosen deviceID is then refused
+    too, as unverifiable: its network and ID are named) or allocated too few devices.
+    """
     if not any(resources) or pod is None:
         return {}
+    chosen = [(r, e.device_id) if r and e.device_id is not None else None
+              for r, (e, _) in zip(resources, secondaries)]
     try:
         allocated = devices.pod_devices(conf.pod_resources_socket, pod.namespace, pod.name,
                                         {r for r in resources if r}, conf.api_timeout)
-        ids = devices.assign_device_ids(resources, allocated)
+    except CniError as e:
+        named = [f"network {secondaries[i][0].ref} deviceID {c[1]!r}"
+                 for i, c in enumerate(chosen) if c is not None]
+        context = f"pod {pod}: devices"
+        if named:
+            context += (f": {selection.NETWORKS_ANNOTATION}: {', '.join(named)} cannot be "
+                        "verified against the pod's allocation, so it is refused")
+        raise e.within(context) from None
+    try:
+        left = devices.reserve_chosen_devices(chosen, allocated)
+    except devices.DeviceNotAllocated as e:
+        element = secondaries[e.index][0]
+        raise InvalidSelection(f"{where(pod, element.ref)}: {selection.NETWORKS_ANNOTATION}: "
+                               f"{e.msg}") from None
+    try:
+        ids = devices.assign_device_ids([None if c else r for r, c in zip(resources, chosen)],
+                                        left)
     except CniError as e:
         raise e.within(f"pod {pod}: devices") from None
     out = {}
-    for i, (resource, device_id) in enumerate(zip(resources, ids)):
+    for i, (resource, device_id, choice) in enumerate(zip(resources, ids, chosen)):
+        if choice is not None:
+            device_id = choice[1]
         if resource and device_id:
             element, config = secondaries[i]
             secondaries[i] = (dataclasses.replace(element, device_id=device_id),
