@@ -67,6 +67,16 @@ class DeviceError(TryAgain):
     message says which resource and why (code 11: the kubelet may answer later)."""
 
 
+class DeviceNotAllocated(ConfigError):
+    """A deviceID the pod's annotation chose is not a device the kubelet allocated to the
+    pod for the NAD's resource, or is chosen twice (code 7: the selection is at fault).
+    `index`: the attachment's position in the list given to `reserve_chosen_devices`."""
+
+    def __init__(self, msg: str, index: int) -> None:
+        super().__init__(msg)
+        self.index = index
+
+
 class DeviceInfoError(IOFailure):
     """A device-info file could not be written or removed (code 5)."""
 
@@ -125,6 +135,48 @@ def assign_device_ids(requests: list[str | None],
             out.append(allocated[r][used[r]])
             used[r] += 1
     return out
+
+
+def reserve_chosen_devices(chosen: list[tuple[str, str] | None],
+                           allocated: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Check the device IDs the pod chose itself and take them out of its allocation.
+
+    chosen: per attachment in plan order, (resource name of its NAD, the `deviceID` of
+    its network selection element) when the element names one, else None.
+    allocated: resource name -> the pod's device IDs of it, in kubelet order
+    (`pod_devices`).
+    Returns `allocated` without the chosen devices (a new dict, order kept): what is
+    left for `assign_device_ids` to hand to the attachments that chose none, so no
+    device goes to two attachments.
+
+    Raises DeviceNotAllocated (7) for the first chosen ID that is not one of the pod's
+    devices of that resource (a pod must not take another pod's device, or one of the
+    node's that no one allocated), or that an earlier attachment chose; its message
+    says which ID, which resource and what the pod has. Pure.
+
+    Source: Multus (pkg/types/conf.go, LoadDelegateNetConf) passes an element's
+    deviceID on unchecked when the resource map gave the attachment no device, and
+    ignores it when it did; netattach honours it only when it is allocated to the pod
+    (issue 21), which covers both.
+    """
+    taken: dict[tuple[str, str], int] = {}
+    for index, choice in enumerate(chosen):
+        if choice is None:
+            continue
+        resource, device_id = choice
+        have = allocated.get(resource, [])
+        if device_id not in have:
+            raise DeviceNotAllocated(
+                f"deviceID {device_id!r} is not a device the kubelet allocated to the pod "
+                f"for resource {resource} (the pod has "
+                f"{', '.join(repr(d) for d in have) if have else 'none'}); a pod may only "
+                "name one of its own devices", index)
+        if choice in taken:
+            raise DeviceNotAllocated(
+                f"deviceID {device_id!r} of resource {resource} is chosen by an earlier "
+                "element of the selection too; a device serves one attachment", index)
+        taken[choice] = index
+    return {r: [d for d in ids if (r, d) not in taken] for r, ids in allocated.items()}
 
 
 # --- kubelet PodResources API ------------------------------------------------------

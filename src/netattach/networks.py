@@ -37,7 +37,8 @@ on a fresh pod). DEL does not wait: a pod it cannot find is gone."""
 
 
 class InvalidSelection(ConfigError):
-    """The pod's selection annotation is invalid (code 7); the ADD records a Warning event."""
+    """The pod's selection annotation is invalid, or names what the pod may not use
+    (code 7); the ADD records a Warning `InvalidNetworkSelection` event."""
 
 
 class PodNotFound(TryAgain):
@@ -244,7 +245,11 @@ def _pod_default_network(conf: NetConf, pod: PodRef | None, api: PodApi | None,
                          annotations: dict[str, Any]) -> tuple[str, NetworkConfig] | None:
     """The pod's `v1.multus-cni.io/default-network` choice, replacing the cluster default
     network for this pod (Multus-compatible): exactly one network selection element,
-    resolved in `multusNamespace` unless namespaced. None when the pod has none."""
+    resolved in `multusNamespace` unless namespaced (as Multus does), and, with
+    `namespaceIsolation`, allowed only as an element of the networks annotation is
+    (check_isolation; Multus does not check this annotation). None when the pod has
+    none. Raises InvalidSelection (7), before the NAD is read, for an invalid value or
+    a NAD the pod may not use; CniError naming the pod and the network otherwise."""
     value = annotations.get(selection.DEFAULT_NETWORK_ANNOTATION, "").strip()
     if not value or api is None:
         return None
@@ -257,12 +262,45 @@ def _pod_default_network(conf: NetConf, pod: PodRef | None, api: PodApi | None,
         raise InvalidSelection(f"pod {pod}: {selection.DEFAULT_NETWORK_ANNOTATION} must name "
                                f"exactly one network, not {len(elements)}")
     element = elements[0]
+    if pod is not None:
+        check_isolation(conf, pod, element, selection.DEFAULT_NETWORK_ANNOTATION)
     try:
         nad = api.get_nad(element.namespace, element.name)
         return element.ref, delegates.resolve_delegate(nad, element.namespace, element.name,
                                                        conf.conf_dirs)
     except CniError as e:
         raise e.within(where(pod, f"{element.ref} (pod's default network)")) from None
+
+
+def check_isolation(conf: NetConf, pod: PodRef, element: selection.NetworkSelectionElement,
+                    annotation: str) -> None:
+    """`namespaceIsolation`: with it on, a network selection element of the pod's
+    `annotation` (the `k8s.v1.cni.cncf.io/networks` or the
+    `v1.multus-cni.io/default-network` one) may name a NetworkAttachmentDefinition in
+    the pod's own namespace or in one of `globalNamespaces`, and no other. Off: any.
+
+    The rule is Multus' (multus-cni pkg/k8sclient/k8sclient.go, GetNetworkDelegates:
+    the element's namespace must be the pod's or one of the non-isolated
+    `globalNamespaces`; no other exception, not `multusNamespace` either), one spec
+    §7.4 allows ("Implementations are free to impose restrictions on which Network
+    Attachment Definitions can be selected by a given Pod ... it must fail the pod
+    network operation"). Multus applies it to the networks annotation only; netattach
+    applies it to the default-network annotation too, whose unqualified name resolves
+    in `multusNamespace` (so, isolated, it is refused unless that namespace is global
+    or the pod's).
+
+    Pure. Raises InvalidSelection (7) naming the pod, the annotation, the NAD and the
+    rule.
+    """
+    if (not conf.namespace_isolation or element.namespace == pod.namespace
+            or element.namespace in conf.global_namespaces):
+        return
+    allowed = ", ".join(dict.fromkeys((pod.namespace,) + conf.global_namespaces))
+    raise InvalidSelection(
+        f"pod {pod}: {annotation}: network {element.ref}: namespace isolation "
+        f"(namespaceIsolation) forbids pods in namespace {pod.namespace} to use "
+        f"NetworkAttachmentDefinitions in namespace {element.namespace} (allowed: the "
+        f"pod's namespace and globalNamespaces: {allowed})")
 
 
 def selected_elements(conf: NetConf, pod: PodRef | None, annotations: dict[str, Any] | None
@@ -290,15 +328,11 @@ def resolve_element(conf: NetConf, pod: PodRef | None, api: PodApi | None,
                     ) -> tuple[dict[str, Any] | None, NetworkConfig]:
     """(its NetworkAttachmentDefinition or None, the delegate) of one network selection
     element: `namespaceIsolation` for an element of the pod's annotation (`from_pod`;
-    spec §4.1.1), the NAD through the API seam, its config (spec §3.4), never
-    netattach itself. Raises CniError naming the pod and the network."""
-    if (from_pod and pod is not None and conf.namespace_isolation
-            and element.namespace != pod.namespace
-            and element.namespace not in conf.global_namespaces):
-        raise ConfigError(f"pod {pod}: network {element.ref}: namespace isolation forbids "
-                          f"pods in namespace {pod.namespace} to use "
-                          f"NetworkAttachmentDefinitions in namespace {element.namespace} "
-                          f"(allowed: {', '.join((pod.namespace,) + conf.global_namespaces)})")
+    check_isolation), the NAD through the API seam, its config (spec §3.4), never
+    netattach itself. Raises InvalidSelection (7) for a NAD the pod may not use, and
+    CniError naming the pod and the network."""
+    if from_pod and pod is not None:
+        check_isolation(conf, pod, element, selection.NETWORKS_ANNOTATION)
     try:
         nad = api.get_nad(element.namespace, element.name) if api else None
         config = delegates.resolve_delegate(nad, element.namespace, element.name,
@@ -353,8 +387,9 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
     for i, element in enumerate(elements):
         nad, config = resolve_element(conf, pod, api, element, from_pod=i >= n_defaults)
         secondaries.append((element, config))
-        resources.append(devices.nad_resource_name(nad) if nad and element.device_id is None
-                         else None)
+        resources.append(devices.nad_resource_name(nad) if nad else None)
+        if element.device_id is not None and resources[-1] is None:
+            raise _unverifiable_device(pod, element, nad)
     device_map = _assign_devices(conf, pod, resources, secondaries)
     claim_networks = _claim_networks(pod, pod_obj, api, rebuild=not wait_for_pod)
     try:
@@ -406,23 +441,68 @@ def _claim_networks(pod: PodRef | None, pod_obj: dict[str, Any] | None,
         raise e.within(where(pod)) from None
 
 
+def _unverifiable_device(pod: PodRef | None, element: selection.NetworkSelectionElement,
+                         nad: dict[str, Any] | None) -> InvalidSelection:
+    """The refusal of an element's `deviceID` whose network has no device resource: with
+    no `k8s.v1.cni.cncf.io/resourceName` on the NAD (or no NAD: a config on disk) the
+    kubelet allocated the pod no device for it, so the choice cannot be checked, and a
+    plugin given it (host-device's runtimeConfig.deviceID, an SR-IOV plugin's deviceID)
+    would take whatever device of the node it names."""
+    what = (f"its NetworkAttachmentDefinition {element.ref} has no "
+            f"{devices.RESOURCE_NAME_ANNOTATION} annotation" if nad is not None
+            else f"it is a config on disk, not a NetworkAttachmentDefinition with a "
+                 f"{devices.RESOURCE_NAME_ANNOTATION} annotation")
+    return InvalidSelection(
+        f"{where(pod, element.ref)}: {selection.NETWORKS_ANNOTATION}: deviceID "
+        f"{element.device_id!r} cannot be verified: {what}, so the kubelet allocated the "
+        "pod no device for this network; a pod may only name a device allocated to it")
+
+
 def _assign_devices(conf: NetConf, pod: PodRef | None, resources: list[str | None],
                     secondaries: list[tuple[selection.NetworkSelectionElement, NetworkConfig]],
                     ) -> dict[int, tuple[str, str]]:
     """Give each secondary whose NAD names a resource one of the pod's devices of it (in
-    place, into its selection element and config). Returns attachment index (secondary
-    position + 1) -> (resourceName, deviceID). Raises DeviceError (11) naming the
-    resource when the kubelet cannot be asked or allocated too few devices."""
+    place, into its selection element and config): the element's own `deviceID` when it
+    names one that the kubelet allocated to the pod for that resource
+    (devices.reserve_chosen_devices), else the next one left, in plan order
+    (devices.assign_device_ids). Returns attachment index (secondary position + 1) ->
+    (resourceName, deviceID).
+
+    Raises InvalidSelection (7) naming the pod, the network and the deviceID for a
+    chosen device the pod was not allocated (or chosen twice); DeviceError (11) naming
+    the resource when the kubelet cannot be asked (a chosen deviceID is then refused
+    too, as unverifiable: its network and ID are named) or allocated too few devices.
+    """
     if not any(resources) or pod is None:
         return {}
+    chosen = [(r, e.device_id) if r and e.device_id is not None else None
+              for r, (e, _) in zip(resources, secondaries)]
     try:
         allocated = devices.pod_devices(conf.pod_resources_socket, pod.namespace, pod.name,
                                         {r for r in resources if r}, conf.api_timeout)
-        ids = devices.assign_device_ids(resources, allocated)
+    except CniError as e:
+        named = [f"network {secondaries[i][0].ref} deviceID {c[1]!r}"
+                 for i, c in enumerate(chosen) if c is not None]
+        context = f"pod {pod}: devices"
+        if named:
+            context += (f": {selection.NETWORKS_ANNOTATION}: {', '.join(named)} cannot be "
+                        "verified against the pod's allocation, so it is refused")
+        raise e.within(context) from None
+    try:
+        left = devices.reserve_chosen_devices(chosen, allocated)
+    except devices.DeviceNotAllocated as e:
+        element = secondaries[e.index][0]
+        raise InvalidSelection(f"{where(pod, element.ref)}: {selection.NETWORKS_ANNOTATION}: "
+                               f"{e.msg}") from None
+    try:
+        ids = devices.assign_device_ids([None if c else r for r, c in zip(resources, chosen)],
+                                        left)
     except CniError as e:
         raise e.within(f"pod {pod}: devices") from None
     out = {}
-    for i, (resource, device_id) in enumerate(zip(resources, ids)):
+    for i, (resource, device_id, choice) in enumerate(zip(resources, ids, chosen)):
+        if choice is not None:
+            device_id = choice[1]
         if resource and device_id:
             element, config = secondaries[i]
             secondaries[i] = (dataclasses.replace(element, device_id=device_id),

@@ -12,6 +12,7 @@ from netattach.devices import (
     RESOURCE_NAME_ANNOTATION,
     DeviceError,
     DeviceInfoError,
+    DeviceNotAllocated,
     assign_device_ids,
     cdi_device_id,
     cni_device_info_path,
@@ -21,6 +22,7 @@ from netattach.devices import (
     nad_resource_name,
     read_device_info,
     remove_device_info,
+    reserve_chosen_devices,
     save_device_info,
 )
 
@@ -78,6 +80,57 @@ def test_assign_reports_every_short_resource():
     assert (f"resource {SRIOV}: 1 attachment needs a device, 0 allocated to the pod (the "
             "kubelet reports no device-plugin resource and no ResourceClaim of that name") in msg
     assert f"resource {RDMA}: 2 attachments need a device, 1 allocated" in msg
+
+
+# --- reserve_chosen_devices: a deviceID the pod chose (issue 21) ----------------------------
+
+
+@pytest.mark.parametrize("chosen,allocated,left", [
+    ([], {}, {}),
+    ([None, None], {SRIOV: ["a"]}, {SRIOV: ["a"]}),
+    # a chosen device of the pod's own is taken out of what the others get, order kept
+    ([(SRIOV, "b")], {SRIOV: ["a", "b", "c"]}, {SRIOV: ["a", "c"]}),
+    ([None, (SRIOV, "a"), (RDMA, "r2")], {SRIOV: ["a", "b"], RDMA: ["r1", "r2"]},
+     {SRIOV: ["b"], RDMA: ["r1"]}),
+    # the same ID under another resource is another device
+    ([(SRIOV, "x")], {SRIOV: ["x"], RDMA: ["x"]}, {SRIOV: [], RDMA: ["x"]}),
+])
+def test_reserve_chosen_devices(chosen, allocated, left):
+    before = {r: list(ids) for r, ids in allocated.items()}
+    assert reserve_chosen_devices(chosen, allocated) == left
+    assert allocated == before  # pure
+
+
+@pytest.mark.parametrize("chosen,allocated,index,fragments", [
+    # another pod's device (or any the kubelet did not give this pod)
+    ([(SRIOV, "0000:18:02.7")], {SRIOV: ["0000:18:02.5", "0000:18:02.6"]}, 0,
+     ["deviceID '0000:18:02.7' is not a device the kubelet allocated to the pod for resource "
+      f"{SRIOV} (the pod has '0000:18:02.5', '0000:18:02.6')"]),
+    # none of that resource at all
+    ([None, (SRIOV, "a")], {SRIOV: []}, 1, ["deviceID 'a'", "(the pod has none)"]),
+    ([(RDMA, "a")], {SRIOV: ["a"]}, 0, [f"resource {RDMA}", "(the pod has none)"]),
+    # the device of one resource named for a NAD of another
+    ([(SRIOV, "r1")], {SRIOV: ["a"], RDMA: ["r1"]}, 0, [f"for resource {SRIOV}"]),
+    # one device chosen for two attachments
+    ([(SRIOV, "a"), None, (SRIOV, "a")], {SRIOV: ["a", "b"]}, 2,
+     ["deviceID 'a' of resource", "chosen by an earlier element"]),
+])
+def test_reserve_refuses_a_device_not_allocated_to_the_pod(chosen, allocated, index, fragments):
+    with pytest.raises(DeviceNotAllocated) as e:
+        reserve_chosen_devices(chosen, allocated)
+    assert e.value.code == 7 and e.value.index == index
+    for f in fragments:
+        assert f in e.value.msg
+
+
+def test_chosen_then_assigned_devices_never_share_one():
+    """The attachments that chose no device get the pod's others, in order."""
+    chosen = [None, (SRIOV, "a"), None]
+    left = reserve_chosen_devices(chosen, {SRIOV: ["a", "b", "c"]})
+    assert assign_device_ids([SRIOV, None, SRIOV], left) == ["b", None, "c"]
+    with pytest.raises(DeviceError, match="2 attachments need a device, 1 allocated"):
+        assign_device_ids([SRIOV, None, SRIOV],
+                          reserve_chosen_devices(chosen, {SRIOV: ["a", "b"]}))
 
 
 # --- collect_device_ids: device plugins and DRA claims (Multus v4.2.3's rule) -----------

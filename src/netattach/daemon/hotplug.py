@@ -27,7 +27,9 @@ annotation anew. A child that fails rolls back that attachment only (its DEL), a
 Warning event names the network and the child's message. Refused, with a Warning
 event: a changed `v1.multus-cni.io/default-network` (the cluster default network is
 the runtime's interface), an element whose parameters changed in place, an interface
-name already in use, a NAD with a device resource (devices are given at pod creation).
+name already in use, a NAD with a device resource (devices are given at pod creation),
+an element naming a `deviceID` (it is checked against the kubelet's allocation at pod
+creation only).
 Afterwards the network-status is brought in line with the state (`_synced_status`)
 and PATCHed through the daemon's queue, as an ADD's (recorded pending first), and
 each interface gets an `AddedInterface` or `RemovedInterface` event.
@@ -421,7 +423,15 @@ class Hotplugger:
         pod = state.pod
         try:
             nad, config = networks.resolve_element(conf, pod, api, element)
-            if nad is not None and nad_resource_name(nad) and element.device_id is None:
+            if element.device_id is not None:
+                # checked against the kubelet's allocation when the sandbox is created
+                # (networks._assign_devices), never here: refused, not run unchecked
+                refused.append(f"network {element.ref}: {NETWORKS_ANNOTATION}: deviceID "
+                               f"{element.device_id!r} is honoured at pod creation only, "
+                               "where it is checked against the devices the kubelet "
+                               "allocated to the pod")
+                return False
+            if nad is not None and nad_resource_name(nad):
                 refused.append(f"network {element.ref}: its NetworkAttachmentDefinition asks "
                                f"for device resource {nad_resource_name(nad)}, which the "
                                "kubelet allocates at pod creation only")
