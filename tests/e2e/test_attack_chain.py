@@ -166,3 +166,29 @@ def test_a_failing_later_plugin_is_rolled_back_past_and_its_del_retried_until_it
     assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
     assert len(failing.invocations()) == 5 and len(bridge.invocations()) == 5
     sc.assert_clean(s)
+
+
+def test_a_chain_whose_failing_plugin_fails_its_del_as_its_add_does_not_strand_the_pod(
+        admin_api, make_scenario, k8s_namespace):
+    """[macvlan + host-local on a master that does not exist, tuning]: the real macvlan
+    fails ADD and DEL alike ("Link not found", at its config, before host-local runs).
+    That DEL failure leaves nothing of the ADD and is logged, not kept as an error,
+    which would fail every runtime DEL of the sandbox forever: tombstone, quiet DEL."""
+    s = make_scenario(networks="net-chain")
+    conflist = {"cniVersion": "1.0.0", "name": "net-chain", "plugins": [
+        {"type": "macvlan", "master": "nomaster0", "mode": "bridge",
+         "ipam": {"type": "host-local", "subnet": CHAIN_SUBNET, "dataDir": str(s.env.ipam_dir)}},
+        {"type": "tuning"}]}
+    sc.apply_nad(admin_api, sc.nad(s.namespace, "net-chain", conflist))
+    err = error_of(s.run("ADD"), s)
+    assert err["msg"] == (f"pod {k8s_namespace}/{s.pod_name}: network {k8s_namespace}/"
+                          "net-chain (interface net1): plugin type='macvlan' name='net-chain' "
+                          "failed (add): Link not found"), err
+    assert "rollback" not in err.get("details", ""), err
+    assert ("plugin type='macvlan' name='net-chain' failed (del): Link not found; ignored: "
+            "it fails as its ADD did") in s.log_text()
+    sc.assert_clean(s)
+    assert tombstones(s.env.state_dir) == [s.container_id]
+    run = s.run("DEL")
+    assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
+    sc.assert_clean(s)
