@@ -20,9 +20,11 @@ sandbox's netns and interfaces are gone, the children's own stores (host-local's
 files) are not fsync'ed either, and DEL works from an older state or rebuilds the plan
 from the API (delete.py).
 Any failure from the first child on rolls back every attempted attachment in reverse
-(spec §7.2). A rollback (or an ADD that attached nothing) that leaves nothing behind
-removes the state and writes the container's tombstone, so the runtime's cleanup DEL
-is quiet and needs no API request.
+(spec §7.2), every plugin of each one's conflist in reverse past failures (chain.delete).
+A rollback (or an ADD that attached nothing) that leaves nothing behind removes the
+state and writes the container's tombstone, so the runtime's cleanup DEL is quiet and
+needs no API request; one that leaves something keeps the state, so that DEL retries
+it and fails loudly while it fails.
 """
 from __future__ import annotations
 
@@ -63,7 +65,8 @@ def cmd_add(orch: Orchestrator, req: CniRequest, conf: NetConf) -> dict[str, Any
     Returns the cluster default network's result converted to the configuration's
     cniVersion (multi-net spec §6, CNI SPEC.md "ADD"). Raises CniError naming the
     pod, the network and the cause; every attempted attachment was DEL-ed then
-    (§7.2), and a Warning event was recorded on the pod when the API answers.
+    (§7.2; what that left allocated is in the error's details, and in the state for
+    the runtime's DEL), and a Warning event was recorded on the pod when the API answers.
     """
     pod = pod_ref(req)
     api = orch.api(conf) if pod else None
@@ -157,16 +160,16 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
         out = convert_result(results[0], conf.cni_version)
         entries = _status_entries(req, conf, plan, results) if pod and api else []
     except _AttachFailed as e:
-        rollback(orch, req, conf, state, store)
+        left = rollback(orch, req, conf, state, store)
         _claims_failed(api, pod, plan, e.cause)
-        raise e.cause from None
+        raise _rolled_back(e.cause, left) from None
     except BaseException as e:
         # any failure after the children ran (a result that cannot be given in the
         # configuration's version, a default route, a bug) undoes them all
         log.error("%s: ADD failed after its children ran: %s", where(pod), e)
-        rollback(orch, req, conf, state, store)
+        left = rollback(orch, req, conf, state, store)
         if isinstance(e, CniError):
-            error = e.within(where(pod))
+            error = _rolled_back(e.within(where(pod)), left)
             _claims_failed(api, pod, plan, error)
             raise error from None
         raise
@@ -247,7 +250,7 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
         except CniError as e:
             log.error("%s: ADD of network %s (%s) failed: %s", where(pod), att.network,
                       att.ifname, e)
-            saved.add_failed = True
+            saved.mark_add_failed(e)
             raise _AttachFailed(e.within(where(pod, f"{att.network} (interface {att.ifname})"))) \
                 from None
         assert result is not None  # chain.add raises when a plugin prints no result
@@ -264,17 +267,31 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
 
 
 def rollback(orch: Orchestrator, req: CniRequest, conf: NetConf, state: SavedState,
-             store: StateStore) -> None:
-    """DEL the attempted attachments in reverse (spec §7.2). When all succeeded the state
-    is removed and the tombstone written (the runtime's DEL then has nothing to do);
-    otherwise the state is saved, so the runtime's DEL retries what is left."""
+             store: StateStore) -> list[str]:
+    """DEL the attempted attachments in reverse (spec §7.2), every plugin of each
+    (delete.delete_attachments). When all succeeded the state is removed and the
+    tombstone written (the runtime's DEL then has nothing to do); otherwise the state
+    is saved, so the runtime's DEL retries what is left, and fails while it fails.
+    Returns delete_attachments' messages of what is left ([] when nothing)."""
     errors = delete_attachments(orch, req, conf, state)
     for e in errors:
-        log.error("rollback: %s", e)
+        log.error("%s: rollback: %s", where(state.pod), e)
     if errors:
         store.save(state)
     else:
         store.release(req.container_id)
+    return errors
+
+
+def _rolled_back(error: CniError, left: list[str]) -> CniError:
+    """The ADD's `error` for the runtime, its details also saying what the rollback
+    could not release (`left`, rollback's messages), which the runtime's DEL retries;
+    `error` itself when it released everything."""
+    if not left:
+        return error
+    note = (f"the rollback's DEL failed for {len(left)} attachment(s), kept for the "
+            "runtime's DEL to retry: " + "; ".join(left))
+    return error.reworded(error.msg, f"{error.details}; {note}" if error.details else note)
 
 
 def _status_entries(req: CniRequest, conf: NetConf, plan: Plan,

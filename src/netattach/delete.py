@@ -64,31 +64,34 @@ the API answers; after that it succeeds with what it could do (docs/architecture
 
 def delete_attachments(orch: Orchestrator, req: CniRequest, conf: NetConf,
                        state: SavedState) -> list[str]:
-    """DEL every attempted attachment in reverse order, past failures (spec §7.2).
+    """DEL every attempted attachment in reverse order, past failures (spec §7.2), and
+    every plugin of each one's conf or conflist in reverse order, past failures
+    (chain.delete: every plugin's DEL is attempted, unlike libcni's DelNetworkList).
 
-    Returns one message per failed DEL; the DEL failure of an attachment whose
-    ADD itself returned an error is logged only. A netns already gone is passed as ""
-    so children release IPAM and skip the namespace (CNI SPEC.md: DEL must
-    succeed when resources are already gone).
+    Returns one message per attachment whose DEL failed ("network N (interface I):
+    plugin type='T' name='N' failed (del): cause"); [] means nothing of `state` is
+    allocated any more. A plugin's DEL failure is logged only (WARNING) when it
+    leaves nothing of the ADD allocated (chain.AddFailure.excuse, from where the
+    attachment's failed ADD stopped): a plugin whose ADD never ran, or the failing one
+    failing as its ADD did (e.g. macvlan's master is missing), which would otherwise
+    fail every DEL of the sandbox forever. A netns already gone is passed as "" so
+    children release IPAM and skip the namespace (CNI SPEC.md: DEL must succeed when
+    resources are already gone).
     """
     netns = "" if is_missing_netns(req.netns) else req.netns
     errors = []
     for att in reversed(state.attempted()):
+        what = f"network {att.network} (interface {att.ifname})"
         try:
-            chain.delete(chain.NetworkConfig.from_dict(att.config, att.source),
-                         orch.saved_runtime_conf(req, conf, att, netns), att.result)
+            excused = chain.delete(chain.NetworkConfig.from_dict(att.config, att.source),
+                                   orch.saved_runtime_conf(req, conf, att, netns), att.result,
+                                   att.failed_add())
+            for x in excused:
+                log.warning("DEL of %s: %s; ignored: %s", what, x.error, x.why)
             if att.device:
                 devices.remove_device_info(req.container_id, att.ifname, conf.device_info_dir)
         except CniError as e:
-            message = f"network {att.network} (interface {att.ifname}): {e}"
-            if att.add_failed:
-                # Its ADD returned an error, so the child already undid what it could; a
-                # DEL that fails the same way (e.g. macvlan's master is missing) would
-                # otherwise fail every DEL of the sandbox forever.
-                log.warning("DEL of an attachment whose ADD failed also failed (ignored): %s",
-                            message)
-                continue
-            errors.append(message)
+            errors.append(f"{what}: {e}")
     return errors
 
 
@@ -118,7 +121,8 @@ def cmd_del(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
                 if cached is not None:  # the saved state holds what the entry said now
                     _forget_cached(pod, cached)
                 raise TryAgain(f"pod {pod or req.container_id}: DEL failed for {len(errors)} "
-                               "attachment(s): " + "; ".join(errors))
+                               "attachment(s), kept for the next DEL to retry: "
+                               + "; ".join(errors))
             if state.del_pending is not None:
                 _settle_pending(orch, req, pod, state, store)
             if any(a.claim for a in state.attempted()):

@@ -40,7 +40,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from . import atomicfile
-from .cni.errors import IOFailure
+from .cni.chain import AddFailure
+from .cni.errors import CniError, IOFailure
 from .cni.request import CniRequest
 from .names import container_id_problem
 
@@ -96,7 +97,10 @@ class SavedAttachment:
     delegate's raw conf or conflist, exactly as run; capability_args: its
     runtimeConfig values by capability. attempted: its ADD was started (so DEL must
     undo it); result: what its ADD returned (None until then); add_failed: its ADD
-    returned an error (the child undid what it could); from_config: a best-effort DEL
+    returned an error; add_failure: where that ADD stopped (chain.AddFailure: which
+    plugin failed and how, so DEL knows which plugins may hold something; added within
+    format 1: an earlier release's DEL ignores it, and an add_failed without it, an
+    earlier release's, is taken as that release took it); from_config: a best-effort DEL
     took it from the configuration as it is now, not from what the ADD ran;
     device: (resourceName, deviceID) when it got a device from the kubelet.
     claim: the ResourceClaim device of a claim attachment (claims.ClaimRef as its dict:
@@ -119,11 +123,26 @@ class SavedAttachment:
     attempted: bool = False
     result: dict[str, Any] | None = None
     add_failed: bool = False
+    add_failure: AddFailure | None = None
     from_config: bool = False
     device: tuple[str, str] | None = None
     claim: dict[str, str] | None = None
     selection: dict[str, Any] | None = None
     change: str | None = None
+
+    def mark_add_failed(self, error: CniError) -> None:
+        """Record that its ADD raised `error`, and where that ADD stopped
+        (chain.AddFailure.of)."""
+        self.add_failed = True
+        self.add_failure = AddFailure.of(error)
+
+    def failed_add(self) -> AddFailure | None:
+        """What its DEL gets as chain.delete's `failed_add`: where its ADD stopped when
+        it failed; AddFailure(None) for an ADD an earlier release recorded as failed
+        without saying where; None when its ADD did not fail."""
+        if not self.add_failed:
+            return None
+        return self.add_failure or AddFailure(None)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -134,6 +153,8 @@ class SavedAttachment:
         }
         if self.add_failed:
             out["addFailed"] = True
+            if self.add_failure is not None and self.add_failure.plugin is not None:
+                out["addFailure"] = self.add_failure.to_dict()
         if self.from_config:
             out["fromConfig"] = True
         if self.device:
@@ -184,6 +205,7 @@ class SavedAttachment:
                    default=data.get("default") is True, capability_args=caps,
                    attempted=data.get("attempted", True) is not False, result=result,
                    add_failed=data.get("addFailed") is True,
+                   add_failure=AddFailure.from_dict(data.get("addFailure")),
                    from_config=data.get("fromConfig") is True, device=dev,
                    claim=dict(claim) if claim else None, selection=selection, change=change)
 

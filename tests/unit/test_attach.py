@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from netattach.cni.chain import AddFailure
 from netattach.cni.errors import CniError
 from netattach.cni.request import parse_request
 from netattach.delete import DEL_RETRY_WINDOW
@@ -95,12 +96,17 @@ class FakeExecutor:
     """Executor: records (command, plugin type, CNI_IFNAME, CNI_NETNS) of every child call;
     ADD prints a result (a chained plugin passes its prevResult on), others nothing.
     `fail` = {(command, type)} makes those calls fail with code 110; `no_ip` makes the
-    first plugins answer without an IP address."""
+    first plugins answer without an IP address; `missing` types are not found (code 7,
+    as invoke.find_plugin)."""
     fail: set[tuple[str, str]] = field(default_factory=set)
     no_ip: bool = False
     calls: list[tuple[str, str, str, str]] = field(default_factory=list)
+    missing: set[str] = field(default_factory=set)
 
     def find(self, plugin_type: str, dirs: Any) -> str:
+        if plugin_type in self.missing:
+            from netattach.cni.errors import ConfigError
+            raise ConfigError(f"failed to find plugin {plugin_type!r} in path [/fake]")
         return f"/fake/{plugin_type}"
 
     def run(self, path: str, command: str, config: dict[str, Any], env: Any,
@@ -611,6 +617,129 @@ def test_a_failed_child_del_keeps_the_state_for_the_retry(bed):
     bed.exe.fail = set()
     bed.exe.calls.clear()
     assert bed.run("DEL") is None and bed.files() == [f"{CID}.deleted"]
+
+
+# ---------------------------------------------------------------- a chain failing half way (issue 21)
+
+def test_a_missing_later_plugin_of_a_chain_is_passed_and_the_rest_rolled_back(bed, caplog):
+    """net-a's conflist [fake-macvlan, fake-tuning] with fake-tuning missing: the ADD
+    fails naming it; the rollback DELs fake-macvlan past the missing plugin (its
+    interface and address would leak), excuses the missing one (its ADD never ran), and
+    only then writes the tombstone; the runtime's DEL is quiet."""
+    bed.exe.missing = {"fake-tuning"}
+    caplog.set_level(logging.DEBUG, logger="netattach")
+    with pytest.raises(CniError) as e:
+        bed.run("ADD")
+    assert e.value.code == 7 and e.value.msg == (
+        f"pod {NS}/{POD}: network {NS}/net-a (interface net1): plugin type='fake-tuning' "
+        "name='net-a' failed (add): failed to find plugin 'fake-tuning' in path [/fake]")
+    assert bed.dels() == [("fake-macvlan", "net1"), ("fake-bridge", "eth0")]
+    assert bed.files() == [f"{CID}.deleted"]
+    assert (f"DEL of network {NS}/net-a (interface net1): plugin type='fake-tuning' "
+            "name='net-a' failed (del): failed to find plugin 'fake-tuning' in path [/fake]; "
+            "ignored: its ADD never ran") in caplog.text
+    bed.exe.calls.clear()
+    assert bed.run("DEL") is None and bed.exe.calls == []
+
+
+def test_a_failed_rollback_keeps_the_state_and_the_del_fails_loudly_until_fixed(bed):
+    """fake-tuning fails its ADD, then its DEL otherwise (so it may hold something): the
+    rollback still DELs fake-macvlan and the cluster network, keeps the state (no
+    tombstone) and says so in the ADD's details; the runtime's DEL fails naming the pod,
+    the network, the plugin and the cause, until the plugin's DEL succeeds."""
+    bed.exe.fail = {("ADD", "fake-tuning"), ("DEL", "fake-tuning")}
+    with pytest.raises(CniError) as e:
+        bed.run("ADD")
+    assert e.value.code == 110 and "fake-tuning ADD failed on purpose" in e.value.msg
+    assert e.value.details == (
+        f"the rollback's DEL failed for 1 attachment(s), kept for the runtime's DEL to "
+        f"retry: network {NS}/net-a (interface net1): plugin type='fake-tuning' "
+        "name='net-a' failed (del): fake-tuning DEL failed on purpose")
+    assert bed.dels() == [("fake-tuning", "net1"), ("fake-macvlan", "net1"),
+                          ("fake-bridge", "eth0")]
+    assert bed.files() == [f"{CID}.json"]
+    saved = bed.store.load(CID).attachments[1]
+    assert saved.add_failed and saved.add_failure == AddFailure(
+        1, True, 110, "fake-tuning ADD failed on purpose")
+    for _ in range(2):  # fails as long as the cause is there, every time in full
+        bed.exe.calls.clear()
+        with pytest.raises(CniError) as e:
+            bed.run("DEL")
+        assert e.value.code == 11 and e.value.msg == (
+            f"pod {NS}/{POD}: DEL failed for 1 attachment(s), kept for the next DEL to "
+            f"retry: network {NS}/net-a (interface net1): plugin type='fake-tuning' "
+            "name='net-a' failed (del): fake-tuning DEL failed on purpose")
+        assert bed.dels() == [("fake-tuning", "net1"), ("fake-macvlan", "net1"),
+                              ("fake-bridge", "eth0")]
+        assert bed.files() == [f"{CID}.json"]
+    bed.exe.fail = set()
+    assert bed.run("DEL") is None and bed.files() == [f"{CID}.deleted"]
+
+
+def test_the_failing_plugin_failing_its_del_as_its_add_is_excused(bed, caplog):
+    """macvlan with a master that does not exist fails ADD and DEL alike, at its config:
+    kept as an error it would fail every DEL of the sandbox forever."""
+    from netattach.cni.errors import ChildError
+    run = bed.exe.run
+
+    def master_missing(path: str, command: str, config: dict[str, Any], env: Any,
+                       timeout: float) -> dict[str, Any] | None:
+        if path.endswith("/fake-macvlan") and env.ifname == "net1":
+            bed.exe.calls.append((command, "fake-macvlan", env.ifname, env.netns))
+            raise ChildError(7, 'failed to lookup master "eth9": Link not found')
+        return run(path, command, config, env, timeout)
+
+    bed.exe.run = master_missing  # type: ignore[method-assign]
+    caplog.set_level(logging.DEBUG, logger="netattach")
+    with pytest.raises(CniError) as e:
+        bed.run("ADD")
+    assert e.value.code == 7 and e.value.details == ""
+    # fake-tuning never ran its ADD: its DEL runs (as libcni's would) and succeeds
+    assert bed.dels() == [("fake-tuning", "net1"), ("fake-macvlan", "net1"),
+                          ("fake-bridge", "eth0")]
+    assert bed.files() == [f"{CID}.deleted"]
+    assert "ignored: it fails as its ADD did" in caplog.text
+
+
+def test_a_del_goes_on_past_a_failing_plugin_of_a_conflist(bed):
+    """A whole ADD, then fake-tuning's DEL fails: fake-macvlan, before it in the list,
+    is DEL-ed all the same (libcni's DelNetworkList would stop at fake-tuning)."""
+    bed.added()
+    bed.exe.fail = {("DEL", "fake-tuning")}
+    with pytest.raises(CniError) as e:
+        bed.run("DEL")
+    assert e.value.code == 11 and "plugin type='fake-tuning'" in e.value.msg
+    assert bed.dels() == ALL_DELS and bed.files() == [f"{CID}.json"]
+
+
+def test_a_plugin_gone_since_a_whole_add_fails_the_del(bed):
+    """A plugin whose ADD succeeded may hold something: its DEL failing, even because it
+    cannot be found any more, keeps the state; the rest is DEL-ed."""
+    bed.added()
+    bed.exe.missing = {"fake-macvlan"}
+    with pytest.raises(CniError) as e:
+        bed.run("DEL")
+    assert "failed to find plugin 'fake-macvlan'" in e.value.msg
+    assert bed.dels() == [("fake-ptp", "data0"), ("fake-tuning", "net1"),
+                          ("fake-bridge", "eth0")]
+    assert bed.files() == [f"{CID}.json"]
+
+
+def test_an_earlier_releases_failed_add_is_deleted_as_that_release_did(bed, caplog):
+    """A state an earlier release saved after a failed ADD has addFailed without
+    addFailure: which plugin failed is unknown, so its DEL failures are ignored as that
+    release ignored them."""
+    bed.exe.fail = {("ADD", "fake-tuning"), ("DEL", "fake-tuning")}
+    with pytest.raises(CniError):
+        bed.run("ADD")
+    path = bed.tmp / "state" / f"{CID}.json"
+    doc = json.loads(path.read_text())
+    del doc["attachments"][1]["addFailure"]
+    path.write_text(json.dumps(doc))
+    caplog.set_level(logging.DEBUG, logger="netattach")
+    bed.exe.calls.clear()
+    assert bed.run("DEL") is None and bed.files() == [f"{CID}.deleted"]
+    assert "does not say at which plugin" in caplog.text
 
 
 def test_check_and_status(bed):

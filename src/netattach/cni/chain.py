@@ -5,6 +5,12 @@ in order for ADD (each getting the previous plugin's result as `prevResult`), in
 reverse order for DEL, in order for CHECK/STATUS/GC. The rules of what each plugin
 gets on stdin follow libcni (libcni/api.go buildOneConfig, injectRuntimeConfig,
 GCNetworkList, GetStatusNetworkList).
+
+One deliberate difference: DEL goes on past a plugin that fails or cannot be found,
+so that every plugin's DEL is attempted (`delete`). libcni's DelNetworkList returns at
+the first failure, and a runtime retrying it never reaches the plugins before the
+failing one (a bridge's interface and host-local's address stay allocated while the
+last plugin of the list is missing).
 """
 from __future__ import annotations
 
@@ -183,22 +189,111 @@ def _describe(net: NetworkConfig, plugin: dict[str, Any]) -> str:
 
 
 def _annotated(e: CniError, net: NetworkConfig, plugin: dict[str, Any], index: int,
-               command: str) -> ChildError:
+               command: str, executed: bool = True) -> ChildError:
     """`e` as a ChildError whose msg says which plugin of which network failed
-    (libcni: 'plugin type="x" name="y" failed (add): ...'); code and details kept."""
+    (libcni: 'plugin type="x" name="y" failed (add): ...'); code and details kept,
+    e.msg as its `cause`; `executed` False when the plugin never ran."""
     return ChildError(e.code, f"plugin {_describe(net, plugin)} failed ({command.lower()}): "
                       f"{e.msg}", e.details, plugin=str(plugin.get("type")),
                       stderr=getattr(e, "stderr", ""), network=net.name, command=command,
-                      plugin_index=index)
+                      plugin_index=index, cause=e.msg, executed=executed)
 
 
 def _run(net: NetworkConfig, index: int, plugin: dict[str, Any], command: str, conf: dict[str, Any],
          env: invoke.PluginEnv, rt: RuntimeConf) -> dict[str, Any] | None:
     try:
         path = rt.executor.find(plugin["type"], rt.bin_dirs + rt.cni_path)
+    except CniError as e:
+        raise _annotated(e, net, plugin, index, command, executed=False) from e
+    try:
         return rt.executor.run(path, command, conf, env, rt.timeout)
     except CniError as e:
         raise _annotated(e, net, plugin, index, command) from e
+
+
+def _config(net: NetworkConfig, index: int, plugin: dict[str, Any], command: str,
+            rt: RuntimeConf, prev_result: dict[str, Any] | None) -> dict[str, Any]:
+    """plugin_config, a failure (a prevResult that does not convert) raised as the
+    plugin's ChildError, not executed (libcni: buildOneConfig's error is the plugin's)."""
+    try:
+        return plugin_config(net, plugin, rt, prev_result)
+    except CniError as e:
+        raise _annotated(e, net, plugin, index, command, executed=False) from e
+
+
+@dataclass(frozen=True)
+class AddFailure:
+    """Where a network's failed ADD stopped, which tells its DEL which plugins may hold
+    something of it: every plugin before `plugin` (its index in the list) returned a
+    result; `plugin` failed (`executed` False: it never ran, as it could not be found
+    or its stdin could not be built), with `code` and `msg` (its own message, without
+    the "plugin ... failed (add): " prefix); the plugins after it never ran.
+    `plugin` None: the ADD failed at a plugin not recorded (the state of an earlier
+    release, which recorded only that the ADD failed).
+    """
+    plugin: int | None
+    executed: bool = True
+    code: int = 0
+    msg: str = ""
+
+    @classmethod
+    def of(cls, e: CniError) -> AddFailure:
+        """The failure of an ADD that raised `e`: `add`'s ChildError of the plugin that
+        failed; any other error (an invalid container ID, ifname or network name, a
+        failure before `add` was called) ran no plugin (plugin 0, not executed)."""
+        if isinstance(e, ChildError) and e.command == "ADD" and e.plugin_index is not None:
+            return cls(e.plugin_index, e.executed, e.code, e.cause)
+        return cls(0, False, e.code, e.msg)
+
+    def excuse(self, index: int, error: CniError) -> str | None:
+        """Why the DEL failure `error` of plugin `index` leaves nothing of the ADD
+        allocated, so the DEL may be taken as done; None when it may not (the plugin
+        returned a result, or failed otherwise than its ADD did: it may hold something).
+
+        * a plugin after the failing one, or the failing one when it never ran: its ADD
+          never ran, so it holds nothing;
+        * the failing plugin failing with the code and message of its ADD (a macvlan
+          whose master does not exist fails both the same way, at its config): it got
+          no further than its ADD did, which returned an error instead of a result;
+        * `plugin` None (an earlier release's state): as that release did, any plugin.
+        """
+        if self.plugin is None:
+            return "the ADD of its network failed (the state, an earlier release's, " \
+                   "does not say at which plugin)"
+        if index > self.plugin:
+            return "its ADD never ran: the chain's ADD stopped at an earlier plugin"
+        if index == self.plugin and not self.executed:
+            return f"its ADD never ran: {self.msg}"
+        cause = error.cause if isinstance(error, ChildError) else error.msg
+        if index == self.plugin and (error.code, cause) == (self.code, self.msg):
+            return "it fails as its ADD did, which returned that error, not a result"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """{"plugin": int, "executed": bool, "code": int, "msg": str} (never for
+        `plugin` None)."""
+        return {"plugin": self.plugin, "executed": self.executed, "code": self.code,
+                "msg": self.msg}
+
+    @classmethod
+    def from_dict(cls, data: object) -> AddFailure | None:
+        """The AddFailure to_dict wrote, or None for anything else."""
+        if not isinstance(data, dict):
+            return None
+        plugin, executed = data.get("plugin"), data.get("executed")
+        code, msg = data.get("code"), data.get("msg")
+        if not (type(plugin) is int and plugin >= 0 and isinstance(executed, bool)
+                and type(code) is int and isinstance(msg, str)):
+            return None
+        return cls(plugin, executed, code, msg)
+
+
+@dataclass(frozen=True)
+class Excused:
+    """A plugin's DEL failure that leaves nothing of the ADD allocated: `error` (the
+    plugin's ChildError), `why` (AddFailure.excuse)."""
+    error: CniError
+    why: str
 
 
 def add(net: NetworkConfig, rt: RuntimeConf,
@@ -219,7 +314,7 @@ def add(net: NetworkConfig, rt: RuntimeConf,
     result = prev_result
     env = rt.plugin_env()
     for i, plugin in enumerate(net.plugins):
-        conf = plugin_config(net, plugin, rt, result)
+        conf = _config(net, i, plugin, "ADD", rt, result)
         out = _run(net, i, plugin, "ADD", conf, env, rt)
         if out is None:
             raise _annotated(DecodeFailure("it printed no result"), net, plugin, i,
@@ -231,20 +326,46 @@ def add(net: NetworkConfig, rt: RuntimeConf,
     return result
 
 
-def delete(net: NetworkConfig, rt: RuntimeConf, prev_result: dict[str, Any] | None) -> None:
-    """DEL: run every plugin in reverse order.
+def delete(net: NetworkConfig, rt: RuntimeConf, prev_result: dict[str, Any] | None,
+           failed_add: AddFailure | None = None) -> list[Excused]:
+    """DEL: run every plugin in reverse order (SPEC.md "Execution of Network
+    Configurations"), going on past a plugin that fails or cannot be found, so that
+    every plugin's DEL is attempted. libcni's DelNetworkList stops at the first
+    failure instead (module doc); plugins must tolerate a DEL of what is gone (SPEC.md
+    "DEL"), so a retry of the whole list is safe, as libcni's own retry is.
 
     prevResult (prev_result converted to net.cni_version) is given only when
-    net.cni_version >= 0.4.0 (SPEC.md 0.4.0, libcni DelNetworkList). The first
-    failure stops the chain and is raised as a ChildError naming the plugin, as
-    libcni does.
+    net.cni_version >= 0.4.0 (SPEC.md 0.4.0, libcni DelNetworkList).
+    `failed_add`: where the network's ADD stopped when it failed (None: it succeeded,
+    or was cut short without a failure, so every plugin may hold something). A failure
+    it excuses (AddFailure.excuse: the plugin holds nothing of that ADD) is returned,
+    for the caller to log; any other makes the DEL fail: one is raised as its
+    ChildError (naming the plugin, code and message its own, e.g. 7 for a plugin not
+    found), several as one CniError with the first one's code, each plugin's message
+    in msg and their details joined.
     """
     prev = prev_result if version.at_least(net.cni_version, "0.4.0") else None
     env = rt.plugin_env()
+    errors: list[CniError] = []
+    excused: list[Excused] = []
     for i in range(len(net.plugins) - 1, -1, -1):
         plugin = net.plugins[i]
-        conf = plugin_config(net, plugin, rt, prev)
-        _run(net, i, plugin, "DEL", conf, env, rt)
+        try:
+            _run(net, i, plugin, "DEL", _config(net, i, plugin, "DEL", rt, prev), env, rt)
+        except CniError as e:
+            why = failed_add.excuse(i, e) if failed_add is not None else None
+            if why is None:
+                errors.append(e)
+            else:
+                excused.append(Excused(e, why))
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise errors[0].reworded(
+            f"DEL failed for {len(errors)} plugins of network {net.name!r}: "
+            + "; ".join(e.msg for e in errors),
+            "; ".join(e.details for e in errors if e.details))
+    return excused
 
 
 def check(net: NetworkConfig, rt: RuntimeConf, prev_result: dict[str, Any] | None) -> None:

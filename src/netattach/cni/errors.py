@@ -160,12 +160,16 @@ class ChildError(CniError):
     `plugin` is the plugin type (executable name), `stderr` what it wrote on
     stderr (possibly truncated to its tail). When raised by the chain engine,
     `network` (network name), `command` ("ADD", "DEL"...) and `plugin_index`
-    (position in the list) say which plugin of which network failed.
+    (position in the list) say which plugin of which network failed; `cause` is the
+    failure's own message, without the engine's "plugin ... failed (add): " prefix;
+    `executed` is False when the plugin never ran (it could not be found, or its
+    stdin could not be built), True otherwise.
     """
 
     def __init__(self, code: int, msg: str, details: str = "", *, plugin: str = "",
                  stderr: str = "", network: str = "", command: str = "",
-                 plugin_index: int | None = None) -> None:
+                 plugin_index: int | None = None, cause: str = "",
+                 executed: bool = True) -> None:
         super().__init__(msg, details)
         self.code = code if isinstance(code, int) and not isinstance(code, bool) and code > 0 \
             else INTERNAL
@@ -174,6 +178,8 @@ class ChildError(CniError):
         self.network = network
         self.command = command
         self.plugin_index = plugin_index
+        self.cause = cause or self.msg
+        self.executed = executed
 
     def __repr__(self) -> str:
         return (f"ChildError(code={self.code}, msg={self.msg!r}, details={self.details!r}, "

@@ -454,7 +454,7 @@ class Hotplugger:
                                                              att.capability_args), None)
         except CniError as e:
             log.error("pod %s: hot-plug ADD of %s (%s) failed: %s", pod, att.network, ifname, e)
-            saved.add_failed = True
+            saved.mark_add_failed(e)
             self._delete(orch, req, conf, store, state, saved)
             self._count("failed")
             event("Warning", "ErrorAddingNetwork",
