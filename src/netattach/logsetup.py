@@ -111,8 +111,11 @@ def setup_logging(log_file: str | None, level: str, to_stderr: bool,
 
 
 def _open_append(path: str) -> int:
-    """`path` opened for appending, created 0600 (less under a stricter umask)."""
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    """`path` opened for appending, created 0600 (less under a stricter umask). A
+    symbolic link at `path` is not followed (OSError ELOOP): root never appends to a
+    file someone planted a link to (docs/security.md). Raises OSError."""
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                   0o600)
 
 
 def _write_all(fd: int, data: bytes) -> None:
