@@ -47,11 +47,26 @@ $(IMAGE_KEY_DIR)/bases.done: | image-sysdeps
 	$(SUDO) env IMAGE_KEY_DIR=$(IMAGE_KEY_DIR) $(IMAGE_SRC)/bases.sh
 
 # The archive gets the build's start time, as the executable of `make build` does.
+# An archive built from the same inputs (their names and contents, the bases' key, the
+# reference) is kept in the cache, the last IMAGE_ARCHIVES_KEPT of them: a fresh clone
+# of a commit built before copies it instead of building again (buildah's build is
+# reproducible from these inputs alone: the Containerfile pins every pip package).
+IMAGE_ARCHIVES := $(IMAGE_KEY_DIR)/archives
+IMAGE_ARCHIVES_KEPT := 4
 image: $(IMAGE_ARCHIVE)
 $(IMAGE_ARCHIVE): $(IMAGE_KEY_DIR)/bases.done $(IMAGE_INPUTS) | image-sysdeps
 	@mkdir -p $(@D)
 	@touch $(@D)/.started
-	$(SUDO) env IMAGE_KEY_DIR=$(IMAGE_KEY_DIR) $(IMAGE_SRC)/build.sh $(IMAGE_REF) $@
+	@digest=$$( { echo $(IMAGE_KEY) $(IMAGE_REF); sha256sum $(IMAGE_INPUTS); } | sha256sum | cut -c1-16); \
+	cached=$(IMAGE_ARCHIVES)/$$digest.tar; \
+	if [ -f $$cached ]; then \
+	  echo "make image: the inputs of $$cached, built before: copied"; \
+	  cp $$cached $@.tmp && mv $@.tmp $@; \
+	else \
+	  $(SUDO) env IMAGE_KEY_DIR=$(IMAGE_KEY_DIR) $(IMAGE_SRC)/build.sh $(IMAGE_REF) $@ && \
+	  mkdir -p $(IMAGE_ARCHIVES) && cp $@ $$cached.tmp && mv $$cached.tmp $$cached && \
+	  ls -1t $(IMAGE_ARCHIVES)/*.tar | tail -n +$$(( $(IMAGE_ARCHIVES_KEPT) + 1 )) | xargs -r rm -f; \
+	fi
 	@touch -r $(@D)/.started $@
 
 image-lock: $(IMAGE_KEY_DIR)/bases.done
