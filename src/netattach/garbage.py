@@ -30,6 +30,12 @@ With the retired configuration (retired.py, netattach being uninstalled) a valid
 without saved state is a sandbox netattach did not attach, the cluster default
 network's alone: it goes to the delegates as the runtime gave it instead.
 
+A container an operation runs on (its lock held: an ADD, a DEL, a hot-plug change) is
+never DEL-ed, whatever the runtime's list says: that list was made before, and a
+sandbox being ADDed now may not be in it. While any operation runs, or a state
+appeared since the listing, GC is not forwarded to the delegates either: an ADD
+running may be attaching what their GC would free; the runtime's next GC asks them.
+
 Failures do not stop the collection; they are reported together in one CniError.
 GC makes no API request, except where DEL's recovery of a damaged state asks.
 """
@@ -46,7 +52,7 @@ from .cni.errors import CniError, ConfigError, UnknownContainer, VersionError
 from .cni.request import CniRequest
 from .netconf import NetConf
 from .networks import resolve_cluster_network
-from .state import CorruptState, SavedState, StateError, StateStore, salvage
+from .state import CorruptState, LockBusy, SavedState, StateError, StateStore, salvage
 
 if TYPE_CHECKING:
     from .orchestrator import Orchestrator
@@ -92,9 +98,11 @@ def del_request(state: SavedState, cni_path: tuple[str, ...]) -> CniRequest:
 
 
 def _load_locked(store: StateStore, container_id: str) -> SavedState | None:
-    """The saved state, read under the container's lock so that an ADD or DEL running
-    now is finished first. Raises StateError (CorruptState for a damaged file)."""
-    with store.lock(container_id):
+    """The saved state, read under the container's lock, taken without waiting. Raises
+    LockBusy when an operation (an ADD, a DEL, a hot-plug change) runs on the container
+    now: it is in use, whatever the runtime's list says (the list was made before), so
+    GC leaves it alone. Raises StateError (CorruptState for a damaged file)."""
+    with store.lock(container_id, blocking=False):
         return store.load(container_id)
 
 
@@ -118,9 +126,14 @@ def cmd_gc(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
         raise e.within("GC") from None
 
     kept: dict[str, SavedState] = {}  # container ID -> state still saved after step 1
+    busy: list[str] = []  # containers an operation ran on: left alone
     for cid in ids:
         try:
             state = _load_locked(store, cid)
+        except LockBusy:
+            log.info("GC: an operation runs on container %s now: not DEL-ed", cid)
+            busy.append(cid)
+            continue
         except CorruptState as e:
             if cid in valid_ids:
                 errors.append(e.within(f"container {cid}"))
@@ -144,7 +157,13 @@ def cmd_gc(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
     store.prune_tombstones()
 
     unknown = sorted(p for p in valid if p[0] not in kept or kept[p[0]].ifname != p[1])
-    if unknown and conf.retired_conflist is not None:
+    busy += [c for c in _operations_now(store, set(ids)) if c not in busy]
+    if busy:
+        # an ADD running may be attaching what the delegates' GC would free: the children
+        # are not asked now (the runtime's next GC asks them)
+        log.info("GC: not forwarded to the delegates: an operation runs on container(s) %s",
+                 ", ".join(sorted(busy)))
+    elif unknown and conf.retired_conflist is not None:
         # netattach is being uninstalled (retired.py): a sandbox without state is one it
         # did not attach, the cluster default network's alone under the runtime's pair
         errors += _forward(orch, req, conf, kept, valid, unknown)
@@ -162,6 +181,17 @@ def cmd_gc(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
     if errors:
         raise errors[0].reworded(f"GC: {len(errors)} failures: " + "; ".join(e.msg for e in errors),
                                  "; ".join(e.details for e in errors if e.details))
+
+
+def _operations_now(store: StateStore, listed: set[str]) -> list[str]:
+    """Containers in use now: an operation holds their lock, or their state appeared
+    after GC listed the states (an ADD that started meanwhile). [] when the dir cannot
+    be read (the listing's error was reported already)."""
+    try:
+        return sorted(set(store.operations_running())
+                      | (set(store.container_ids()) - listed))
+    except StateError:
+        return []
 
 
 def _gc_del(orch: Orchestrator, request: CniRequest, conf: NetConf,

@@ -68,6 +68,11 @@ class StateError(IOFailure):
     (code 5)."""
 
 
+class LockBusy(StateError):
+    """The container's lock is held by an operation running now (StateStore.lock with
+    blocking=False)."""
+
+
 class CorruptState(StateError):
     """The state file was read but is not a whole state of this container: truncated,
     overwritten, or of an unknown format. `raw` is what was read, for `salvage`."""
@@ -774,8 +779,9 @@ class StateStore:
         return removed
 
     @contextlib.contextmanager
-    def lock(self, container_id: str) -> Iterator[None]:
-        """Hold the container's lock for the block (blocking; spec §7.3).
+    def lock(self, container_id: str, blocking: bool = True) -> Iterator[None]:
+        """Hold the container's lock for the block (spec §7.3): waiting for it, or, with
+        `blocking` False, raising LockBusy at once when an operation holds it.
 
         The lock file exists only while held: the holder unlinks it before
         releasing, and a waiter that then gets the flock on the unlinked inode
@@ -789,7 +795,12 @@ class StateStore:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             except OSError as e:
                 raise StateError(f"cannot open lock file {path}: {e.strerror}") from None
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                os.close(fd)
+                raise LockBusy(f"container {container_id}: an operation holds its lock "
+                               f"{path}") from None
             try:
                 same = os.fstat(fd).st_ino == os.lstat(path).st_ino
             except FileNotFoundError:

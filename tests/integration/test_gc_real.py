@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from netattach.state import StateStore
 from tests.testbed import netns as tb
 from tests.testbed.netns import HostEnv
 from tests.testbed.scenario import PluginRun, install_bin_dir, netattach_conf
@@ -262,4 +263,23 @@ def test_gc_recovers_a_damaged_state_of_a_stale_container_as_del_does(bed):
     assert run.code == 0, run.stdout + run.stderr
     assert "eth0" not in link_names(ns_b) and bed.allocations() == {ip_a.split("/")[0]: cid_a}
     assert bed.state_files() == sorted([f"{cid_a}.json", f"{cid_b}.json.corrupt"])
+    assert bed.run("DEL", cid_a, ns_a).code == 0
+
+
+def test_gc_never_deletes_a_container_an_operation_runs_on(bed):
+    """An operation holds container B's lock (here the test, as an ADD still attaching
+    would): GC leaves B alone although the runtime's list lacks it, and asks no child to
+    GC (B's attachments may be half made); once the lock is free the next GC DELs it."""
+    cid_a, ns_a, ip_a = add(bed)
+    cid_b, ns_b, ip_b = add(bed)
+    with StateStore(str(bed.env.state_dir)).lock(cid_b):
+        run = bed.gc((cid_a, "eth0"))
+        assert (run.code, run.stdout) == (0, ""), run.stdout + run.stderr
+        assert tb.addresses(ns_b, "eth0") == [ip_b]
+        assert sorted(bed.allocations().values()) == sorted([cid_a, cid_b])
+        assert bed.calls("DEL") == [] and bed.calls("GC") == []
+    run = bed.gc((cid_a, "eth0"))
+    assert (run.code, run.stdout) == (0, ""), run.stdout + run.stderr
+    assert [d["env"]["CNI_CONTAINERID"] for d in bed.calls("DEL")] == [cid_b]
+    assert bed.allocations() == {ip_a.split("/")[0]: cid_a} and len(bed.calls("GC")) == 1
     assert bed.run("DEL", cid_a, ns_a).code == 0
