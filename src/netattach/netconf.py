@@ -11,9 +11,12 @@ netattach adds `apiTimeout`, `delegateTimeout` and `readinessTimeout` (seconds),
 Specification files) and `resourceClaims` (networks from DRA ResourceClaims are read
 from the pod's spec; true makes ADD read the pod even when the runtime passes its
 annotations, so that claims are seen under containerd; false by default, so a thin
-ADD without claims keeps the one request less) and `hotplug` (thick mode: the node
+ADD without claims keeps the one request less), `hotplug` (thick mode: the node
 daemon attaches and detaches networks when a running pod's selection changes, for the
-sandboxes ADDed with it; false by default; daemon/hotplug.py). `apiTimeout` (5 s)
+sandboxes ADDed with it; false by default; daemon/hotplug.py), and the caps on what one
+pod may cost a node (issue 21): `maxNetworksPerPod` (DEFAULT_MAX_NETWORKS_PER_POD
+secondary networks) and `maxSameNetworkPerPod` (DEFAULT_MAX_SAME_NETWORK_PER_POD
+attachments of one NetworkAttachmentDefinition; networks.check_caps). `apiTimeout` (5 s)
 bounds all of an ADD's API requests and retry pauses together, not each request: an
 ADD never waits for the API server longer than that in total, then fails with code 11
 naming the server (or, for
@@ -33,7 +36,7 @@ from .cni.errors import ConfigError, VersionError
 from .devices import DEVINFO_DIR, KUBELET_SOCKET
 from .logsetup import LOG_LEVELS
 from .names import is_dns1123_label, network_name_problem
-from .selection import SelectionError, parse_network_selection
+from .selection import SelectionError, parse_network_selection, selection_counts
 
 DEFAULT_CONF_DIR = "/etc/cni/net.d"
 MULTUS_CONF_DIR = "/etc/cni/multus/net.d"
@@ -64,6 +67,21 @@ DEFAULT_BIN_DIR = "/opt/cni/bin"
 DEFAULT_NAMESPACE = "kube-system"
 DEFAULT_POD_RESOURCES_SOCKET = KUBELET_SOCKET
 DEFAULT_DEVICE_INFO_DIR = DEVINFO_DIR
+DEFAULT_MAX_NETWORKS_PER_POD = 32
+"""`maxNetworksPerPod`: the secondary networks one pod may have (its selection elements,
+`defaultNetworks` and its ResourceClaim networks together). A pod rarely has more than a
+handful; 32 leaves ample room for unusual pods while bounding what one tenant's
+annotation can make a node do: each network is an API request for its
+NetworkAttachmentDefinition, a chain of child plugins run on ADD and again on DEL, an
+interface, an IPAM allocation and an entry in the state file and the network-status
+(docs/security.md, "Bounded work per pod")."""
+DEFAULT_MAX_SAME_NETWORK_PER_POD = 4
+"""`maxSameNetworkPerPod`: how many of those may select the same
+NetworkAttachmentDefinition. Multi-net spec §4.2 allows repeats (one attachment and one
+interface per element), and two or three interfaces on one network is a real if rare
+pattern; beyond a few, repeats mostly drain the network's IPAM pool."""
+MAX_CAP = 1024
+"""The largest value either cap may be set to: the caps are bounds, not switches."""
 
 _STR = {"type": "string"}
 # A path with a NUL cannot name a file: refused here, not as an exception at its first use.
@@ -71,6 +89,7 @@ _NO_NUL = r"^[^\x00]*$"
 _PATH = {"type": "string", "minLength": 1, "pattern": _NO_NUL}
 _STR_LIST = {"type": "array", "items": {"type": "string"}}
 _SECONDS = {"type": "number", "exclusiveMinimum": 0, "maximum": 3600}
+_CAP = {"type": "integer", "minimum": 1, "maximum": MAX_CAP}
 
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -122,6 +141,9 @@ SCHEMA: dict[str, Any] = {
         # every plugin in binDir but the delegating meta-plugins
         "allowedPluginTypes": {"type": "array", "uniqueItems": True, "items": {
             "type": "string", "minLength": 1, "pattern": "^[^/\\x00]+$"}},
+        # bounded work per pod (issue 21): networks.check_caps
+        "maxNetworksPerPod": _CAP,
+        "maxSameNetworkPerPod": _CAP,
         # written by `netattach install` only, when netattach is uninstalled (retired.py)
         "retired": {"type": "object", "required": ["conflist"], "additionalProperties": False,
                     "properties": {"conflist": _PATH}},
@@ -143,7 +165,9 @@ class NetConf:
     configuration `netattach install` writes when netattach is uninstalled
     (retired.py); None otherwise. allowed_plugin_types: `allowedPluginTypes`, the
     plugin types a NetworkAttachmentDefinition's or a claim's config may name; None:
-    any but the delegating meta-plugins (networks.check_delegate).
+    any but the delegating meta-plugins (policy.check_delegate). max_networks_per_pod,
+    max_same_network_per_pod:
+    `maxNetworksPerPod` and `maxSameNetworkPerPod` (counts; networks.check_caps).
     """
     raw: dict[str, Any]
     name: str
@@ -175,6 +199,8 @@ class NetConf:
     hotplug: bool = False
     retired_conflist: str | None = None
     allowed_plugin_types: frozenset[str] | None = None
+    max_networks_per_pod: int = DEFAULT_MAX_NETWORKS_PER_POD
+    max_same_network_per_pod: int = DEFAULT_MAX_SAME_NETWORK_PER_POD
 
     @property
     def conf_dir(self) -> str:
@@ -193,10 +219,12 @@ def _invalid(key: str, reason: str, details: str = "") -> ConfigError:
     return ConfigError(f"invalid netattach configuration: key {key!r}: {reason}", details)
 
 
-def _check_default_networks(refs: list[str]) -> None:
+def _check_default_networks(refs: list[str], max_networks: int, max_same: int) -> None:
     """Raise ConfigError (7) unless `defaultNetworks` reads, joined, as the pod annotation's
     comma format (what ADD does with it): one [namespace/]name[@interface] per entry,
-    DNS-1123 names (§3.3), no interface twice. Checked before anything uses a name."""
+    DNS-1123 names (§3.3), no interface twice; and unless it fits the caps every pod's
+    networks must fit (`max_networks` entries, `max_same` of one NAD), or every pod
+    outside systemNamespaces would be refused. Checked before anything uses a name."""
     try:
         elements = parse_network_selection(",".join(refs), DEFAULT_NAMESPACE)
         index, reason = None, ("" if len(elements) == len(refs) else
@@ -207,6 +235,13 @@ def _check_default_networks(refs: list[str]) -> None:
         if index is None or index >= len(refs):
             raise _invalid("defaultNetworks", reason)
         raise _invalid(f"defaultNetworks.{index}", f"{refs[index]!r}: {reason}")
+    if len(elements) > max_networks:
+        raise _invalid("defaultNetworks", f"{len(elements)} networks, more than "
+                       f"maxNetworksPerPod ({max_networks}) allows a pod")
+    for ref, count in selection_counts(elements).items():
+        if count > max_same:
+            raise _invalid("defaultNetworks", f"names {ref} {count} times, more than "
+                           f"maxSameNetworkPerPod ({max_same}) allows a pod")
 
 
 def _unhonoured(config: dict[str, Any]) -> dict[str, str]:
@@ -251,7 +286,9 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         raise _invalid("multusNamespace", f"{namespace!r} is not a namespace name: a "
                        "DNS-1123 label (at most 63 lower-case alphanumerics or '-', starting "
                        "and ending alphanumeric)")
-    _check_default_networks(config.get("defaultNetworks", []))
+    max_networks = int(config.get("maxNetworksPerPod", DEFAULT_MAX_NETWORKS_PER_POD))
+    max_same = int(config.get("maxSameNetworkPerPod", DEFAULT_MAX_SAME_NETWORK_PER_POD))
+    _check_default_networks(config.get("defaultNetworks", []), max_networks, max_same)
     aux = config.get("auxiliaryCNIChainName") or None
     if aux is not None and network_name_problem(aux):
         raise _invalid("auxiliaryCNIChainName", f"{aux!r}: {network_name_problem(aux)} (it names "
@@ -304,4 +341,6 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         retired_conflist=retired,
         allowed_plugin_types=(frozenset(config["allowedPluginTypes"])
                               if "allowedPluginTypes" in config else None),
+        max_networks_per_pod=max_networks,
+        max_same_network_per_pod=max_same,
     )

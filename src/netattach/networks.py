@@ -41,6 +41,11 @@ class InvalidSelection(ConfigError):
     (code 7); the ADD records a Warning `InvalidNetworkSelection` event."""
 
 
+class OverCap(InvalidSelection):
+    """The pod has more secondary networks than a cap of netattach's configuration allows
+    (`check_caps`; code 7, as every invalid selection)."""
+
+
 class PodNotFound(TryAgain):
     """The API server answered that the pod does not exist (code 11: on ADD the pod may
     not be visible yet)."""
@@ -303,12 +308,15 @@ def check_isolation(conf: NetConf, pod: PodRef, element: selection.NetworkSelect
         f"pod's namespace and globalNamespaces: {allowed})")
 
 
-def selected_elements(conf: NetConf, pod: PodRef | None, annotations: dict[str, Any] | None
-                      ) -> tuple[list[selection.NetworkSelectionElement], int]:
+def selected_elements(conf: NetConf, pod: PodRef | None, annotations: dict[str, Any] | None,
+                      claims: int = 0) -> tuple[list[selection.NetworkSelectionElement], int]:
     """(the network selection elements of `defaultNetworks`, unless the pod is in a
     system namespace, then of the pod's `k8s.v1.cni.cncf.io/networks` annotation in
     `annotations` (None: the pod was not read); how many came from defaultNetworks).
-    Raises InvalidSelection (7) naming the pod."""
+    claims: how many networks the pod has from ResourceClaims, counted with the elements
+    against `maxNetworksPerPod` (`check_caps`). Pure: nothing is read, nothing runs.
+    Raises InvalidSelection (7) naming the pod: the annotation does not parse, or the
+    pod is over a cap (OverCap)."""
     elements: list[selection.NetworkSelectionElement] = []
     if conf.default_networks and not (pod and pod.namespace in conf.system_namespaces):
         elements += selection.parse_network_selection(",".join(conf.default_networks),
@@ -320,7 +328,43 @@ def selected_elements(conf: NetConf, pod: PodRef | None, annotations: dict[str, 
                 annotations.get(selection.NETWORKS_ANNOTATION, ""), pod.namespace)
         except selection.SelectionError as e:
             raise InvalidSelection(f"pod {pod}: {e}") from None
+        check_caps(conf, pod, elements, n_defaults, claims)
     return elements, n_defaults
+
+
+def check_caps(conf: NetConf, pod: PodRef, elements: list[selection.NetworkSelectionElement],
+               n_defaults: int, claims: int = 0) -> None:
+    """Refuse a pod whose secondary networks exceed a cap of `conf` (issue 21, "Bounded
+    work per pod": pod annotations come from tenants and must not cost a node unbounded
+    work), before any NetworkAttachmentDefinition is read and any child runs.
+
+    elements: defaultNetworks' elements then the pod's (selected_elements), the first
+    `n_defaults` of them from defaultNetworks; claims: the number of the pod's networks
+    from ResourceClaims. The caps are counts (netconf.NetConf): `maxNetworksPerPod`
+    bounds len(elements) + claims, `maxSameNetworkPerPod` how many elements select one
+    NetworkAttachmentDefinition (selection.selection_counts; §4.2 allows repeats).
+    Raises OverCap (7) whose message names the pod, the annotation, the conf key and
+    its value."""
+    total, own = len(elements) + claims, len(elements) - n_defaults
+    cap = conf.max_networks_per_pod
+    if total > cap:
+        others = [f"{n} from {where_from}" for n, where_from in
+                  ((n_defaults, "defaultNetworks"), (claims, "ResourceClaims")) if n]
+        more = f" (and {' and '.join(others)}: {total} in all)" if others else ""
+        raise OverCap(f"pod {pod}: {selection.NETWORKS_ANNOTATION} selects {own} "
+                      f"network{'' if own == 1 else 's'}{more}; at most {cap} are allowed "
+                      f"per pod (maxNetworksPerPod={cap} in netattach's configuration)")
+    cap = conf.max_same_network_per_pod
+    counts = selection.selection_counts(elements)
+    for ref, count in counts.items():
+        if count > cap:
+            defaults = selection.selection_counts(elements[:n_defaults]).get(ref, 0)
+            more = (f" (and defaultNetworks {defaults} time{'' if defaults == 1 else 's'}: "
+                    f"{count} in all)" if defaults else "")
+            raise OverCap(f"pod {pod}: {selection.NETWORKS_ANNOTATION} selects network {ref} "
+                          f"{count - defaults} times{more}; at most {cap} attachments of one "
+                          f"network are allowed per pod (maxSameNetworkPerPod={cap} in "
+                          "netattach's configuration)")
 
 
 def resolve_element(conf: NetConf, pod: PodRef | None, api: PodApi | None,
@@ -351,7 +395,9 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
     executor: where ADD will find the children: every delegate is checked with it
     (check_delegate) before any child runs.
     Raises CniError (its kind names the cause: KubeError when the API server could
-    not be asked, ConfigError for configs and the selection, ...).
+    not be asked, ConfigError for configs, InvalidSelection for the selection, OverCap
+    for a pod over a cap of `conf` (check_caps: its selection before any NAD is read,
+    with its ResourceClaim networks once they are known), ...). No child runs here.
     """
     pod_obj: dict[str, Any] | None = None
     # The claims are in the pod's spec, which the runtime does not pass: with
@@ -392,6 +438,8 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
             raise _unverifiable_device(pod, element, nad)
     device_map = _assign_devices(conf, pod, resources, secondaries)
     claim_networks = _claim_networks(pod, pod_obj, api, rebuild=not wait_for_pod)
+    if pod is not None and claim_networks:  # the elements were checked alone above
+        check_caps(conf, pod, elements, n_defaults, len(claim_networks))
     try:
         auxiliary = auxiliary_chain(conf, default[1].source)
         attachments = planning.plan_attachments(default, req.ifname, conf.runtime_config,

@@ -86,6 +86,7 @@ __all__ = [
     "NetworkSelectionElement",
     "SelectionError",
     "parse_network_selection",
+    "selection_counts",
 ]
 
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
@@ -290,6 +291,20 @@ def parse_network_selection(
         elements = _parse_comma_list(stripped, pod_namespace)
     _check_cross_element(elements)
     return elements
+
+
+def selection_counts(elements: list[NetworkSelectionElement]) -> dict[str, int]:
+    """How many of `elements` select each NetworkAttachmentDefinition: `"ns/name"`
+    (NetworkSelectionElement.ref) -> count, in the order of each one's first element.
+
+    The count is what a cap on repeats of one network bounds (netconf's
+    `maxSameNetworkPerPod`): §4.2 lets a pod select one network several times, one
+    attachment (and one interface) per element. Never raises.
+    """
+    counts: dict[str, int] = {}
+    for e in elements:
+        counts[e.ref] = counts.get(e.ref, 0) + 1
+    return counts
 
 
 def _check_cross_element(elements: list[NetworkSelectionElement]) -> None:

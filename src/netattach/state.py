@@ -9,7 +9,9 @@ wrote stays readable (`_READERS`), so an upgrade never strands a pod.
 Layout in `cniDir` (0700):
 * `<containerID>.json` (0600): the state. Compact JSON, the attachments (each with its
   delegate's raw config) before the final `format` key, so that a file cut short
-  still holds the attachments before the cut (`salvage`).
+  still holds the attachments before the cut (`salvage`). While an ADD runs its
+  children, the document is its plan and the progress of each attachment is
+  appended after it, one line per step (see "Progress" below).
 * `<containerID>.lock` (0600): exists only while an operation on the container runs.
 * `<containerID>.json.corrupt` (0600): a damaged state file DEL set aside for the admin.
 * `<containerID>.deleted` (empty, 0600): a tombstone: the last DEL of this container
@@ -18,6 +20,22 @@ Layout in `cniDir` (0700):
 Writes are atomic (atomicfile: temp file + fsync + rename + fsync of the directory),
 and no path here follows a symlink planted in the state dir (O_NOFOLLOW, and the
 directory is checked to be a real directory owned by us).
+
+Progress (issue 21: what an ADD writes grows linearly with its attachments): rewriting
+the whole state after each child, as earlier releases did, made an ADD of n attachments
+write O(n^2) bytes (about 758 MB for 1000). Instead the ADD saves its plan once
+(`StateStore.save_plan`: the document with `"progress": "appended"` in its header),
+then, before each child runs, appends one newline-led JSON record per step to the same
+file (`StateStore.record_progress`): `{"i": <index>}` marks attachment i attempted,
+`{"i": <index>, "result": {...}}` records its result too; then saves the whole state
+once more at the end (`save`, which drops the records). Each append is one write(2)
+with O_APPEND and survives the process as the saves did. A reader (`load`) of such a
+file takes an attachment as attempted only when a record says so: a record cut short
+by a kill does not parse and is skipped (each record starts on its own line, so a cut
+one never spoils the next). In the document itself every attachment of a plan is
+written attempted, so a reader that does not know the records (an earlier release,
+which takes the file for damaged and salvages it, or `salvage` itself) DELs every one
+of them, never fewer than ran.
 
 The lock serializes operations on one container (multi-net spec §7.3; CNI
 SPEC.md "the runtime must not invoke parallel operations for the same
@@ -52,7 +70,14 @@ A key that a reader of an earlier release may ignore without harm is added withi
 format, optional (`statusPending`: an earlier release's DEL, CHECK and GC do not need
 it); a new format number is for a change an earlier reader must not ignore, and makes
 every earlier release take the file for damaged (a rollback of the DaemonSet would then
-set aside every state of the node)."""
+set aside every state of the node). The progress records of an ADD under way (module
+doc) are within format 1 too: only a file of an ADD interrupted between its children
+has them, an earlier release takes it for damaged and salvages every attachment of it,
+all written attempted, so its DEL releases everything the ADD may have attached."""
+
+PROGRESS_APPENDED = "appended"
+"""The value of the `progress` key of a state saved by `StateStore.save_plan`: the
+attachments' progress is in the records appended after the document (module doc)."""
 
 TOMBSTONE_SECONDS = 7 * 24 * 3600.0
 """How long a tombstone is kept after the DEL that wrote it (see `Tombstones`)."""
@@ -323,9 +348,10 @@ class SavedState:
     def with_attachments(self, attachments: list[SavedAttachment]) -> SavedState:
         return replace(self, attachments=attachments)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, plan: bool = False) -> dict[str, Any]:
         """Format STATE_FORMAT, keys in the order of the file (attachments last but
-        `format`, see the module doc)."""
+        `format`, see the module doc). plan: the document `StateStore.save_plan` writes
+        (`progress` set, every attachment attempted)."""
         out: dict[str, Any] = {
             "containerID": self.container_id, "netns": self.netns, "ifname": self.ifname,
             "cniArgs": [list(kv) for kv in self.cni_args],
@@ -341,6 +367,11 @@ class SavedState:
         if self.hotplug:
             out["hotplug"] = self.hotplug.to_dict()
         out["attachments"] = [a.to_dict() for a in self.attachments]
+        if plan:
+            out["progress"] = PROGRESS_APPENDED
+            for a in out["attachments"]:
+                a["attempted"] = True  # for readers without the records (module doc)
+            out["attachments"] = out.pop("attachments")  # still last but `format`
         out["format"] = STATE_FORMAT
         return out
 
@@ -385,6 +416,48 @@ def _read_v1(data: dict[str, Any], container_id: str) -> SavedState | None:
 
 _READERS: dict[int, Callable[[dict[str, Any], str], SavedState | None]] = {1: _read_v1}
 """format -> reader. A new format adds a reader; none is ever removed."""
+
+
+def _decode(raw: bytes) -> tuple[Any, list[Any]]:
+    """(the JSON document at the start of `raw`, the progress records after it: each
+    newline-led line that parses, in order). Raises ValueError when `raw` is not UTF-8
+    or does not start with a JSON document, or has anything but whitespace after a
+    document without `progress` (module doc), as json.loads would."""
+    text = raw.decode("utf-8")
+    decoder = json.JSONDecoder()
+    start = len(text) - len(text.lstrip())
+    data, end = decoder.raw_decode(text, start)
+    rest = text[end:]
+    if not rest.strip():
+        return data, []
+    if not (isinstance(data, dict) and data.get("progress") == PROGRESS_APPENDED
+            and rest.startswith("\n")):
+        raise ValueError(f"extra data after the document at byte {end}")
+    records = []
+    for line in rest.split("\n"):
+        if line.strip():
+            try:
+                records.append(decoder.decode(line))
+            except (ValueError, RecursionError):
+                continue  # a record cut short by a kill (module doc)
+    return data, records
+
+
+def _apply_progress(state: SavedState, records: list[Any]) -> None:
+    """The attachments of a saved plan as its progress records say (module doc): each
+    attempted only when a record names it, with the result a record gives. A record
+    that is not {"i": index of an attachment, "result"?: object} is skipped."""
+    for a in state.attachments:
+        a.attempted, a.result = False, None
+    for r in records:
+        i = r.get("i") if isinstance(r, dict) else None
+        if not (isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(
+                state.attachments)):
+            continue
+        result = r.get("result")
+        state.attachments[i].attempted = True
+        if isinstance(result, dict):
+            state.attachments[i].result = result
 
 
 class Salvaged(NamedTuple):
@@ -531,7 +604,8 @@ class StateStore:
             os.chmod(self.dir, 0o700)
 
     def load(self, container_id: str) -> SavedState | None:
-        """The saved state, or None when there is none.
+        """The saved state, or None when there is none; a plan with progress records
+        (`save_plan`) as the records say.
 
         Raises StateError when the file exists but cannot be opened or read (a
         directory in its place included), CorruptState when what it holds is not a
@@ -550,7 +624,7 @@ class StateStore:
         except OSError as e:
             raise StateError(f"cannot read state file {path}: {e.strerror}") from None
         try:
-            data = json.loads(raw)
+            data, records = _decode(raw)
         except (ValueError, RecursionError) as e:
             raise CorruptState(f"state file {path} is corrupt: {e}", raw) from None
         fmt = data.get("format") if isinstance(data, dict) else None
@@ -562,6 +636,8 @@ class StateStore:
         if state is None:
             raise CorruptState(f"state file {path} is corrupt: containerID, ifname or "
                                "attachments are missing or malformed", raw)
+        if data.get("progress") == PROGRESS_APPENDED:
+            _apply_progress(state, records)
         return state
 
     def set_aside(self, container_id: str) -> str:
@@ -591,11 +667,46 @@ class StateStore:
         restart), not a power loss, after which the sandbox's netns and interfaces are
         gone anyway and DEL works from an older state or rebuilds from the API
         (delete.py, the recovery matrix)."""
+        self._write(state.container_id, state.to_dict(), durable)
+
+    def _write(self, container_id: str, doc: dict[str, Any], durable: bool) -> None:
         self.ensure_dir()
-        path = self._path(state.container_id, ".json")
-        data = json.dumps(state.to_dict(), separators=(",", ":")).encode()
+        path = self._path(container_id, ".json")
+        data = json.dumps(doc, separators=(",", ":")).encode()
         try:
             atomicfile.replace(path, data, 0o600, durable=durable)
+        except OSError as e:
+            raise StateError(f"cannot write state file {path}: {e.strerror}") from None
+
+    def save_plan(self, state: SavedState) -> None:
+        """Save an ADD's plan before its first child runs: `state` with no attachment
+        attempted yet, written atomically as `save(durable=False)` does, with
+        `progress` set (module doc), so that `record_progress` can append to it. Bytes
+        written: the size of the state. Raises StateError as `save`."""
+        assert not state.attempted(), "a plan is saved before any child runs"
+        self._write(state.container_id, state.to_dict(plan=True), durable=False)
+
+    def record_progress(self, state: SavedState, indexes: list[int]) -> None:
+        """Append to the plan `save_plan` saved one progress record per index of
+        `indexes` that is attempted in `state`: attachment i attempted, with its result
+        when it has one (module doc). Bytes written: the records only (the results'
+        size plus a few bytes each), so an ADD writes O(n) in all, not O(n^2). One
+        write(2) with O_APPEND, not fsync'ed (survives the process, as `save` with
+        durable=False). Raises StateError naming the file (gone, disk full...)."""
+        path = self._path(state.container_id, ".json")
+        data = b"".join(
+            b"\n" + json.dumps({"i": i, "result": state.attachments[i].result}
+                               if state.attachments[i].result is not None else {"i": i},
+                               separators=(",", ":")).encode()
+            for i in indexes if state.attachments[i].attempted)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
         except OSError as e:
             raise StateError(f"cannot write state file {path}: {e.strerror}") from None
 

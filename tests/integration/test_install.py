@@ -211,7 +211,8 @@ def test_help_documents_every_flag():
                  "--readiness-indicator-file", "--no-cleanup-on-exit", "--cni-dir",
                  "--once", "--check", "--run-dir", "--netconf-file", "--default-networks",
                  "--plugin-conf-dir", "--auxiliary-cni-chain-name", "--api-timeout",
-                 "--delegate-timeout", "--readiness-timeout", "--allowed-plugin-types"):
+                 "--delegate-timeout", "--readiness-timeout", "--allowed-plugin-types",
+                 "--max-networks-per-pod", "--max-same-network-per-pod"):
         assert flag in text, flag
 
 

@@ -146,9 +146,13 @@ def test_every_conf_key_flag_is_written_and_confdir_only_when_set(node):
     code, err = node.run("--once", "--default-networks", "net-a, other/net-b@data0",
                          "--plugin-conf-dir", "/etc/cni/multus/net.d",
                          "--auxiliary-cni-chain-name", "aux", "--api-timeout", "7",
-                         "--delegate-timeout", "90", "--readiness-timeout", "12.5")
+                         "--delegate-timeout", "90", "--readiness-timeout", "12.5",
+                         "--max-networks-per-pod", "40", "--max-same-network-per-pod", "2")
     assert code == 0, err
+    assert (plugin_conf(node)["maxNetworksPerPod"], plugin_conf(node)["maxSameNetworkPerPod"]) \
+        == (40, 2)
     conf = parse_netconf(plugin_conf(node))
+    assert (conf.max_networks_per_pod, conf.max_same_network_per_pod) == (40, 2)
     assert conf.default_networks == ("net-a", "other/net-b@data0")
     assert conf.conf_dirs == ("/etc/cni/multus/net.d",)
     assert conf.auxiliary_chain == "aux"
@@ -212,6 +216,10 @@ retryDeleteOnError: true
     ("logOptions: {maxSize: -1}\n", (), "key 'logOptions.maxSize'"),
     ("multusNamespace: Kube_System\n", (), "key 'multusNamespace'"),
     ("{}\n", ("--default-networks", "a,,b@"), "the installer's flags"),
+    ("maxNetworksPerPod: 0\n", (), "key 'maxNetworksPerPod'"),
+    ("maxSameNetworkPerPod: 1\n", ("--default-networks", "a@x,a@y"), "key 'defaultNetworks'"),
+    ("{}\n", ("--default-networks", "a,b", "--max-networks-per-pod", "1"),
+     "the installer's flags): invalid netattach configuration: key 'defaultNetworks'"),
 ])
 def test_refused_settings_fail_the_installer_naming_the_key(node, text, extra, says):
     """A refused key or value fails the installer at start (exit 1, nothing written but

@@ -602,3 +602,13 @@ def test_property_comma_round_trip(items):
     assert [(e.namespace, e.name, e.interface) for e in result] == [
         (ns[:-1] or NS, name, iface[1:] or None) for ns, name, iface in items
     ]
+
+
+def test_selection_counts_count_each_network_once_per_element():
+    """What maxSameNetworkPerPod bounds: elements per `ns/name`, in first-seen order;
+    the namespace is resolved first (§4.1.1), the interface does not matter."""
+    from netattach.selection import selection_counts
+    elements = parse_network_selection("a, ns1/a@x, b, other/a, a@y", "ns1")
+    assert selection_counts(elements) == {"ns1/a": 3, "ns1/b": 1, "other/a": 1}
+    assert list(selection_counts(elements)) == ["ns1/a", "ns1/b", "other/a"]
+    assert selection_counts([]) == {}

@@ -320,3 +320,115 @@ def test_files_the_release_before_issue_9_wrote_are_read_whole(tmp_path, name, a
     # written again by this release, it reads back the same
     StateStore(str(tmp_path)).save(loaded)
     assert StateStore(str(tmp_path)).load("c1") == loaded
+
+
+# ---------------------------------------------------------------- an ADD's progress (issue 21)
+
+def plan(cid: str = "abc", n: int = 3) -> SavedState:
+    """An ADD's plan: n attachments, none attempted yet."""
+    return state(cid, *(SavedAttachment(network=f"ns/net{i}", ifname=f"net{i}",
+                                        source=f"ns/net{i}", config={"type": "bridge"})
+                         for i in range(n)))
+
+
+def progress(loaded: SavedState) -> list[tuple[bool, object]]:
+    return [(a.attempted, a.result) for a in loaded.attachments]
+
+
+def test_a_plan_and_its_appended_progress_read_as_the_add_left_them(tmp_path):
+    """save_plan, then one record_progress per child (the ADD's order: this mark with
+    the result of the one before): load gives exactly the attempted marks and results
+    recorded so far, never a mark from the document itself."""
+    store = StateStore(str(tmp_path))
+    s = plan()
+    store.save_plan(s)
+    assert progress(store.load("abc")) == [(False, None)] * 3
+    s.attachments[0].attempted = True
+    store.record_progress(s, [0])
+    assert progress(store.load("abc")) == [(True, None), (False, None), (False, None)]
+    s.attachments[0].result = {"cniVersion": "1.0.0", "ips": []}
+    s.attachments[1].attempted = True
+    store.record_progress(s, [0, 1])
+    assert progress(store.load("abc")) == [
+        (True, {"cniVersion": "1.0.0", "ips": []}), (True, None), (False, None)]
+    # the final save rewrites the whole state: the records are gone, the flags are its own
+    store.save(s)
+    assert b"progress" not in (tmp_path / "abc.json").read_bytes()
+    assert store.load("abc") == s
+
+
+def test_the_plan_document_alone_takes_every_attachment_as_attempted(tmp_path):
+    """Readers that do not know the records (an earlier release, which takes the file for
+    damaged and salvages it; salvage itself) DEL every planned attachment, never fewer
+    than ran: every attachment is written attempted in the document."""
+    from netattach.state import salvage
+    store = StateStore(str(tmp_path))
+    s = plan()
+    store.save_plan(s)
+    s.attachments[0].attempted = True
+    store.record_progress(s, [0])
+    raw = (tmp_path / "abc.json").read_bytes()
+    with pytest.raises(ValueError):
+        json.loads(raw)  # what an earlier release's load does: then it salvages
+    salvaged = salvage(raw, "abc")
+    assert salvaged.complete and [a.attempted for a in salvaged.attachments] == [True] * 3
+    assert salvaged.header["progress"] == "appended"
+
+
+def test_a_record_cut_short_by_a_kill_is_skipped_and_spoils_nothing_else(tmp_path):
+    """A kill may cut the last write anywhere: a record that does not parse is skipped,
+    and the ones before it hold."""
+    store = StateStore(str(tmp_path))
+    s = plan()
+    store.save_plan(s)
+    for i in range(2):
+        s.attachments[i].attempted = True
+        store.record_progress(s, [i])
+    s.attachments[1].result = {"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.2/24"}]}
+    s.attachments[2].attempted = True
+    path = tmp_path / "abc.json"
+    before = path.read_bytes()
+    store.record_progress(s, [1, 2])
+    whole = path.read_bytes()
+    for cut in range(len(before), len(whole)):
+        path.write_bytes(whole[:cut])
+        got = progress(store.load("abc"))
+        assert got[0] == (True, None)
+        assert got[1][0] is True and got[2] == (False, None), cut
+    path.write_bytes(whole)
+    assert progress(store.load("abc"))[1:] == [(True, s.attachments[1].result), (True, None)]
+
+
+@pytest.mark.parametrize("tail", [b'\n{"i":7}', b'\n{"i":-1}', b'\n{"i":true}', b"\n[1]",
+                                  b'\n{"i":"0"}', b"\n\xff"])
+def test_records_that_name_no_attachment_are_skipped(tmp_path, tail):
+    store = StateStore(str(tmp_path))
+    store.save_plan(plan())
+    with open(tmp_path / "abc.json", "ab") as f:
+        f.write(tail)
+    if tail == b"\n\xff":  # not UTF-8: the file is damaged
+        with pytest.raises(StateError, match="corrupt"):
+            store.load("abc")
+    else:
+        assert progress(store.load("abc")) == [(False, None)] * 3
+
+
+def test_anything_after_a_whole_state_is_damage(tmp_path):
+    """Only a plan (`progress` in its header) may have records after it."""
+    store = StateStore(str(tmp_path))
+    store.save(state("abc", ATT))
+    with open(tmp_path / "abc.json", "ab") as f:
+        f.write(b'\n{"i":0}')
+    with pytest.raises(StateError, match="corrupt"):
+        store.load("abc")
+
+
+def test_progress_of_a_state_file_that_is_gone_fails_naming_it(tmp_path):
+    store = StateStore(str(tmp_path))
+    s = plan()
+    store.save_plan(s)
+    (tmp_path / "abc.json").unlink()
+    s.attachments[0].attempted = True
+    with pytest.raises(StateError, match="abc.json") as e:
+        store.record_progress(s, [0])
+    assert e.value.code == 5 and not (tmp_path / "abc.json").exists()

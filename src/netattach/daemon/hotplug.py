@@ -360,7 +360,9 @@ class Hotplugger:
                            f"{default_now or 'none'!r}): the cluster default network of a "
                            "running pod is not changed")
         try:
-            elements, _ = networks.selected_elements(conf, pod, annotations)
+            # the caps (networks.check_caps) count the sandbox's claim networks too
+            elements, _ = networks.selected_elements(
+                conf, pod, annotations, claims=sum(1 for a in state.attachments if a.claim))
         except CniError as e:
             self._refuse(state.container_id, refused + [e.msg], pod, event)
             return set()

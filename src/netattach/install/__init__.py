@@ -43,7 +43,7 @@ from typing import Any
 
 from ..cni.version import SUPPORTED_VERSIONS
 from ..logsetup import LOG_LEVELS
-from ..netconf import NetConf
+from ..netconf import MAX_CAP, NetConf
 from .binary import tree_digest
 from .files import InstallError
 from .kubeconfig import KUBECONFIG_SUBDIR
@@ -60,6 +60,16 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not 0 < value <= 86400:
         raise argparse.ArgumentTypeError(f"seconds must be in (0, 86400]: {text!r}")
+    return value
+
+
+def _cap(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= MAX_CAP:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_CAP}: {text!r}")
     return value
 
 
@@ -164,6 +174,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "NetworkAttachmentDefinitions and claims may name "
                         "(docs/security.md). Default: not written, any plugin in the bin "
                         "dir but a delegating meta-plugin")
+    for flag, key, plugin_default, what in (
+            ("--max-networks-per-pod", "maxNetworksPerPod", NetConf.max_networks_per_pod,
+             "the secondary networks one pod may have (its annotation's elements, "
+             "defaultNetworks and its ResourceClaim networks together)"),
+            ("--max-same-network-per-pod", "maxSameNetworkPerPod",
+             NetConf.max_same_network_per_pod,
+             "how many of a pod's networks may select the same NetworkAttachmentDefinition")):
+        g.add_argument(flag, type=_cap, default=None,
+                       help=f"{key}: {what}; a pod over it is refused with code 7 before "
+                            f"anything runs (docs/security.md). Default: not written (the "
+                            f"plugin's {plugin_default})")
     g.add_argument("--multus-namespace", default=None,
                    help="multusNamespace, where clusterNetwork/defaultNetworks NADs are looked "
                         "up. Default: the plugin's, kube-system")

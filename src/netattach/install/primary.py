@@ -217,6 +217,9 @@ class PluginSettings:
     delegate_timeout: float | None = None
     readiness_timeout: float | None = None
     """apiTimeout, delegateTimeout, readinessTimeout: seconds."""
+    max_networks_per_pod: int | None = None
+    max_same_network_per_pod: int | None = None
+    """maxNetworksPerPod, maxSameNetworkPerPod: the caps on a pod's networks (counts)."""
     resource_claims: bool = False
     """resourceClaims: ADD reads the pod even when the runtime passes its annotations."""
     hotplug: bool = False
@@ -256,6 +259,10 @@ class PluginSettings:
                              ("readinessTimeout", self.readiness_timeout)):
             if seconds is not None:
                 plugin[key] = seconds
+        for key, cap in (("maxNetworksPerPod", self.max_networks_per_pod),
+                         ("maxSameNetworkPerPod", self.max_same_network_per_pod)):
+            if cap is not None:
+                plugin[key] = cap
         if self.resource_claims:
             plugin["resourceClaims"] = True
         if self.hotplug:
@@ -286,6 +293,8 @@ def plugin_settings(args: Any, kubeconfig: str, plugin_type: str) -> PluginSetti
         default_networks=networks, auxiliary_chain=args.auxiliary_cni_chain_name,
         api_timeout=args.api_timeout, delegate_timeout=args.delegate_timeout,
         readiness_timeout=args.readiness_timeout,
+        max_networks_per_pod=args.max_networks_per_pod,
+        max_same_network_per_pod=args.max_same_network_per_pod,
         resource_claims=args.resource_claims, hotplug=args.hotplug, plugin_type=plugin_type,
         daemon_socket_dir=args.daemon_socket_dir if args.mode == "thick" else None)
 
