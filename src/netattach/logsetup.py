@@ -184,9 +184,22 @@ class _AppendHandler(logging.Handler):
 
 def _stamp(seconds: float) -> str:
     """lumberjack's backup time: UTC `2006-01-02T15-04-05.000` (milliseconds)."""
+    return _stamp_ms(int(seconds * 1000))
+
+
+def _stamp_ms(milli: int) -> str:
+    """_stamp of a time in whole milliseconds since the epoch."""
     import time
-    whole, milli = divmod(int(seconds * 1000), 1000)
-    return f"{time.strftime(_STAMP, time.gmtime(whole))}.{milli:03d}"
+    whole, ms = divmod(milli, 1000)
+    return f"{time.strftime(_STAMP, time.gmtime(whole))}.{ms:03d}"
+
+
+def _stamp_milli(stamp: str) -> int:
+    """The time in milliseconds since the epoch of a _stamp. Raises ValueError."""
+    import calendar
+    import time
+    whole, ms = stamp.rsplit(".", 1)
+    return calendar.timegm(time.strptime(whole, _STAMP)) * 1000 + int(ms)
 
 
 def _same_file(path: str, st: os.stat_result) -> bool:
@@ -318,15 +331,29 @@ class _RotatingHandler(_AppendHandler):
 
     def _backup_name(self) -> str:
         """lumberjack's `<name>-<UTC now>.<ext>`; the next millisecond while the name
-        (or its .gz, or anything planted there) exists, so no backup is overwritten.
-        Holds the lock, so no other netattach process picks a name meanwhile."""
+        (or its .gz, or anything planted there) exists or is not later than every
+        backup's: rotations faster than one a millisecond get names ahead of the clock,
+        and a later one must never take a pruned earlier name, which would make it the
+        oldest backup (pruned first). Holds the lock, so no other netattach process
+        picks a name meanwhile."""
         import time
-        now = time.time()
+        try:
+            newest = max((g.stamp for g in self._generations()), default="")
+        except OSError:
+            newest = ""
+        milli = int(time.time() * 1000)
+        if newest >= _stamp_ms(milli):
+            try:
+                milli = _stamp_milli(newest) + 1
+            except ValueError:
+                pass
         while True:
-            path = os.path.join(self.dir, f"{self.prefix}{_stamp(now)}{self.ext}")
-            if not os.path.lexists(path) and not os.path.lexists(path + ".gz"):
+            stamp = _stamp_ms(milli)
+            path = os.path.join(self.dir, f"{self.prefix}{stamp}{self.ext}")
+            if (stamp > newest and not os.path.lexists(path)
+                    and not os.path.lexists(path + ".gz")):
                 return path
-            now += 0.001
+            milli += 1
 
     def _generations(self) -> list[_Generation]:
         """The backups beside the file, newest first: regular files (not links) named
