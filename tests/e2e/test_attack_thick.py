@@ -22,7 +22,6 @@ other pod's ADD answered).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import subprocess
