@@ -27,6 +27,18 @@ A rollback (or an ADD that attached nothing) that leaves nothing behind removes 
 state and writes the container's tombstone, so the runtime's cleanup DEL is quiet and
 needs no API request; one that leaves something keeps the state, so that DEL retries
 it and fails loudly while it fails.
+
+Abandoned (issue 21, "Bounded work per pod"): when the caller stops waiting for the
+answer (Orchestrator.abandoned: the node daemon's shim closed its connection, because
+the runtime gave up or was killed, or the shim's own answer timeout passed), the ADD
+stops at its next step: before its plan is made (its marker saved, so a tombstone
+replaces it), before each attachment and after the last one; never while a child runs,
+nor while it waits for the readiness indicator file (bounded by `readinessTimeout`,
+and the same for every pod of the node). It then fails as a failed ADD does
+(Abandoned, code 11, the Warning event): every attempted attachment is rolled back by
+the rules above. A runtime that gave up DELs the sandbox anyway; without this, an ADD
+nobody waits for would go on holding one of the daemon's workers through every network
+its pod selected.
 """
 from __future__ import annotations
 
@@ -105,6 +117,22 @@ def wait_ready(conf: NetConf) -> None:
                    f"not appear within {conf.readiness_timeout:.0f} s")
 
 
+class Abandoned(TryAgain):
+    """The ADD's caller stopped waiting for its answer (Orchestrator.abandoned; module
+    doc, "Abandoned"): code 11, as the runtime gave up and will try again."""
+
+
+def _check_abandoned(orch: Orchestrator, pod: PodRef | None, step: str) -> None:
+    """Raise Abandoned, its message naming the pod and the `step` not taken ("before
+    network x (interface net1)"), when orch.abandoned() says the caller gave up."""
+    if orch.abandoned():
+        raise Abandoned(f"{where(pod)}: ADD abandoned {step}: the runtime stopped waiting "
+                        "for its answer (its connection to the node daemon closed: it gave "
+                        "up, was killed, or the shim's answer timeout passed)",
+                        "every attachment it had attempted, if any, was DEL-ed as for a "
+                        "failed ADD")
+
+
 def _event(api: PodApi | None, pod: PodRef | None, type_: str, reason: str,
            message: str) -> None:
     """Record an Event on the pod; best effort (a failure is logged, never fatal)."""
@@ -145,6 +173,7 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
     store.save(state, durable=False)  # before the first API request
     store.forget_deleted(req.container_id)
     try:
+        _check_abandoned(orch, pod, "before its plan was made")
         plan = build_plan(req, conf, pod, api, executor=orch.executor)
     except BaseException:
         store.release(req.container_id)  # nothing was attached
@@ -238,6 +267,7 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
     3.), on the plan `store.save_plan` saved. Raises _AttachFailed."""
     results: list[dict[str, Any]] = []
     for i, att in enumerate(plan.attachments):
+        _abandon_step(orch, pod, state, f"before network {att.network} (interface {att.ifname})")
         saved = state.attachments[i]
         saved.attempted = True
         try:
@@ -259,6 +289,7 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
         results.append(result)
         saved.result = result
         log.info("%s: attached network %s as %s", where(pod), att.network, att.ifname)
+    _abandon_step(orch, pod, state, "after its last attachment, before its answer")
     if plan.attachments:
         try:
             store.save(state)  # the last attachment's result: the one fsync'ed
@@ -266,6 +297,17 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
             log.warning("%s: cannot save result of %s: %s", where(pod),
                         plan.attachments[-1].network, e)
     return results
+
+
+def _abandon_step(orch: Orchestrator, pod: PodRef | None, state: SavedState, step: str) -> None:
+    """_check_abandoned between two steps of _attach_all: raises _AttachFailed (the
+    caller rolls back every attempted attachment) when the caller gave up."""
+    try:
+        _check_abandoned(orch, pod, step)
+    except Abandoned as e:
+        log.warning("%s; rolling back %d attempted attachment(s)", e.msg,
+                    len(state.attempted()))
+        raise _AttachFailed(e) from None
 
 
 def rollback(orch: Orchestrator, req: CniRequest, conf: NetConf, state: SavedState,

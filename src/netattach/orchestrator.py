@@ -12,7 +12,12 @@ invoke.Exec:
   runtime's, and GC's of a stale container), before its lock is taken: the API seam's
   writes still queued for it are dropped (the node daemon: `Publisher.cancel`, which
   also waits for a status write being sent, not for an Event). Thin mode queues none
-  (a no-op).
+  (a no-op);
+* `abandoned`: () -> True once whoever asked for the operation stopped waiting for
+  its answer (the node daemon: the shim's connection closed, server.peer_gone). An
+  ADD asks it between its steps, never while a child runs, and once it is true stops
+  and rolls back as a failed ADD does (add.py, "Abandoned"). Thin mode: never (the
+  runtime's kill ends the process itself).
 Thin mode (`thin()`) hands it the live client and the process executor; unit tests
 hand it fakes and table-test ADD rollback and DEL recovery without root.
 
@@ -43,6 +48,11 @@ def _nothing_queued(container_id: str) -> None:
     """Thin mode's drop_writes: it sends every write before answering."""
 
 
+def _never() -> bool:
+    """Thin mode's abandoned: the runtime that gives up kills the process itself."""
+    return False
+
+
 @dataclass(frozen=True)
 class Orchestrator:
     """The seams of one netattach (see the module doc)."""
@@ -51,6 +61,7 @@ class Orchestrator:
     clock: Callable[[], float] = time.time
     libcni_cache_dir: str = CACHE_DIR
     drop_writes: Callable[[str], None] = _nothing_queued
+    abandoned: Callable[[], bool] = _never
 
     def store(self, conf: NetConf) -> StateStore:
         """The state files of `conf.cni_dir`."""

@@ -24,8 +24,14 @@ The wire protocol (daemon/server.py, `read_request` and `answer`, is the other e
 * answer: the exit status in decimal, a newline, then exactly the bytes for stdout (a
   CNI result or error document, or nothing); the daemon then closes.
 
+The shim waits for the answer at most `answer_timeout` seconds once connected (the
+conf's readiness wait, apiTimeout and delegateTimeout for the networks the conf names
+and one more for the pod's own selection, plus ANSWER_MARGIN); then it closes the
+connection, which makes the daemon abandon an ADD at its next step and roll it back
+(src/netattach/add.py, "Abandoned"), and goes on as below.
+
 When the daemon does not answer (no socket, connection refused, the connection closed
-before a whole answer):
+before a whole answer, no answer within answer_timeout):
 * DEL, GC and CHECK, which work from saved state, are run by the thin-mode plugin
   `netattach` (the `netattach` beside the shim in its bundle, else in the shim's
   directory), exec'd in this process with the same environment and stdin: a pod can
@@ -34,8 +40,8 @@ before a whole answer):
   tombstone.)
 * ADD waits up to ADD_WAIT_SECONDS for the socket to accept, then fails with code 11
   naming the socket. An ADD whose connection broke after it was sent (the daemon died
-  mid-ADD) is never sent again: it fails with code 11 at once, and the runtime's DEL
-  undoes what the daemon saved.
+  mid-ADD, or its answer timeout passed) is never sent again: it fails with code 11 at
+  once, and the runtime's DEL undoes what the daemon saved.
 * STATUS fails with code 50 (the plugin is not available), naming the socket.
 * VERSION is answered here, without the daemon.
 """
@@ -53,6 +59,9 @@ ADD_WAIT_SECONDS = 10.0
 """How long an ADD waits for the daemon's socket to accept before failing with code 11:
 a daemon restarting (DaemonSet rollout, a crash) is back within seconds, and the kubelet
 retries a failed sandbox anyway."""
+ANSWER_MARGIN = 10.0
+"""Seconds of answer_timeout beyond the conf's budgets: the daemon's queue, its state
+writes and the API reads its caches miss."""
 MAX_ANSWER = 64 << 20
 CNI_ENV = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS",
            "CNI_PATH")
@@ -61,11 +70,13 @@ TRY_AGAIN, NOT_AVAILABLE, INTERNAL = 11, 50, 999
 
 
 class NoAnswer(Exception):
-    """The daemon did not answer; `sent` when the request may have reached it."""
+    """The daemon did not answer; `sent` when the request may have reached it,
+    `timed_out` when answer_timeout passed (the shim closed the connection)."""
 
-    def __init__(self, message: str, sent: bool):
+    def __init__(self, message: str, sent: bool, timed_out: bool = False):
         super().__init__(message)
         self.sent = sent
+        self.timed_out = timed_out
 
 
 def socket_path(config: object) -> str:
@@ -75,13 +86,58 @@ def socket_path(config: object) -> str:
     return os.path.join(d if isinstance(d, str) and d else DEFAULT_SOCKET_DIR, SOCKET_NAME)
 
 
+def _seconds(config: dict, key: str, default: float) -> float:
+    """config[key] when it is a positive finite number of seconds, else `default` (the
+    daemon refuses a bad value with code 7 naming the key)."""
+    value = config.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and 0 < value < float("inf"):
+        return float(value)
+    return default
+
+
+def answer_timeout(config: object) -> float:
+    """Seconds the shim waits for the daemon's answer once connected, from the decoded
+    stdin (netattach's conf; its defaults for what it leaves out, as
+    src/netattach/netconf.py has them):
+
+        readinessTimeout (30; only with readinessindicatorfile, which an ADD waits for)
+        + apiTimeout (5: all of an ADD's API requests)
+        + delegateTimeout (60) x (2 + the number of defaultNetworks)
+        + ANSWER_MARGIN (10)
+
+    that is 135 s with the defaults. The networks the conf names (clusterNetwork, each
+    of defaultNetworks) get one delegateTimeout each, and the pod's own selection one in
+    all, whatever it names: a pod does not get more of the node daemon's time by
+    selecting more networks (issue 21, "Bounded work per pod"). The runtime's own
+    deadline (the kubelet's --runtime-request-timeout, 2 min) may end the shim first;
+    either way the daemon abandons the ADD when the connection closes."""
+    c = config if isinstance(config, dict) else {}
+    ready = _seconds(c, "readinessTimeout", 30.0) if c.get("readinessindicatorfile") else 0.0
+    networks = c.get("defaultNetworks")
+    named = 1 + (len(networks) if isinstance(networks, list) else 0)
+    return (ready + _seconds(c, "apiTimeout", 5.0)
+            + _seconds(c, "delegateTimeout", 60.0) * (named + 1) + ANSWER_MARGIN)
+
+
+SETTINGS_KEYS = (b"daemonSocketDir", b"apiTimeout", b"delegateTimeout", b"readinessTimeout",
+                 b"readinessindicatorfile", b"defaultNetworks")
+"""The keys of stdin the shim reads (socket_path, answer_timeout)."""
+
+
+def settings_of(stdin: bytes) -> tuple[str, float]:
+    """(socket_path, answer_timeout) of stdin, decoding it only when it may hold one of
+    SETTINGS_KEYS: a JSON object key spells one either literally or with a `\\u`
+    escape, so stdin holding neither has none, whatever else it holds."""
+    if b"\\u" not in stdin and not any(key in stdin for key in SETTINGS_KEYS):
+        return os.path.join(DEFAULT_SOCKET_DIR, SOCKET_NAME), answer_timeout(None)
+    config = _decode(stdin)
+    return socket_path(config), answer_timeout(config)
+
+
 def socket_path_of(stdin: bytes) -> str:
-    """socket_path of stdin, decoding it only when it may hold the key: a JSON object
-    key spells `daemonSocketDir` either literally or with a `\\u` escape, so stdin
-    holding neither has no such key, whatever else it holds."""
-    if b"daemonSocketDir" not in stdin and b"\\u" not in stdin:
-        return os.path.join(DEFAULT_SOCKET_DIR, SOCKET_NAME)
-    return socket_path(_decode(stdin))
+    """socket_path of stdin (settings_of)."""
+    return settings_of(stdin)[0]
 
 
 class _ScanContext:
@@ -128,14 +184,18 @@ def request_bytes(environ: dict[str, str], stdin: bytes) -> bytes:
     return env + b"\0" + stdin
 
 
-def ask(path: str, environ: dict[str, str], stdin: bytes, wait: float = 0.0) -> tuple[int, bytes]:
+def ask(path: str, environ: dict[str, str], stdin: bytes, wait: float = 0.0,
+        timeout: float = 135.0) -> tuple[int, bytes]:
     """Send one CNI call to the daemon at `path`; returns (exit status, stdout bytes).
 
-    wait: seconds to keep retrying a socket that is absent or refuses (0: try once).
-    Raises NoAnswer (`sent` False when nothing was sent)."""
+    wait: seconds to keep retrying a socket that is absent or refuses (0: try once);
+    timeout: seconds for the answer once connected (answer_timeout), for a connect that
+    blocks too (the daemon's backlog is full). Raises NoAnswer (`sent` False when
+    nothing was sent, `timed_out` when the timeout passed after sending)."""
     deadline = time.monotonic() + wait
     while True:
         s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+        s.settimeout(timeout)
         try:
             s.connect(path)
             break
@@ -147,18 +207,27 @@ def ask(path: str, environ: dict[str, str], stdin: bytes, wait: float = 0.0) -> 
         except OSError as e:
             s.close()
             raise NoAnswer(f"netattach daemon socket {path}: {e.strerror or e}", False) from None
+    answer_by = time.monotonic() + timeout
     try:
         try:
             s.sendall(request_bytes(environ, stdin))
             s.shutdown(_socket.SHUT_WR)
             chunks = []
             size = 0
-            while chunk := s.recv(1 << 16):
+            while True:
+                s.settimeout(max(answer_by - time.monotonic(), 0.001))
+                chunk = s.recv(1 << 16)
+                if not chunk:
+                    break
                 chunks.append(chunk)
                 size += len(chunk)
                 if size > MAX_ANSWER:
                     raise NoAnswer(f"netattach daemon at {path}: answer larger than "
                                    f"{MAX_ANSWER} bytes", True)
+        except TimeoutError:
+            raise NoAnswer(f"netattach daemon at {path}: no answer within {timeout:g} s (the "
+                           "shim's answer timeout, from the conf's readinessTimeout, "
+                           "apiTimeout and delegateTimeout)", True, True) from None
         except OSError as e:
             raise NoAnswer(f"netattach daemon at {path}: connection lost ({e.strerror or e})",
                            True) from None
@@ -237,11 +306,12 @@ def shim(environ: dict[str, str], stdin: bytes) -> tuple[int, bytes]:
         versions = ", ".join(f'"{v}"' for v in SUPPORTED_VERSIONS)
         return 0, (f'{{"cniVersion": "{_cni_version(stdin)}", '
                    f'"supportedVersions": [{versions}]}}').encode()
-    path = socket_path_of(stdin)
+    path, timeout = settings_of(stdin)
     try:
-        return ask(path, environ, stdin, ADD_WAIT_SECONDS if command == "ADD" else 0.0)
+        return ask(path, environ, stdin, ADD_WAIT_SECONDS if command == "ADD" else 0.0,
+                   timeout)
     except NoAnswer as e:
-        why, sent = str(e), e.sent
+        why, sent, timed_out = str(e), e.sent, e.timed_out
     if command in FROM_STATE:
         run_thin(environ, stdin, why)
         return 1, error(_cni_version(stdin), INTERNAL, f"{why}; and no thin-mode netattach "
@@ -249,6 +319,11 @@ def shim(environ: dict[str, str], stdin: bytes) -> tuple[int, bytes]:
     if command == "STATUS":
         return 1, error(_cni_version(stdin), NOT_AVAILABLE, f"netattach is not available: {why}")
     pod = _pod(environ)
+    if timed_out:
+        return 1, error(_cni_version(stdin), TRY_AGAIN, f"{pod}: ADD interrupted: {why}",
+                        "the daemon abandons the ADD at its next step and rolls back what "
+                        "it attached; the runtime's DEL releases anything left, from the "
+                        "state the daemon saved")
     if sent:
         return 1, error(_cni_version(stdin), TRY_AGAIN, f"{pod}: ADD interrupted: {why}",
                         "the runtime's DEL releases whatever the ADD attached, from the "

@@ -46,6 +46,12 @@ FAULTS = {
     "stop-apiserver": 'kill -STOP @apiserver_pid@\nprintf \'%s\\n\' "$out"\nexit 0',
     # no fault: a recording wrapper only
     "none": 'printf \'%s\\n\' "$out"\nexit 0',
+    # held: after the real work, record its pid and return the real result only once the
+    # test removed the file @gate@ (at once when there is none): a slow child that the
+    # test, not a clock, ends
+    "hold": ("echo $$ >> @pids@\n"
+             "while [ -e @gate@ ]; do sleep 0.05; done\n"
+             'printf \'%s\\n\' "$out"\nexit 0'),
 }
 
 SCRIPT = """#!/bin/sh
@@ -65,13 +71,14 @@ printf '%s\\n' "$out" > @result@
 @dataclass
 class FaultPlugin:
     """One fault plugin: `name` is its CNI type; `calls`, `result` and `pids` are the
-    files it writes (calls made, the real plugin's ADD result, pids of its hang or
-    parent)."""
+    files it writes (calls made, the real plugin's ADD result, pids of its hang, its
+    parent or its held calls); `gate`, the file that holds "hold" while it exists."""
     name: str
     path: Path
     calls: Path
     result: Path
     pids: Path
+    gate: Path
 
     def invocations(self) -> list[tuple[str, str]]:
         """(command, ifname) of every call so far, in order."""
@@ -98,20 +105,22 @@ def _fill(template: str, **values: object) -> str:
 
 def install(bin_dir: Path, fault: str, *, name: str | None = None,
             real: str = os.path.join(DEBIAN_CNI_DIR, "bridge"), message: str = "",
-            parent_exe: str = "", apiserver_pid: int = 0) -> FaultPlugin:
+            parent_exe: str = "", apiserver_pid: int = 0, gate: Path | None = None
+            ) -> FaultPlugin:
     """Write fault plugin `fault` (a key of FAULTS) into `bin_dir` as `name`
     (default "fault-<fault>"); its record files go beside bin_dir in `<name>.d/`.
 
     message: the error text of "fail"; parent_exe: the executable "kill-parent" insists
-    its parent runs; apiserver_pid: the process "stop-apiserver" stops.
+    its parent runs; apiserver_pid: the process "stop-apiserver" stops; gate: the file
+    whose removal lets "hold" return (default `<name>.d/gate`, FaultPlugin.gate).
     """
     name = name or f"fault-{fault}"
     records = bin_dir.parent / f"{name}.d"
     records.mkdir(exist_ok=True)
     plugin = FaultPlugin(name, bin_dir / name, records / "calls", records / "result.json",
-                         records / "pids")
+                         records / "pids", gate or records / "gate")
     action = _fill(FAULTS[fault], message=message, pids=plugin.pids, parent_exe=parent_exe,
-                   apiserver_pid=apiserver_pid)
+                   apiserver_pid=apiserver_pid, gate=plugin.gate)
     plugin.path.write_text(_fill(SCRIPT, name=name, real=real, fault=fault, calls=plugin.calls,
                                  result=plugin.result, action=action))
     plugin.path.chmod(0o755)

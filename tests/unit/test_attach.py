@@ -134,6 +134,9 @@ class Bed:
     now: list[float] = field(default_factory=lambda: [1_700_000_000.0])
     version: str = "1.0.0"
     dropped: list[str] = field(default_factory=list)  # Orchestrator.drop_writes calls
+    gone_after: int | None = None
+    """Orchestrator.abandoned: True once this many children have been called (None:
+    never), as the daemon's answers once the shim's connection closed."""
 
     def conf(self) -> dict[str, Any]:
         conf_dir = self.tmp / "net.d"
@@ -164,7 +167,9 @@ class Bed:
         req = parse_request(env, json.dumps(stdin).encode())
         orch = Orchestrator(api=lambda c: self.api, executor=self.exe, clock=lambda: self.now[0],
                             drop_writes=self.dropped.append,
-                            libcni_cache_dir=str(self.tmp / "libcni"))
+                            libcni_cache_dir=str(self.tmp / "libcni"),
+                            abandoned=lambda: self.gone_after is not None
+                            and len(self.exe.calls) >= self.gone_after)
         return orch.run(req, parse_netconf(stdin))
 
     def added(self) -> None:
@@ -315,6 +320,67 @@ def test_a_killed_add_marker_is_released_by_del_without_the_api(bed):
     bed.api.mode = "down"
     assert bed.run("DEL") is None
     assert bed.api.calls == [] and bed.exe.calls == [] and bed.files() == [f"{CID}.deleted"]
+
+
+ABANDONED = "the runtime stopped waiting for its answer"
+
+
+@pytest.mark.parametrize("gone_after, step, adds", [
+    (0, "before its plan was made", []),
+    (1, f"before network {NS}/net-a (interface net1)", [("fake-bridge", "eth0")]),
+    # net-a's conflist is one attachment: its second plugin runs before the next check
+    (2, "before network other/net-b (interface data0)",
+     [("fake-bridge", "eth0"), ("fake-macvlan", "net1"), ("fake-tuning", "net1")]),
+    (4, "after its last attachment, before its answer",
+     [("fake-bridge", "eth0"), ("fake-macvlan", "net1"), ("fake-tuning", "net1"),
+      ("fake-ptp", "data0")]),
+], ids=["before-the-plan", "after-eth0", "mid-conflist", "after-the-last"])
+def test_an_abandoned_add_stops_at_its_next_step_and_rolls_back(bed, gone_after, step, adds):
+    """Issue 21: the caller gone (the daemon's shim closed its connection), the ADD runs
+    no further attachment, DELs every one it attempted in reverse, writes the tombstone
+    and the Warning event, and publishes no network-status; the runtime's DEL is then
+    quiet, with no API request and no child."""
+    bed.gone_after = gone_after
+    with pytest.raises(CniError) as e:
+        bed.run("ADD")
+    assert e.value.code == 11
+    assert e.value.msg.startswith(f"pod {NS}/{POD}: ADD abandoned {step}: {ABANDONED}")
+    assert [(t, i) for c, t, i, _ in bed.exe.calls if c == "ADD"] == adds
+    assert bed.dels() == [(t, i) for t, i in reversed(adds)]
+    assert bed.files() == [f"{CID}.deleted"] and bed.api.patched == []
+    assert ("ErrorAddingNetwork", e.value.msg) in bed.api.events
+    bed.gone_after = None
+    bed.api.calls.clear()
+    bed.exe.calls.clear()
+    assert bed.run("DEL") is None
+    assert bed.api.calls == [] and bed.exe.calls == []
+
+
+def test_an_abandoned_add_whose_rollback_fails_keeps_the_state_for_the_del(bed):
+    """The rollback of an abandoned ADD follows a failed ADD's rules: a DEL that fails
+    keeps the state, and the runtime's DEL retries it."""
+    bed.gone_after = 1
+    bed.exe.fail = {("DEL", "fake-bridge")}
+    with pytest.raises(CniError) as e:
+        bed.run("ADD")
+    assert e.value.code == 11 and "ADD abandoned before network" in e.value.msg
+    assert "the rollback's DEL failed for 1 attachment(s)" in e.value.details
+    assert bed.files() == [f"{CID}.json"]
+    assert [(a.ifname, a.attempted) for a in bed.store.load(CID).attachments] == [
+        ("eth0", True), ("net1", False), ("data0", False)]
+    bed.gone_after = None
+    bed.exe.fail = set()
+    bed.exe.calls.clear()
+    assert bed.run("DEL") is None
+    assert bed.dels() == [("fake-bridge", "eth0")] and bed.files() == [f"{CID}.deleted"]
+
+
+def test_a_del_is_never_abandoned(bed):
+    """Only ADD stops for a caller gone: a DEL goes on releasing everything."""
+    bed.added()
+    bed.gone_after = 0
+    assert bed.run("DEL") is None
+    assert bed.dels() == ALL_DELS and bed.files() == [f"{CID}.deleted"]
 
 
 def test_a_second_add_of_an_attached_container_is_refused(bed):

@@ -7,6 +7,7 @@ tests/e2e/test_thick_mode.py."""
 from __future__ import annotations
 
 import ast
+import json
 import sys
 import threading
 from pathlib import Path
@@ -392,3 +393,114 @@ def test_republish_sends_what_an_earlier_daemon_left_and_drops_the_stale(tmp_pat
     assert queued == [("c1", "patch pod ns/p status (re-sent)")]
     assert kube.patches == [("ns", "p", sent.annotations, "u1")]
     assert [store.load(c).status_pending for c in ("c1", "c2", "c3", "c6")] == [None] * 4
+
+
+# ---------------------------------------------------------------- bounded work (issue 21)
+
+@pytest.mark.parametrize("config, seconds", [
+    (None, 5 + 2 * 60 + 10),
+    ({}, 135),
+    ({"apiTimeout": 2, "delegateTimeout": 3}, 2 + 2 * 3 + 10),
+    ({"defaultNetworks": ["a", "b"], "delegateTimeout": 10}, 5 + 4 * 10 + 10),
+    ({"readinessindicatorfile": "/run/ready", "readinessTimeout": 7}, 7 + 5 + 120 + 10),
+    ({"readinessTimeout": 7}, 135),  # no file: an ADD does not wait
+    ({"readinessindicatorfile": "/run/ready"}, 30 + 135),
+    ({"apiTimeout": True, "delegateTimeout": "9", "readinessTimeout": -1,
+      "defaultNetworks": "a,b"}, 135),  # not numbers of seconds: the defaults
+    ({"delegateTimeout": float("nan"), "apiTimeout": float("inf")}, 135),
+])
+def test_shim_answer_timeout_comes_from_the_conf(config, seconds):
+    assert shim.answer_timeout(config) == seconds
+
+
+@pytest.mark.parametrize("stdin, settings", [
+    (b'{"cniVersion": "1.0.0"}', ("/run/netattach/netattach.sock", 135)),
+    (b'{"daemonSocketDir": "/x", "delegateTimeout": 1}', ("/x/netattach.sock", 17)),
+    (b'{"dele\\u0067ateTimeout": 1}', ("/run/netattach/netattach.sock", 17)),
+    (b'{"a": {"delegateTimeout": 1}}', ("/run/netattach/netattach.sock", 135)),
+])
+def test_shim_reads_its_settings_decoding_only_when_needed(stdin, settings):
+    assert shim.settings_of(stdin) == settings
+
+
+def silent_daemon(tmp_path: Path):
+    """A socket that accepts (the kernel's backlog) and never answers: a daemon stopped
+    or hung."""
+    import socket
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(tmp_path / "netattach.sock"))
+    s.listen()
+    return s
+
+
+def test_shim_gives_up_after_its_answer_timeout_and_falls_back(tmp_path, monkeypatch):
+    """No answer within answer_timeout: an ADD fails with code 11 naming the pod and the
+    timeout (the daemon abandons it once the connection closes); DEL, GC and CHECK run
+    in thin mode from the saved state, as when the daemon is down; STATUS answers 50."""
+    monkeypatch.setattr(shim, "ANSWER_MARGIN", 0.0)
+    listener = silent_daemon(tmp_path)
+    stdin = json.dumps({"cniVersion": "1.0.0", "daemonSocketDir": str(tmp_path),
+                        "apiTimeout": 0.1, "delegateTimeout": 0.1}).encode()
+    env = {"CNI_COMMAND": "ADD", "CNI_ARGS": "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p"}
+    try:
+        code, out = shim.shim(env, stdin)
+        doc = json.loads(out)
+        assert code == 1 and doc["code"] == 11, doc
+        assert doc["msg"].startswith("pod ns/p: ADD interrupted: netattach daemon at ")
+        assert "no answer within 0.3 s" in doc["msg"] and "abandons the ADD" in doc["details"]
+        thin: list[tuple[str, str]] = []
+        monkeypatch.setattr(shim, "run_thin", lambda environ, data, why: thin.append(
+            (environ["CNI_COMMAND"], why)))
+        for command in ("DEL", "GC", "CHECK"):
+            code, out = shim.shim({**env, "CNI_COMMAND": command}, stdin)
+            assert code == 1 and json.loads(out)["code"] == 999  # no thin plugin here
+        assert [c for c, _ in thin] == ["DEL", "GC", "CHECK"]
+        assert all("no answer within 0.3 s" in why for _, why in thin)
+        code, out = shim.shim({**env, "CNI_COMMAND": "STATUS"}, stdin)
+        assert code == 1 and json.loads(out)["code"] == 50
+    finally:
+        listener.close()
+
+
+def test_peer_gone_is_the_shims_close_not_its_end_of_request():
+    import socket
+    daemon_end, shim_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with daemon_end:
+        assert not server.peer_gone(daemon_end)
+        shim_end.sendall(b"request")
+        shim_end.shutdown(socket.SHUT_WR)  # what the shim does after its request
+        assert daemon_end.recv(100) == b"request" and daemon_end.recv(100) == b""
+        assert not server.peer_gone(daemon_end)
+        shim_end.close()
+        assert server.peer_gone(daemon_end)
+    assert server.peer_gone(daemon_end)  # closed here too: gone, no exception
+
+
+def test_the_daemons_flags_default_to_the_servers_bounds():
+    import argparse
+
+    from netattach import daemon
+    parser = argparse.ArgumentParser()
+    daemon.add_arguments(parser)
+    args = parser.parse_args([])
+    assert args.max_queued == server.DEFAULT_MAX_QUEUED
+    assert args.saturation_timeout == server.DEFAULT_SATURATION_TIMEOUT
+
+
+@pytest.mark.parametrize("environ, who", [
+    ({"CNI_ARGS": "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p", "CNI_CONTAINERID": "c"}, "pod ns/p"),
+    ({"CNI_ARGS": "broken", "CNI_CONTAINERID": "c"}, "container c"),
+    ({}, "request"),
+])
+def test_the_daemon_names_the_pod_of_a_call_it_refuses(environ, who):
+    assert server.describe(environ) == who
+
+
+@pytest.mark.parametrize("stdin, version", [
+    (b'{"cniVersion": "0.4.0"}', "0.4.0"),
+    (b'{"cniVersion": "9.9.9"}', SUPPORTED_VERSIONS[-1]),
+    (b"[]", SUPPORTED_VERSIONS[-1]),
+    (b"not json", SUPPORTED_VERSIONS[-1]),
+])
+def test_the_daemons_own_errors_take_the_confs_version(stdin, version):
+    assert server.cni_version_of(stdin) == version

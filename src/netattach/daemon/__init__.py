@@ -70,8 +70,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(Multus' chrootDir). Needs a privileged container. Default: "
                              "none, children run in the daemon's own root")
     parser.add_argument("--max-parallel", type=_number(int), default=8,
-                        help="CNI calls served at once, each running its children "
-                             "(default: %(default)s)")
+                        help="CNI calls served at once, each running its children; one "
+                             "sandbox's calls run one at a time, the others wait without "
+                             "taking one (default: %(default)s)")
+    parser.add_argument("--max-queued", type=_number(int, zero=True), default=256,
+                        help="calls that may wait for a worker in all; one more is refused "
+                             "with CNI code 11 (try again), as is a fifth call waiting for "
+                             "one sandbox (default: %(default)s)")
+    parser.add_argument("--saturation-timeout", type=_number(float), default=30.0,
+                        help="seconds every worker may stay busy with calls waiting for "
+                             "one before /readyz answers 503; it answers 200 again once "
+                             "no call waits for a worker (default: %(default)s)")
     parser.add_argument("--api-timeout", type=_number(float), default=5.0,
                         help="seconds, the budget of each try of a queued network-status "
                              "PATCH or Event (default: %(default)s)")
@@ -145,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
         executor = chroot
     pods, nads = node_caches(args.kubeconfig, args.node_name)
     daemon = Daemon(pods, nads, args.kubeconfig, args.socket_dir, args.max_parallel,
-                    args.api_timeout, args.cni_dir, args.hotplug_interval, executor)
+                    args.api_timeout, args.cni_dir, args.hotplug_interval, executor,
+                    args.max_queued, args.saturation_timeout)
     stop = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda signum, _frame: stop.set())

@@ -1,5 +1,7 @@
 """The daemon's HTTP endpoints on a local port: `/healthz` (200 while the socket's accept
-loop runs), `/readyz` (200 once listening and both caches are listed, else 503) and
+loop runs), `/readyz` (200 once listening and both caches are listed, unless the pool
+has been saturated longer than --saturation-timeout; else 503 saying why:
+server.Daemon.readiness) and
 Prometheus `/metrics` (prometheus_client's text format), served by the standard
 library's ThreadingHTTPServer.
 
@@ -10,6 +12,14 @@ Metrics (all prefixed `netattach_`):
   its answer;
 * attachments_total: attachments made by successful ADDs;
 * in_flight_requests: calls being served now;
+* waiting_requests: calls waiting in the queue, for a worker or for their sandbox's
+  call running (daemon/admission.py);
+* pool_saturated_seconds: how long every worker has been busy with a call waiting for
+  one (0 when not saturated);
+* requests_refused_total{bound}: calls refused with code 11 at arrival, by the bound
+  they passed: "sandbox" (too many of one sandbox wait), "queue" (--max-queued);
+* adds_abandoned_total: ADDs stopped and rolled back because their shim's connection
+  closed (add.py, "Abandoned");
 * child_seconds_total: seconds spent waiting for child plugins (cni.invoke);
 * api_requests_total{source}: requests to the API server: "operation" (live reads and
   queued writes, kube.requests_made), "watch" (LIST and WATCH);
@@ -62,6 +72,8 @@ class _Collector:
             attachments = d.stats.attachments
             misses = dict(d.stats.misses)
             in_flight = d.in_flight
+            refused = dict(d.stats.refused)
+            abandoned = d.stats.abandoned
         c = CounterMetricFamily("netattach_requests", "CNI calls served, by command and "
                                 "result code (0: success)", labels=["command", "code"])
         for (command, code), n in sorted(requests.items()):
@@ -71,6 +83,18 @@ class _Collector:
                                   "ADDs", value=attachments)
         yield GaugeMetricFamily("netattach_in_flight_requests", "CNI calls being served",
                                 value=in_flight)
+        yield GaugeMetricFamily("netattach_waiting_requests", "CNI calls waiting for a "
+                                "worker or for their sandbox's call", value=d.calls.waiting())
+        yield GaugeMetricFamily("netattach_pool_saturated_seconds", "seconds every worker "
+                                "has been busy with a call waiting for one (0: not saturated)",
+                                value=d.calls.saturated_for())
+        c = CounterMetricFamily("netattach_requests_refused", "CNI calls refused with code 11 "
+                                "at arrival, by the bound passed", labels=["bound"])
+        for bound in ("sandbox", "queue"):
+            c.add_metric([bound], refused.get(bound, 0))
+        yield c
+        yield CounterMetricFamily("netattach_adds_abandoned", "ADDs abandoned and rolled back "
+                                  "because their shim's connection closed", value=abandoned)
         yield CounterMetricFamily("netattach_child_seconds", "seconds spent in child "
                                   "plugins", value=child_seconds())
         c = CounterMetricFamily("netattach_api_requests", "requests to the API server",
@@ -156,9 +180,9 @@ def serve(daemon: Daemon, address: str, port: int) -> ThreadingHTTPServer:
                 ok = daemon.alive()
                 self._answer(200 if ok else 503, b"ok\n" if ok else b"accept loop stopped\n")
             elif path == "/readyz":
-                ok = daemon.ready()
-                self._answer(200 if ok else 503, b"ok\n" if ok else
-                             b"not ready: socket not listening or caches not listed yet\n")
+                ok, why = daemon.readiness()
+                self._answer(200 if ok else 503,
+                             b"ok\n" if ok else f"not ready: {why}\n".encode())
             else:
                 self._answer(404, b"not found\n")
 

@@ -7,11 +7,19 @@ Socket: `<socketDir>/netattach.sock`; the dir is 0700 and ours, the socket 0600,
 each connection's peer (SO_PEERCRED) must be root, the container runtime. One call per
 connection, the wire protocol of netattach_shim (its module doc).
 
-Calls run on a pool of `max_parallel` threads: the ADDs of many pods (a node reboot)
-run their children at the same time, never more than that many operations at once;
-the calls of one container are still serialized by its lock in the state dir (spec
-§7.3, state.StateStore.lock: an flock on a file opened per operation, which excludes
-threads of one process as it excludes processes).
+Each connection's request is read by one of READERS threads, then queued
+(admission.CallQueue) for a pool of `max_parallel` workers: the ADDs of many pods (a
+node reboot) run their children at the same time, never more than that many
+operations at once. Pod owners are tenants (issue 21, "Bounded work per pod"): one
+sandbox's calls run one at a time and wait in the queue without a worker; a call past
+the queue's bounds is refused at once with code 11; /readyz turns false while the pool
+has been saturated longer than `saturation_timeout` (admission's module doc). The calls
+of one container are still serialized by its lock in the state dir too (spec §7.3,
+state.StateStore.lock: an flock on a file opened per operation, which excludes threads
+of one process as it excludes processes, and the thin-mode fallback's processes).
+An ADD whose shim closed its connection (the runtime gave up or was killed, or the
+shim's answer timeout passed: peer_gone) is abandoned at its next step and rolled back
+(add.py, "Abandoned").
 """
 from __future__ import annotations
 
@@ -20,22 +28,26 @@ import contextlib
 import json
 import logging
 import os
+import select
 import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import cli
 from ..cni import invoke
-from ..cni.errors import CniError
+from ..cni.errors import CniError, TryAgain
 from ..cni.request import parse_cni_args
+from ..cni.version import LATEST, SUPPORTED_VERSIONS
 from ..kube import Kube
 from ..netconf import DEFAULT_CNI_DIR, NetConf
 from ..orchestrator import Orchestrator
 from ..state import StateError, StateStore
+from .admission import CallQueue, Refused
 from .cache import WatchCache
 from .hotplug import Hotplugger
 from .podapi import CachedPodApi, Publisher, republish
@@ -48,6 +60,19 @@ MAX_REQUEST = 16 << 20
 """Bytes of one request at most (a CNI config with its prevResult is a few KiB)."""
 READ_TIMEOUT = 30.0
 """Seconds a client may take to send its request (the shim sends it at once)."""
+READERS = 4
+"""Threads that read requests and queue them: reading takes no time for the shim, which
+sends its request at once; a peer that sends nothing holds one for READ_TIMEOUT."""
+DEFAULT_MAX_QUEUED = 256
+"""Calls that may wait for a worker in all (`--max-queued`): a node runs about 110
+pods, each with a call or two outstanding at once; past that, calls are refused with
+code 11 rather than piling up shim processes (admission's module doc)."""
+DEFAULT_SATURATION_TIMEOUT = 30.0
+"""Seconds the pool may stay saturated before /readyz answers 503
+(`--saturation-timeout`): a node reboot's ADDs (well under a second each) drain in
+seconds; a pool saturated for longer is held by slow or hung children."""
+SANDBOX_COMMANDS = ("ADD", "DEL", "CHECK")
+"""The commands of one sandbox (CNI_CONTAINERID), run one at a time (admission)."""
 
 
 DAEMON_RBAC = "deploy/thick/rbac.yaml"
@@ -127,6 +152,55 @@ def answer(code: int, doc: dict[str, Any] | None) -> bytes:
     return b"%d\n" % code + (json.dumps(doc).encode() if doc is not None else b"")
 
 
+def peer_gone(conn: socket.socket) -> bool:
+    """True once the shim's end of `conn` is closed: it exited, was killed (with the
+    runtime's call) or gave up waiting. A unix stream socket polls POLLHUP once its
+    peer's socket is released, not when the peer only shut down its sending side (as
+    the shim does after its request: that is POLLIN, end of stream). Linux's
+    af_unix unix_poll. Never blocks; never raises (a closed `conn` counts as gone)."""
+    try:
+        poller = select.poll()
+        poller.register(conn.fileno(), 0)  # POLLHUP, POLLERR and POLLNVAL are always polled
+        return bool(poller.poll(0))
+    except (OSError, ValueError):
+        return True
+
+
+def describe(environ: dict[str, str]) -> str:
+    """"pod ns/name", else "container <id>", else "request", for messages (from the
+    request's CNI_ARGS and CNI_CONTAINERID, as the shim names it)."""
+    try:
+        args = dict(parse_cni_args(environ.get("CNI_ARGS", "")))
+    except CniError:
+        args = {}
+    ns, name = args.get("K8S_POD_NAMESPACE"), args.get("K8S_POD_NAME")
+    if ns and name:
+        return f"pod {ns}/{name}"
+    cid = environ.get("CNI_CONTAINERID")
+    return f"container {cid}" if cid else "request"
+
+
+def cni_version_of(stdin: bytes) -> str:
+    """The cniVersion of the request's config when netattach supports it, else the
+    newest it supports: the version of an error the daemon writes itself."""
+    try:
+        version = json.loads(stdin).get("cniVersion")
+    except (ValueError, AttributeError, RecursionError):
+        return LATEST
+    return version if version in SUPPORTED_VERSIONS else LATEST
+
+
+@dataclass
+class Call:
+    """One shim's call, read and waiting to run: its connection (`pid`: the peer's),
+    CNI variables, stdin, and when it arrived (time.monotonic)."""
+    conn: socket.socket
+    pid: int
+    environ: dict[str, str]
+    stdin: bytes
+    arrived: float
+
+
 class DaemonError(Exception):
     """The daemon cannot start (socket dir unusable, another daemon on the socket)."""
 
@@ -137,11 +211,15 @@ class Stats:
 
     requests: (command, result code: "0" or the CNI error code) -> count;
     durations: command -> list of seconds not yet observed by the histogram;
-    attachments: attachments made by successful ADDs; misses: kind -> live reads.
+    attachments: attachments made by successful ADDs; misses: kind -> live reads;
+    refused: the queue's bound ("sandbox", "queue") -> calls refused by it;
+    abandoned: ADDs abandoned because their shim's connection closed.
     """
     lock: threading.Lock = field(default_factory=threading.Lock)
     requests: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
     attachments: int = 0
+    refused: collections.Counter[str] = field(default_factory=collections.Counter)
+    abandoned: int = 0
     misses: collections.Counter[str] = field(default_factory=collections.Counter)
     observers: list[Any] = field(default_factory=list)
 
@@ -164,13 +242,17 @@ class Daemon:
     pod's selection changes (hotplug.Hotplugger, at most one change per pod every
     `hotplug_interval` seconds); executor: finds and runs the children of every call
     and hot-plug change (invoke.ChrootExecutor under --chroot-dir, else the process
-    executor).
+    executor); max_queued: calls that may wait for a worker in all, past which one is
+    refused with code 11; saturation_timeout: seconds the pool may stay saturated
+    before `readiness` says not ready (admission's module doc).
     """
 
     def __init__(self, pods: WatchCache, nads: WatchCache, kubeconfig: str | None,
                  socket_dir: str, max_parallel: int, api_timeout: float,
                  cni_dir: str = DEFAULT_CNI_DIR, hotplug_interval: float = 2.0,
-                 executor: invoke.Executor = invoke.PROCESS_EXECUTOR):
+                 executor: invoke.Executor = invoke.PROCESS_EXECUTOR,
+                 max_queued: int = DEFAULT_MAX_QUEUED,
+                 saturation_timeout: float = DEFAULT_SATURATION_TIMEOUT):
         self.pods, self.nads = pods, nads
         self.executor = executor
         self.kubeconfig = kubeconfig
@@ -182,7 +264,11 @@ class Daemon:
         self.stats = Stats()
         self.client = SharedClient(kubeconfig)
         self.publisher = Publisher(lambda: self.client.kube(api_timeout, "--api-timeout"))
-        self.pool = ThreadPoolExecutor(max_parallel, thread_name_prefix="cni")
+        self.saturation_timeout = saturation_timeout
+        self.calls: CallQueue[Call] = CallQueue(max_parallel, max_queued)
+        self.readers = ThreadPoolExecutor(READERS, thread_name_prefix="read")
+        self._workers = [threading.Thread(target=self._work, name=f"cni-{i}", daemon=True)
+                         for i in range(max_parallel)]
         self.hotplug = Hotplugger(pods, cni_dir, lambda environ, conf: self._api(environ, conf, []),
                                   self.publisher.cancel, hotplug_interval, executor=executor)
         pods.listeners.append(self.hotplug.pod_changed)
@@ -207,6 +293,8 @@ class Daemon:
                       e)
             saved = []
         self._listener = self._bind()
+        for worker in self._workers:
+            worker.start()
         self.listening = True
         self._accept_thread = threading.Thread(target=self._accept, name="accept", daemon=True)
         self._accept_thread.start()
@@ -235,8 +323,25 @@ class Daemon:
         return self._accept_thread is not None and self._accept_thread.is_alive()
 
     def ready(self) -> bool:
-        """Listening, and both caches listed (readyz)."""
-        return self.listening and self.pods.synced.is_set() and self.nads.synced.is_set()
+        """`readiness`'s verdict (readyz)."""
+        return self.readiness()[0]
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, why not): listening, both caches listed, and the pool not saturated
+        (every worker busy and a call waiting for one) for more than
+        `saturation_timeout` seconds; ready again as soon as no call waits for a worker.
+        /readyz answers 200 or 503 with it (metrics.py)."""
+        if not self.listening:
+            return False, "socket not listening"
+        if not (self.pods.synced.is_set() and self.nads.synced.is_set()):
+            return False, "caches not listed yet"
+        saturated = self.calls.saturated_for()
+        if saturated > self.saturation_timeout:
+            return False, (f"every worker (--max-parallel {self.max_parallel}) has been busy "
+                           f"with calls waiting for one for {saturated:.0f} s (more than "
+                           f"--saturation-timeout {self.saturation_timeout:g} s); "
+                           f"{self.calls.waiting()} call(s) waiting")
+        return True, "ok"
 
     def stop(self, timeout: float) -> None:
         """Stop accepting, finish the calls in progress and the queued writes (each for
@@ -248,7 +353,11 @@ class Daemon:
             with contextlib.suppress(OSError):
                 self._listener.shutdown(socket.SHUT_RDWR)
             self._listener.close()
-        self.pool.shutdown(wait=True, cancel_futures=False)
+        self.readers.shutdown(wait=True, cancel_futures=False)  # each queues its call
+        self.calls.close()
+        for worker in self._workers:  # they run what waits, then end
+            if worker.is_alive():
+                worker.join()
         self.hotplug.stop()
         if not self.publisher.drain(timeout):
             log.warning("stopping with %d network-status/event write(s) not sent",
@@ -286,38 +395,105 @@ class Daemon:
                     time.sleep(0.1)
                 continue
             try:
-                self.pool.submit(self._connection, conn)
-            except RuntimeError:  # the pool is shut down: stopping
+                self.readers.submit(self._admit, conn)
+            except RuntimeError:  # the readers are shut down: stopping
                 conn.close()
 
     # -- one call
 
-    def _connection(self, conn: socket.socket) -> None:
-        with conn:
+    def _admit(self, conn: socket.socket) -> None:
+        """Check the peer, read its request and queue it (or refuse it, code 11)."""
+        try:
             pid, uid, _ = struct.unpack("3i", conn.getsockopt(
                 socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
             if uid != 0:
                 log.warning("refused a connection on %s from pid %d, uid %d: only root (the "
                             "container runtime) may call", self.socket_path, pid, uid)
+                conn.close()
                 return
+            environ, stdin = read_request(conn)
+        except (OSError, ValueError) as e:
+            log.warning("bad request on %s: %s", self.socket_path, e)
+            conn.close()
+            return
+        call = Call(conn, pid, environ, stdin, time.monotonic())
+        command = environ.get("CNI_COMMAND", "")
+        sandbox = environ.get("CNI_CONTAINERID") if command in SANDBOX_COMMANDS else None
+        try:
+            self.calls.put(sandbox, call)
+        except Refused as e:
+            self._refuse(call, e)
+        except ValueError:  # the queue is closed: stopping
+            conn.close()
+
+    def _refuse(self, call: Call, why: Refused) -> None:
+        """Answer a call the queue refused: code 11 naming the pod, the call and the
+        bound; counted in requests_total and requests_refused_total."""
+        command = call.environ.get("CNI_COMMAND", "") or "?"
+        cid = call.environ.get("CNI_CONTAINERID", "")
+        sandbox = f" of sandbox {cid[:12]}" if cid else ""
+        if why.bound == "sandbox":
+            details = ("the node daemon runs one call of a sandbox at a time, and bounds "
+                       "those that wait (docs/modes.md, \"Bounded work per pod\"); the "
+                       "runtime's retry is served once that sandbox's calls have ended")
+        else:
+            details = (f"every worker (--max-parallel {self.max_parallel}) is busy and the "
+                       "queue is full (--max-queued): try again later")
+        error = TryAgain(f"{describe(call.environ)}: {command}{sandbox} not run by the "
+                         f"node daemon: {why}", details)
+        log.warning("%s", error.msg)
+        with self.stats.lock:
+            self.stats.refused[why.bound] += 1
+        with call.conn as conn:
             try:
-                environ, stdin = read_request(conn)
-            except (OSError, ValueError) as e:
-                log.warning("bad request on %s from pid %d: %s", self.socket_path, pid, e)
-                return
-            doc, code = self.serve(environ, stdin)
+                conn.sendall(answer(1, error.to_dict(cni_version_of(call.stdin))))
+            except OSError as e:
+                log.info("%s: the refusal could not be sent (the shim is gone: %s)",
+                         describe(call.environ), e)
+        self.stats.record(command, str(error.code), time.monotonic() - call.arrived)
+
+    def _work(self) -> None:
+        """A worker: run the queue's calls until it is closed and empty."""
+        while (taken := self.calls.get()) is not None:
+            slot, call = taken
+            try:
+                self._run(call)
+            except Exception:  # a bug: logged; the worker goes on
+                log.exception("serving a call from pid %d failed", call.pid)
+            finally:
+                self.calls.done(slot)
+
+    def _run(self, call: Call) -> None:
+        """Serve one queued call and send its answer."""
+        with call.conn as conn:
+            doc, code = self.serve(call.environ, call.stdin, lambda: peer_gone(conn),
+                                   call.arrived)
             try:
                 conn.sendall(answer(code, doc))
             except OSError as e:
-                log.warning("%s %s: the answer could not be sent (the shim is gone: %s)",
-                            environ.get("CNI_COMMAND"), environ.get("CNI_CONTAINERID"), e)
+                log.warning("%s: %s %s: the answer could not be sent (the shim is gone: %s)",
+                            describe(call.environ), call.environ.get("CNI_COMMAND"),
+                            call.environ.get("CNI_CONTAINERID"), e)
 
-    def serve(self, environ: dict[str, str], stdin: bytes) -> tuple[dict[str, Any] | None, int]:
+    def serve(self, environ: dict[str, str], stdin: bytes,
+              gone: Callable[[], bool] | None = None,
+              arrived: float | None = None) -> tuple[dict[str, Any] | None, int]:
         """Run one CNI call (cli.cni_main with this daemon's orchestrator): (document
-        for stdout or None, exit status). Never raises."""
-        started = time.monotonic()
+        for stdout or None, exit status). gone: () -> True once the caller stopped
+        waiting (peer_gone; an ADD is then abandoned at its next step, add.py);
+        arrived: time.monotonic() of its arrival, the start of its duration (default:
+        now). Never raises."""
+        started = time.monotonic() if arrived is None else arrived
         command = environ.get("CNI_COMMAND", "")
         cid = environ.get("CNI_CONTAINERID", "")
+        saw_gone: list[bool] = []
+
+        def abandoned() -> bool:
+            if gone is None or not gone():
+                return False
+            saw_gone.append(True)
+            return True
+
         with self.stats.lock:
             self.in_flight += 1
         try:
@@ -328,7 +504,10 @@ class Daemon:
                 doc, code = cli.cni_main(environ, stdin, Orchestrator(
                     api=lambda conf: self._api(environ, conf, seen),
                     executor=self.executor, clock=time.time,
-                    drop_writes=self.publisher.cancel))
+                    drop_writes=self.publisher.cancel, abandoned=abandoned))
+            if saw_gone and code != 0:
+                with self.stats.lock:
+                    self.stats.abandoned += 1
             if command == "ADD" and code == 0 and seen:
                 self._count_attachments(seen[0], cid)
                 if seen[0].hotplug:
