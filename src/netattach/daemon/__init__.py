@@ -115,6 +115,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "edits in between are applied together (daemon/hotplug.py; "
                              "sandboxes ADDed with `hotplug` in the conflist) "
                              "(default: %(default)s)")
+    parser.add_argument("--hotplug-backoff-initial", type=_number(float), default=10.0,
+                        help="seconds: a hot-plug step that failed (an element's ADD, an "
+                             "attachment's DEL) is not tried again before this, whatever "
+                             "edits come in between; each failure in a row doubles the wait "
+                             "(the kubelet's CrashLoopBackOff rule) (default: %(default)s)")
+    parser.add_argument("--hotplug-backoff-max", type=_number(float), default=300.0,
+                        help="seconds, the cap of that wait; a step that has not failed for "
+                             "twice this starts again at --hotplug-backoff-initial "
+                             "(default: %(default)s)")
     parser.add_argument("--shutdown-timeout", type=_number(float), default=20.0,
                         help="seconds to finish calls and queued writes on SIGTERM "
                              "(default: %(default)s)")
@@ -131,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     from ..cni import invoke
     from . import metrics
+    from .backoff import Backoff
     from .cache import node_caches
     from .dra import DraError  # grpc is imported by dra.KubeletPlugin.start, with --dra only
     from .server import Daemon, DaemonError
@@ -143,9 +153,14 @@ def run(args: argparse.Namespace) -> int:
             return 1
         log.info("children run in the root %s (--chroot-dir)", chroot.root)
         executor = chroot
+    if args.hotplug_backoff_initial > args.hotplug_backoff_max:
+        log.error("--hotplug-backoff-initial (%g) is more than --hotplug-backoff-max (%g)",
+                  args.hotplug_backoff_initial, args.hotplug_backoff_max)
+        return 1
     pods, nads = node_caches(args.kubeconfig, args.node_name)
     daemon = Daemon(pods, nads, args.kubeconfig, args.socket_dir, args.max_parallel,
-                    args.api_timeout, args.cni_dir, args.hotplug_interval, executor)
+                    args.api_timeout, args.cni_dir, args.hotplug_interval, executor,
+                    Backoff(args.hotplug_backoff_initial, args.hotplug_backoff_max))
     stop = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda signum, _frame: stop.set())

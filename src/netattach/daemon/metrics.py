@@ -19,7 +19,9 @@ Metrics (all prefixed `netattach_`):
   (network-status PATCH, Events): sent, tries that failed, given up or cancelled by a
   DEL, waiting now;
 * hotplug_changes_total{result}: hot-plug (daemon/hotplug.py): attachments "added" and
-  "removed", "failed" (a child or the delegate failed) and "refused" changes;
+  "removed", "failed" (a child or the delegate failed), "refused" changes and
+  "deferred" steps (a failed one skipped while its backoff runs);
+* hotplug_queued: pods waiting in the hot-plug queue (one entry per pod at most);
 * with --dra (daemon/dra.py): dra_registered (1 registered, 0 refused by the kubelet,
   -1 before its verdict), dra_prepared_claims_total{result} (NodePrepareResources, per
   claim: "ok" or "error"), dra_slice_generation (the pool generation last published, 0
@@ -105,6 +107,8 @@ class _Collector:
         for result, n in sorted(changes.items()):
             c.add_metric([result], n)
         yield c
+        yield GaugeMetricFamily("netattach_hotplug_queued", "pods waiting in the hot-plug "
+                                "queue (one entry per pod at most)", value=d.hotplug.queued())
         if d.dra is not None:
             yield from _dra_metrics(d.dra)
 

@@ -36,6 +36,7 @@ from ..kube import Kube
 from ..netconf import DEFAULT_CNI_DIR, NetConf
 from ..orchestrator import Orchestrator
 from ..state import StateError, StateStore
+from .backoff import Backoff
 from .cache import WatchCache
 from .hotplug import Hotplugger
 from .podapi import CachedPodApi, Publisher, republish
@@ -162,15 +163,16 @@ class Daemon:
     network-status writes left pending by an earlier daemon are sent at start
     (podapi.republish), and whose sandboxes ADDed with `hotplug` are changed when their
     pod's selection changes (hotplug.Hotplugger, at most one change per pod every
-    `hotplug_interval` seconds); executor: finds and runs the children of every call
-    and hot-plug change (invoke.ChrootExecutor under --chroot-dir, else the process
-    executor).
+    `hotplug_interval` seconds; a failed step waits for its `hotplug_backoff`,
+    backoff.Backoff); executor: finds and runs the children of every call and hot-plug
+    change (invoke.ChrootExecutor under --chroot-dir, else the process executor).
     """
 
     def __init__(self, pods: WatchCache, nads: WatchCache, kubeconfig: str | None,
                  socket_dir: str, max_parallel: int, api_timeout: float,
                  cni_dir: str = DEFAULT_CNI_DIR, hotplug_interval: float = 2.0,
-                 executor: invoke.Executor = invoke.PROCESS_EXECUTOR):
+                 executor: invoke.Executor = invoke.PROCESS_EXECUTOR,
+                 hotplug_backoff: Backoff | None = None):
         self.pods, self.nads = pods, nads
         self.executor = executor
         self.kubeconfig = kubeconfig
@@ -184,9 +186,9 @@ class Daemon:
         self.publisher = Publisher(lambda: self.client.kube(api_timeout, "--api-timeout"))
         self.pool = ThreadPoolExecutor(max_parallel, thread_name_prefix="cni")
         self.hotplug = Hotplugger(pods, cni_dir, lambda environ, conf: self._api(environ, conf, []),
-                                  self.publisher.cancel, hotplug_interval, executor=executor)
+                                  self.publisher.cancel, hotplug_interval, executor=executor,
+                                  backoff=hotplug_backoff)
         pods.listeners.append(self.hotplug.pod_changed)
-        nads.listeners.append(self.hotplug.nad_changed)
         self.listening = False
         self.in_flight = 0
         self._listener: socket.socket | None = None
