@@ -46,6 +46,7 @@ from ..api import MIRROR_POD_ANNOTATION
 from ..kube import Kube, KubeError
 from ..state import PendingStatus, SavedState, StateError, StateStore, is_missing_netns
 from .cache import NADS, PODS, WatchCache
+from .events import EventRecorder, pod_object
 
 log = logging.getLogger("netattach.daemon")
 
@@ -160,7 +161,8 @@ class CachedPodApi:
     container (Publisher.submit bound to it); store, container_id: the operation's
     state files and container (the status PATCH is sent only while its state holds it,
     `status_sender`); misses: kind -> live reads (shared counter of the daemon, updated
-    under `lock`).
+    under `lock`); events: the daemon's EventRecorder (daemon/events.py: an Event seen
+    before raises its count), None: each Event created as is.
     """
 
     WRITES_AFTER_ANSWER = True
@@ -172,8 +174,10 @@ class CachedPodApi:
     def __init__(self, pods: WatchCache, nads: WatchCache, make_live: Callable[[], Kube],
                  expected_uid: str, publish: Callable[[str, Callable[[Kube], None], bool], None],
                  store: StateStore, container_id: str,
-                 misses: collections.Counter[str], lock: threading.Lock):
+                 misses: collections.Counter[str], lock: threading.Lock,
+                 events: EventRecorder | None = None):
         self.pods, self.nads = pods, nads
+        self.events = events
         self.store, self.container_id = store, container_id
         self._make_live = make_live
         self._live: Kube | None = None
@@ -213,9 +217,15 @@ class CachedPodApi:
             True)
 
     def create_event(self, pod: dict[str, str], type_: str, reason: str, message: str) -> None:
-        """Queued (Publisher); never raises."""
-        self._publish(f"event {reason} on pod {pod['namespace']}/{pod['name']}",
-                      lambda kube: kube.create_event(pod, type_, reason, message), False)
+        """Queued (Publisher), aggregated by `events` (daemon/events.py); never raises."""
+        recorder = self.events
+
+        def send(kube: Kube) -> None:
+            if recorder is None:
+                kube.create_event(pod, type_, reason, message)
+            else:
+                recorder.send(kube, pod_object(pod), type_, reason, message)
+        self._publish(f"event {reason} on pod {pod['namespace']}/{pod['name']}", send, False)
 
     def _uncached(self) -> Kube:
         """The operation's live client for what no cache holds (not a cache miss)."""

@@ -38,6 +38,7 @@ from ..orchestrator import Orchestrator
 from ..state import StateError, StateStore
 from .backoff import Backoff
 from .cache import WatchCache
+from .events import EventRecorder
 from .hotplug import Hotplugger
 from .podapi import CachedPodApi, Publisher, republish
 from .unixsock import SocketError, clear_stale, socket_dir
@@ -184,6 +185,7 @@ class Daemon:
         self.stats = Stats()
         self.client = SharedClient(kubeconfig)
         self.publisher = Publisher(lambda: self.client.kube(api_timeout, "--api-timeout"))
+        self.events = EventRecorder()
         self.pool = ThreadPoolExecutor(max_parallel, thread_name_prefix="cni")
         self.hotplug = Hotplugger(pods, cni_dir, lambda environ, conf: self._api(environ, conf, []),
                                   self.publisher.cancel, hotplug_interval, executor=executor,
@@ -366,7 +368,7 @@ class Daemon:
             self.pods, self.nads,
             lambda: self.client.kube(conf.api_timeout, "apiTimeout"), uid,
             lambda what, send, awaited: self.publisher.submit(cid, what, send, awaited),
-            StateStore(conf.cni_dir), cid, self.stats.misses, self.stats.lock)
+            StateStore(conf.cni_dir), cid, self.stats.misses, self.stats.lock, self.events)
 
     def _track(self, environ: dict[str, str], conf: NetConf, cid: str) -> None:
         """Hand a sandbox ADDed with `hotplug` to the hot-plug worker."""
