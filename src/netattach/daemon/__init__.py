@@ -75,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-timeout", type=_number(float), default=5.0,
                         help="seconds, the budget of each try of a queued network-status "
                              "PATCH or Event (default: %(default)s)")
+    parser.add_argument("--max-nad-config-bytes", type=_number(int),
+                        default=256 * 1024,
+                        help="bytes: a NetworkAttachmentDefinition whose spec.config is "
+                             "larger is not kept in the daemon's cache; it gets a Warning "
+                             "event ConfigTooLarge, and a pod selecting it fails with CNI "
+                             "error 7 naming it and this bound (default: %(default)s)")
     parser.add_argument("--metrics-address", default="127.0.0.1",
                         help="address of /healthz, /readyz and /metrics (default: %(default)s)")
     parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT,
@@ -157,10 +163,11 @@ def run(args: argparse.Namespace) -> int:
         log.error("--hotplug-backoff-initial (%g) is more than --hotplug-backoff-max (%g)",
                   args.hotplug_backoff_initial, args.hotplug_backoff_max)
         return 1
-    pods, nads = node_caches(args.kubeconfig, args.node_name)
+    pods, nads = node_caches(args.kubeconfig, args.node_name, args.max_nad_config_bytes)
     daemon = Daemon(pods, nads, args.kubeconfig, args.socket_dir, args.max_parallel,
                     args.api_timeout, args.cni_dir, args.hotplug_interval, executor,
-                    Backoff(args.hotplug_backoff_initial, args.hotplug_backoff_max))
+                    Backoff(args.hotplug_backoff_initial, args.hotplug_backoff_max),
+                    args.max_nad_config_bytes)
     stop = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda signum, _frame: stop.set())

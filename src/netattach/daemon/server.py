@@ -32,12 +32,12 @@ from .. import cli
 from ..cni import invoke
 from ..cni.errors import CniError
 from ..cni.request import parse_cni_args
-from ..kube import Kube
+from ..kube import NAD_GROUP, NAD_VERSION, Kube
 from ..netconf import DEFAULT_CNI_DIR, NetConf
 from ..orchestrator import Orchestrator
 from ..state import StateError, StateStore
 from .backoff import Backoff
-from .cache import WatchCache
+from .cache import DEFAULT_MAX_NAD_CONFIG, NADS, REFUSED, WatchCache
 from .events import EventRecorder
 from .hotplug import Hotplugger
 from .podapi import CachedPodApi, Publisher, republish
@@ -166,15 +166,20 @@ class Daemon:
     pod's selection changes (hotplug.Hotplugger, at most one change per pod every
     `hotplug_interval` seconds; a failed step waits for its `hotplug_backoff`,
     backoff.Backoff); executor: finds and runs the children of every call and hot-plug
-    change (invoke.ChrootExecutor under --chroot-dir, else the process executor).
+    change (invoke.ChrootExecutor under --chroot-dir, else the process executor);
+    max_nad_config: bytes, the bound of a NAD's spec.config (the NAD cache's, made
+    with the same by cache.node_caches; a live read's, podapi.CachedPodApi): a NAD
+    over it gets a Warning `ConfigTooLarge` Event when the cache first sees it.
     """
 
     def __init__(self, pods: WatchCache, nads: WatchCache, kubeconfig: str | None,
                  socket_dir: str, max_parallel: int, api_timeout: float,
                  cni_dir: str = DEFAULT_CNI_DIR, hotplug_interval: float = 2.0,
                  executor: invoke.Executor = invoke.PROCESS_EXECUTOR,
-                 hotplug_backoff: Backoff | None = None):
+                 hotplug_backoff: Backoff | None = None,
+                 max_nad_config: int = DEFAULT_MAX_NAD_CONFIG):
         self.pods, self.nads = pods, nads
+        self.max_nad_config = max_nad_config
         self.executor = executor
         self.kubeconfig = kubeconfig
         self.cni_dir = cni_dir
@@ -191,6 +196,7 @@ class Daemon:
                                   self.publisher.cancel, hotplug_interval, executor=executor,
                                   backoff=hotplug_backoff)
         pods.listeners.append(self.hotplug.pod_changed)
+        nads.listeners.append(self._nad_changed)
         self.listening = False
         self.in_flight = 0
         self._listener: socket.socket | None = None
@@ -368,7 +374,34 @@ class Daemon:
             self.pods, self.nads,
             lambda: self.client.kube(conf.api_timeout, "apiTimeout"), uid,
             lambda what, send, awaited: self.publisher.submit(cid, what, send, awaited),
-            StateStore(conf.cni_dir), cid, self.stats.misses, self.stats.lock, self.events)
+            StateStore(conf.cni_dir), cid, self.stats.misses, self.stats.lock, self.events,
+            self.max_nad_config)
+
+    def _nad_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """The NAD cache's listener: a NAD whose config the cache refused (over
+        max_nad_config, cache.REFUSED) gets a Warning `ConfigTooLarge` Event, queued,
+        once per version of it (a relist of the same one sends nothing; the recorder
+        raises the count of the same message)."""
+        if new is None or REFUSED not in new:
+            return
+        meta = new.get("metadata") or {}
+        if old is not None and REFUSED in old and \
+                (old.get("metadata") or {}).get("resourceVersion") == meta.get("resourceVersion"):
+            return
+        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        involved = {"apiVersion": f"{NAD_GROUP}/{NAD_VERSION}", "kind": NADS,
+                    "namespace": namespace, "name": name, "uid": meta.get("uid", "")}
+        refused = new[REFUSED]
+        message = (f"spec.config is {refused['bytes']} bytes, more than the bound of "
+                   f"{refused['limit']} bytes of netattach's node daemon "
+                   "(--max-nad-config-bytes): it is not kept, and a pod selecting this "
+                   "NetworkAttachmentDefinition fails with CNI error 7")
+        log.warning("NetworkAttachmentDefinition %s/%s: %s", namespace, name, message)
+        self.publisher.submit(
+            f"nad:{namespace}/{name}", f"event ConfigTooLarge on NetworkAttachmentDefinition "
+            f"{namespace}/{name}",
+            lambda kube: self.events.send(kube, involved, "Warning", "ConfigTooLarge", message),
+            False)
 
     def _track(self, environ: dict[str, str], conf: NetConf, cid: str) -> None:
         """Hand a sandbox ADDed with `hotplug` to the hot-plug worker."""
