@@ -81,10 +81,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "larger is not kept in the daemon's cache; it gets a Warning "
                              "event ConfigTooLarge, and a pod selecting it fails with CNI "
                              "error 7 naming it and this bound (default: %(default)s)")
-    parser.add_argument("--metrics-address", default="127.0.0.1",
-                        help="address of /healthz, /readyz and /metrics (default: %(default)s)")
+    parser.add_argument("--metrics-address", default=os.environ.get("HOST_IP") or "127.0.0.1",
+                        help="address /healthz, /readyz and /metrics listen on, IPv4 or IPv6 "
+                             "('::1' or '[::1]'; '0.0.0.0' or '::' for every address) "
+                             "(default: $HOST_IP, the node's IP deploy/thick passes from "
+                             "status.hostIP; else 127.0.0.1)")
     parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT,
                         help="their port; 0 picks a free one (logged) (default: %(default)s)")
+    parser.add_argument("--metrics-max-connections", type=_number(int), default=64,
+                        help="connections to those endpoints open at once at most; one more "
+                             "closes the oldest still waiting for its request (a probe is "
+                             "always answered) (default: %(default)s)")
+    parser.add_argument("--metrics-idle-timeout", type=_number(float), default=10.0,
+                        help="seconds a connection to those endpoints has to send its request, "
+                             "and again to take its answer, before it is closed "
+                             "(default: %(default)s)")
     parser.add_argument("--log-file", default=None, help="log file (default: stderr only)")
     parser.add_argument("--log-level", choices=tuple(LOG_LEVELS), default="info",
                         help="(default: %(default)s)")
@@ -177,14 +188,18 @@ def run(args: argparse.Namespace) -> int:
         if args.dra:
             daemon.dra = _kubelet_plugin(args, daemon)
             daemon.dra.start()
-        http = metrics.serve(daemon, args.metrics_address, args.metrics_port)
+        http = metrics.serve(daemon, args.metrics_address, args.metrics_port,
+                             args.metrics_max_connections, args.metrics_idle_timeout)
     except (DaemonError, DraError, OSError) as e:
         log.error("cannot start: %s", e)
         if daemon.dra is not None:
             daemon.dra.stop()
         return 1
-    log.info("node %s; /healthz, /readyz, /metrics on %s:%d", args.node_name,
-             args.metrics_address, http.server_port)
+    host = http.sock.getsockname()[0]
+    log.info("node %s; /healthz, /readyz, /metrics on %s:%d (at most %d connections, "
+             "closed after %g s idle)", args.node_name,
+             f"[{host}]" if ":" in host else host, http.server_port,
+             args.metrics_max_connections, args.metrics_idle_timeout)
     while not stop.wait(1.0):
         pass
     log.info("stopping: finishing the calls in progress and the queued writes")
