@@ -59,7 +59,8 @@ bound} (`nad_trimmer`)."""
 
 
 def trim(obj: dict[str, Any]) -> dict[str, Any]:
-    """The part of a Pod or NetworkAttachmentDefinition the orchestrator reads
+    """The part of a Pod the orchestrator reads (the pod cache's trim; the NAD cache's is
+    `nad_trimmer`, stricter; this one still keeps a NAD's spec.config)
     (networks.build_plan: metadata.uid, .annotations; delegates: spec.config;
     devices.nad_resource_name: metadata.annotations; podapi.republish:
     metadata.deletionTimestamp; claims.pod_claims: spec.resourceClaims,
