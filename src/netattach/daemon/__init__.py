@@ -84,10 +84,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-timeout", type=_number(float), default=5.0,
                         help="seconds, the budget of each try of a queued network-status "
                              "PATCH or Event (default: %(default)s)")
-    parser.add_argument("--metrics-address", default="127.0.0.1",
-                        help="address of /healthz, /readyz and /metrics (default: %(default)s)")
+    parser.add_argument("--max-nad-config-bytes", type=_number(int),
+                        default=256 * 1024,
+                        help="bytes: a NetworkAttachmentDefinition whose spec.config is "
+                             "larger is not kept in the daemon's cache; it gets a Warning "
+                             "event ConfigTooLarge, and a pod selecting it fails with CNI "
+                             "error 7 naming it and this bound (default: %(default)s)")
+    parser.add_argument("--metrics-address", default=os.environ.get("HOST_IP") or "127.0.0.1",
+                        help="address /healthz, /readyz and /metrics listen on, IPv4 or IPv6 "
+                             "('::1' or '[::1]'; '0.0.0.0' or '::' for every address) "
+                             "(default: $HOST_IP, the node's IP deploy/thick passes from "
+                             "status.hostIP; else 127.0.0.1)")
     parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT,
                         help="their port; 0 picks a free one (logged) (default: %(default)s)")
+    parser.add_argument("--metrics-max-connections", type=_number(int), default=64,
+                        help="connections to those endpoints open at once at most; one more "
+                             "closes the oldest still waiting for its request (a probe is "
+                             "always answered) (default: %(default)s)")
+    parser.add_argument("--metrics-idle-timeout", type=_number(float), default=10.0,
+                        help="seconds a connection to those endpoints has to send its request, "
+                             "and again to take its answer, before it is closed "
+                             "(default: %(default)s)")
     parser.add_argument("--log-file", default=None, help="log file (default: stderr only)")
     parser.add_argument("--log-level", choices=tuple(LOG_LEVELS), default="info",
                         help="(default: %(default)s)")
@@ -124,6 +141,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "edits in between are applied together (daemon/hotplug.py; "
                              "sandboxes ADDed with `hotplug` in the conflist) "
                              "(default: %(default)s)")
+    parser.add_argument("--hotplug-backoff-initial", type=_number(float), default=10.0,
+                        help="seconds: a hot-plug step that failed (an element's ADD, an "
+                             "attachment's DEL) is not tried again before this, whatever "
+                             "edits come in between; each failure in a row doubles the wait "
+                             "(the kubelet's CrashLoopBackOff rule) (default: %(default)s)")
+    parser.add_argument("--hotplug-backoff-max", type=_number(float), default=300.0,
+                        help="seconds, the cap of that wait; a step that has not failed for "
+                             "twice this starts again at --hotplug-backoff-initial "
+                             "(default: %(default)s)")
     parser.add_argument("--shutdown-timeout", type=_number(float), default=20.0,
                         help="seconds to finish calls and queued writes on SIGTERM "
                              "(default: %(default)s)")
@@ -140,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     from ..cni import invoke
     from . import metrics
+    from .backoff import Backoff
     from .cache import node_caches
     from .dra import DraError  # grpc is imported by dra.KubeletPlugin.start, with --dra only
     from .server import Daemon, DaemonError
@@ -152,10 +179,16 @@ def run(args: argparse.Namespace) -> int:
             return 1
         log.info("children run in the root %s (--chroot-dir)", chroot.root)
         executor = chroot
-    pods, nads = node_caches(args.kubeconfig, args.node_name)
+    if args.hotplug_backoff_initial > args.hotplug_backoff_max:
+        log.error("--hotplug-backoff-initial (%g) is more than --hotplug-backoff-max (%g)",
+                  args.hotplug_backoff_initial, args.hotplug_backoff_max)
+        return 1
+    pods, nads = node_caches(args.kubeconfig, args.node_name, args.max_nad_config_bytes)
     daemon = Daemon(pods, nads, args.kubeconfig, args.socket_dir, args.max_parallel,
                     args.api_timeout, args.cni_dir, args.hotplug_interval, executor,
-                    args.max_queued, args.saturation_timeout)
+                    args.max_queued, args.saturation_timeout,
+                    Backoff(args.hotplug_backoff_initial, args.hotplug_backoff_max),
+                    args.max_nad_config_bytes)
     stop = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda signum, _frame: stop.set())
@@ -165,14 +198,18 @@ def run(args: argparse.Namespace) -> int:
         if args.dra:
             daemon.dra = _kubelet_plugin(args, daemon)
             daemon.dra.start()
-        http = metrics.serve(daemon, args.metrics_address, args.metrics_port)
+        http = metrics.serve(daemon, args.metrics_address, args.metrics_port,
+                             args.metrics_max_connections, args.metrics_idle_timeout)
     except (DaemonError, DraError, OSError) as e:
         log.error("cannot start: %s", e)
         if daemon.dra is not None:
             daemon.dra.stop()
         return 1
-    log.info("node %s; /healthz, /readyz, /metrics on %s:%d", args.node_name,
-             args.metrics_address, http.server_port)
+    host = http.sock.getsockname()[0]
+    log.info("node %s; /healthz, /readyz, /metrics on %s:%d (at most %d connections, "
+             "closed after %g s idle)", args.node_name,
+             f"[{host}]" if ":" in host else host, http.server_port,
+             args.metrics_max_connections, args.metrics_idle_timeout)
     while not stop.wait(1.0):
         pass
     log.info("stopping: finishing the calls in progress and the queued writes")

@@ -7,9 +7,19 @@ resourceVersion seen; 410 Gone, "too old resource version", relists).
 The HTTP client is lightkube's (config.kubeconfig.KubeConfig + config.client_adapter:
 an httpx2 client with the kubeconfig's server, CA, client certificate and bearer token
 or token file) used for raw REST, as kube.py uses it: objects stay JSON dicts, and only
-the fields the orchestrator reads are kept (`trim`), so a node's cache stays small.
-Each LIST and WATCH re-reads the kubeconfig, so a rotated token is picked up by the
-next reconnect (a watch ends at least every WATCH_SECONDS).
+the fields the orchestrator reads are kept (`trim`, `nad_trimmer`), so a node's cache
+stays small. Each LIST and WATCH re-reads the kubeconfig, so a rotated token is picked
+up by the next reconnect (a watch ends at least every WATCH_SECONDS).
+
+Bounded memory (issue 21): NetworkAttachmentDefinitions are tenants' objects, of any
+namespace, up to the API server's object size (etcd's 1.5 MiB by default). The cache
+keeps of each only what netattach reads, and of a NAD whose spec.config is over the
+daemon's bound (`--max-nad-config-bytes`, DEFAULT_MAX_NAD_CONFIG) not the config but
+a note that it was refused (REFUSED): a pod selecting it fails with code 7 naming the
+NAD and the bound (podapi.CachedPodApi.get_nad), and the NAD gets a Warning event
+(server.Daemon). A LIST is parsed as it streams in (ijson, `parse_list`), one object
+at a time, so reading 100 NADs of 1 MiB holds about one of them, never the whole
+answer; a WATCH event is one object per line.
 """
 from __future__ import annotations
 
@@ -18,9 +28,10 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from ..devices import RESOURCE_NAME_ANNOTATION
 from ..kube import NAD_GROUP, NAD_PLURAL, NAD_VERSION, lightkube_client
 
 log = logging.getLogger("netattach.daemon")
@@ -35,9 +46,21 @@ BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0)
 PODS = "Pod"
 NADS = "NetworkAttachmentDefinition"
 
+DEFAULT_MAX_NAD_CONFIG = 256 * 1024
+"""Bytes (UTF-8) of a NAD's spec.config the daemon keeps at most (`--max-nad-config-bytes`):
+a CNI config is a few hundred bytes to a few KiB; the bound is the API server's own for
+all of an object's annotations (256 KiB, TotalAnnotationSizeLimitB)."""
+NAD_ANNOTATIONS = (RESOURCE_NAME_ANNOTATION,)
+"""The NAD annotations netattach reads (devices.nad_resource_name); no other is kept
+(kubectl's last-applied-configuration would hold the whole config a second time)."""
+REFUSED = "netattach.io/refused"
+"""Key of a cached NAD whose config was not kept: {"bytes": its size, "limit": the
+bound} (`nad_trimmer`)."""
+
 
 def trim(obj: dict[str, Any]) -> dict[str, Any]:
-    """The part of a Pod or NetworkAttachmentDefinition the orchestrator reads
+    """The part of a Pod the orchestrator reads (the pod cache's trim; the NAD cache's is
+    `nad_trimmer`, stricter; this one still keeps a NAD's spec.config)
     (networks.build_plan: metadata.uid, .annotations; delegates: spec.config;
     devices.nad_resource_name: metadata.annotations; podapi.republish:
     metadata.deletionTimestamp; claims.pod_claims: spec.resourceClaims,
@@ -61,6 +84,69 @@ def trim(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def config_size(config: Any) -> int:
+    """Bytes of a NAD's spec.config: a string's UTF-8 length (the CNI config as JSON
+    text, what the spec says it is), else the length of the JSON of whatever it is."""
+    if isinstance(config, str):
+        return len(config.encode("utf-8", "surrogatepass"))
+    return len(json.dumps(config))
+
+
+def nad_trimmer(max_config: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The trim of the NAD cache: a NetworkAttachmentDefinition as
+    {"metadata": {name, namespace, uid, resourceVersion, annotations: only
+    NAD_ANNOTATIONS}, "spec": {"config"}}; with a spec.config of more than `max_config`
+    bytes (config_size), {"metadata": ..., REFUSED: {"bytes": n, "limit": max_config}}
+    instead of the spec (module doc)."""
+    def trim_nad(obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj.get("metadata") or {}
+        out_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion")
+                    if k in meta}
+        annotations = meta.get("annotations")
+        if isinstance(annotations, dict):
+            kept = {k: annotations[k] for k in NAD_ANNOTATIONS if k in annotations}
+            if kept:
+                out_meta["annotations"] = kept
+        out: dict[str, Any] = {"metadata": out_meta}
+        spec = obj.get("spec")
+        if isinstance(spec, dict) and "config" in spec:
+            size = config_size(spec["config"])
+            if size > max_config:
+                out[REFUSED] = {"bytes": size, "limit": max_config}
+            else:
+                out["spec"] = {"config": spec["config"]}
+        return out
+    return trim_nad
+
+
+def parse_list(chunks: Iterable[bytes], keep: Callable[[dict[str, Any]], None]
+               ) -> dict[str, Any]:
+    """Parse the body of a LIST answer as it arrives in `chunks` (bytes), handing each
+    object of `items` to `keep` as soon as it is complete; returns the list's metadata
+    (resourceVersion, continue). One object is held at a time (ijson's incremental
+    parser, C backend), whatever the size of the answer. Raises ValueError
+    (ijson.JSONError) for a body that is not JSON, or not one object."""
+    import ijson
+    items: list[dict[str, Any]] = ijson.sendable_list()
+    meta: list[tuple[str, Any]] = ijson.sendable_list()
+    item_parser = ijson.items_coro(items, "items.item", use_float=True)
+    meta_parser = ijson.kvitems_coro(meta, "metadata", use_float=True)
+    try:
+        for chunk in chunks:
+            item_parser.send(chunk)
+            meta_parser.send(chunk)
+            for item in items:
+                keep(item)
+            del items[:]
+        item_parser.close()
+        meta_parser.close()
+    except ijson.JSONError as e:
+        raise ValueError(f"the LIST answer is not JSON: {e}") from None
+    for item in items:
+        keep(item)
+    return dict(meta)
+
+
 class Gone(Exception):
     """The API server no longer has the resourceVersion asked for (HTTP 410): relist."""
 
@@ -71,7 +157,8 @@ class WatchCache:
     kind: PODS or NADS (for logs and metrics); path: the collection's API path;
     selector: a fieldSelector ("spec.nodeName=<node>") or None; connect: returns a new
     httpx2 client (kube.py's way of loading the kubeconfig) and is called for each
-    LIST and WATCH.
+    LIST and WATCH; trimmer: what of each object is kept (`trim`; the NADs':
+    `nad_trimmer`).
 
     `synced` is set once the first LIST is stored and stays set; `watching` is true
     while a WATCH is established (false while reconnecting: the cache may be behind).
@@ -83,8 +170,10 @@ class WatchCache:
     """
 
     def __init__(self, kind: str, path: str, selector: str | None,
-                 connect: Callable[[], Any]):
+                 connect: Callable[[], Any],
+                 trimmer: Callable[[dict[str, Any]], dict[str, Any]] = trim):
         self.kind = kind
+        self.trim = trimmer
         self.path = path
         self.selector = selector
         self.connect = connect
@@ -148,20 +237,21 @@ class WatchCache:
         http = self.connect()
         objects: dict[tuple[str, str], dict[str, Any]] = {}
         params = {**self._params(), "limit": str(LIST_LIMIT)}
+        def keep(item: dict[str, Any]) -> None:
+            meta = item.get("metadata") or {}
+            objects[(meta.get("namespace", ""), meta.get("name", ""))] = self.trim(item)
+
         try:
             while True:
                 self.requests += 1
-                resp = http.get(self.path, params=params)
-                if resp.status_code == 410:
-                    raise Gone()
-                if resp.status_code != 200:
-                    raise RuntimeError(f"LIST {self.path}: HTTP {resp.status_code}: "
-                                       f"{resp.text[:200]}")
-                doc = resp.json()
-                for item in doc.get("items") or []:
-                    meta = item.get("metadata") or {}
-                    objects[(meta.get("namespace", ""), meta.get("name", ""))] = trim(item)
-                meta = doc.get("metadata") or {}
+                with http.stream("GET", self.path, params=params) as resp:
+                    if resp.status_code == 410:
+                        raise Gone()
+                    if resp.status_code != 200:
+                        resp.read()
+                        raise RuntimeError(f"LIST {self.path}: HTTP {resp.status_code}: "
+                                           f"{resp.text[:200]}")
+                    meta = parse_list(resp.iter_bytes(), keep)
                 if not meta.get("continue"):
                     version = str(meta.get("resourceVersion", ""))
                     break
@@ -219,7 +309,7 @@ class WatchCache:
         if kind == "BOOKMARK":
             return rv
         key = (meta.get("namespace", ""), meta.get("name", ""))
-        new = None if kind == "DELETED" else trim(obj)
+        new = None if kind == "DELETED" else self.trim(obj)
         with self._lock:
             old = self._objects.pop(key, None) if new is None else self._objects.get(key)
             if new is not None:
@@ -250,12 +340,14 @@ def connector(kubeconfig: str | None) -> Callable[[], Any]:
     return lambda: lightkube_client(kubeconfig, 10.0)[0]
 
 
-def node_caches(kubeconfig: str | None, node_name: str) -> tuple[WatchCache, WatchCache]:
-    """(pods of `node_name`, NetworkAttachmentDefinitions of every namespace), not
-    started."""
+def node_caches(kubeconfig: str | None, node_name: str,
+                max_nad_config: int = DEFAULT_MAX_NAD_CONFIG) -> tuple[WatchCache, WatchCache]:
+    """(pods of `node_name`, NetworkAttachmentDefinitions of every namespace, each
+    config kept up to `max_nad_config` bytes: nad_trimmer), not started."""
     connect = connector(kubeconfig)
     pods = WatchCache(PODS, "/api/v1/pods", f"spec.nodeName={node_name}", connect)
-    nads = WatchCache(NADS, f"/apis/{NAD_GROUP}/{NAD_VERSION}/{NAD_PLURAL}", None, connect)
+    nads = WatchCache(NADS, f"/apis/{NAD_GROUP}/{NAD_VERSION}/{NAD_PLURAL}", None, connect,
+                      nad_trimmer(max_nad_config))
     return pods, nads
 
 

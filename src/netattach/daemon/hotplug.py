@@ -9,10 +9,23 @@ annotation `netattach.io/hotplug: "false"`. Sandboxes whose cniDir is not the da
 `--cni-dir` are found while this daemon runs (it saw their ADD), not after a restart.
 
 When: the watch of this node's pods reports a change of the selection (or of the
-default-network or opt-out annotation), and once for every such sandbox when the
-daemon starts (a change made while it was down, or one it was killed in). At most one
-change per pod every `interval` seconds; the annotation as it is when its turn comes
-is applied (later edits in between are coalesced).
+default-network or opt-out annotation), once for every such sandbox when the daemon
+starts (a change made while it was down, or one it was killed in), and when the
+backoff of a failed step ends. At most one change per pod every `interval` seconds;
+the annotation as it is when its turn comes is applied (later edits in between are
+coalesced).
+
+Bounded work (issue 21): the queue holds at most one entry per pod (`notify`
+coalesces: a pod already queued keeps its entry, moved earlier if need be), so it is
+never longer than the number of pods with a tracked sandbox on this node. A step that
+fails (an element's ADD: its NAD missing or refused, its child failing; an
+attachment's DEL) is not tried again before its backoff ends (daemon/backoff.py:
+`backoff_initial` s, doubling at each failure in a row up to `backoff_max`, the
+kubelet's CrashLoopBackOff rule), whatever edits of the annotation come in between:
+such a look skips it (counted "deferred") and the pod is looked at again when the
+backoff ends. The key is the container and the element's NAD (for a DEL, the
+attachment's NAD and interface), so renaming the interface does not start it anew; a
+success forgets it, and so does the sandbox's DEL.
 
 What (`Hotplugger.reconcile`, under the container's lock, spec §7.3, so it never
 races the runtime's calls): `hotplug.diff` of the saved attachments and the elements
@@ -63,6 +76,7 @@ from ..state import (
     StateStore,
     is_missing_netns,
 )
+from .backoff import Backoff
 from .cache import WatchCache
 
 log = logging.getLogger("netattach.daemon")
@@ -135,26 +149,32 @@ class Hotplugger:
     the daemon's --cni-dir, scanned at start; make_api: (environ, conf) -> the API seam
     of one operation on a container (Daemon._api: cached reads, queued writes);
     drop_writes: the orchestrator's (Publisher.cancel); interval: seconds between two
-    changes of one pod; clock: monotonic seconds; executor: runs the children (the
-    daemon's: invoke.ChrootExecutor with --chroot-dir).
+    changes of one pod; clock: monotonic seconds (injectable: the rate limit and the
+    backoff read it); executor: runs the children (the daemon's:
+    invoke.ChrootExecutor with --chroot-dir); backoff: the failed steps' backoff
+    (daemon/backoff.py; default: 10 s doubling up to 300 s).
     Counters for the metrics (under `lock`): changes by result ("added", "removed",
-    "failed", "refused").
+    "failed", "refused", "deferred": a failed step skipped while its backoff runs).
     """
 
     def __init__(self, pods: WatchCache, cni_dir: str,
                  make_api: Callable[[dict[str, str], NetConf], PodApi],
                  drop_writes: Callable[[str], None], interval: float = 2.0,
                  clock: Callable[[], float] = time.monotonic,
-                 executor: invoke.Executor = invoke.PROCESS_EXECUTOR):
+                 executor: invoke.Executor = invoke.PROCESS_EXECUTOR,
+                 backoff: Backoff | None = None):
         self.pods, self.cni_dir = pods, cni_dir
         self.executor = executor
         self.make_api, self.drop_writes = make_api, drop_writes
         self.interval, self.clock = interval, clock
+        self.backoff = backoff if backoff is not None else Backoff()
         self.lock = threading.Lock()
-        self.changes: dict[str, int] = {"added": 0, "removed": 0, "failed": 0, "refused": 0}
+        self.changes: dict[str, int] = {"added": 0, "removed": 0, "failed": 0, "refused": 0,
+                                        "deferred": 0}
         self._sandboxes: dict[PodKey, dict[str, str]] = {}  # pod -> {container ID: cni dir}
-        self._due: list[tuple[float, PodKey]] = []  # heap of (when, pod)
-        self._queued: set[PodKey] = set()
+        self._due: list[tuple[float, PodKey]] = []  # heap of (when, pod), one per pod
+        self._queued: dict[PodKey, float] = {}  # pod -> when it is due (its heap entry)
+        self._retry: dict[str, float] = {}  # container -> when its first backoff ends
         self._last: dict[PodKey, float] = {}
         self._refused: dict[str, set[str]] = {}  # container -> reasons last reported
         self._wake = threading.Condition(self.lock)
@@ -179,21 +199,12 @@ class Hotplugger:
         """The sandbox was DELed (by the runtime; found gone at a reconcile: GC's)."""
         with self.lock:
             self._refused.pop(container_id, None)
+            self._retry.pop(container_id, None)
+            self.backoff.forget(container_id)
             for pod, ids in list(self._sandboxes.items()):
                 if ids.pop(container_id, None) is not None and not ids:
                     del self._sandboxes[pod]
                     self._last.pop(pod, None)
-
-    def nad_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        """The NAD cache's listener: a NetworkAttachmentDefinition created (not changed,
-        not deleted) may be one a pod's selection names and a hot-plug ADD could not
-        find: every tracked pod is looked at again (a diff, cheap when nothing changed)."""
-        if old is not None or new is None:
-            return
-        with self.lock:
-            pods = list(self._sandboxes)
-        for pod in pods:
-            self.notify(pod)
 
     def pod_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         """The pod cache's listener: a pod whose watched annotations changed (WATCHED)."""
@@ -209,15 +220,28 @@ class Hotplugger:
         if tracked:
             self.notify(pod)
 
-    def notify(self, pod: PodKey) -> None:
-        """Look at `pod`'s sandboxes as soon as its rate limit allows."""
+    def notify(self, pod: PodKey, at: float | None = None) -> None:
+        """Look at `pod`'s sandboxes as soon as its rate limit allows (`at`: not before
+        that time of the clock, a backoff's end). Coalesced: a pod has one entry in the
+        queue at most; one already queued is moved earlier, never later, so the queue
+        never holds more entries than there are pods (module doc, "Bounded work")."""
         with self.lock:
-            if pod in self._queued:
-                return
-            due = max(self.clock(), self._last.get(pod, float("-inf")) + self.interval)
+            due = max(self.clock(), self._last.get(pod, float("-inf")) + self.interval,
+                      at if at is not None else float("-inf"))
+            queued = self._queued.get(pod)
+            if queued is not None:
+                if queued <= due:
+                    return
+                self._due.remove((queued, pod))
+                heapq.heapify(self._due)
             heapq.heappush(self._due, (due, pod))
-            self._queued.add(pod)
+            self._queued[pod] = due
             self._wake.notify()
+
+    def queued(self) -> int:
+        """Entries in the work queue now (one per pod at most; a metric)."""
+        with self.lock:
+            return len(self._due)
 
     # -- lifecycle
 
@@ -243,14 +267,19 @@ class Hotplugger:
                 if self._stop:
                     return
                 _, pod = heapq.heappop(self._due)
-                self._queued.discard(pod)
+                del self._queued[pod]
                 self._last[pod] = self.clock()
+                self.backoff.gc(self._last[pod])
                 sandboxes = dict(self._sandboxes.get(pod, {}))
             for cid, cni_dir in sandboxes.items():
                 try:
                     self.reconcile(StateStore(cni_dir), cid)
                 except Exception:  # a bug: logged, the next change is looked at anyway
                     log.exception("hot-plug of pod %s/%s, container %s failed", *pod, cid)
+            with self.lock:
+                retry = [self._retry.pop(cid) for cid in sandboxes if cid in self._retry]
+            if retry and pod in self._sandboxes:
+                self.notify(pod, at=min(retry))
 
     def _scan(self) -> None:
         """At start: every sandbox of --cni-dir ADDed with `hotplug` is tracked and looked
@@ -277,6 +306,35 @@ class Hotplugger:
         with self.lock:
             self.changes[result] += n
 
+    def _deferred(self, container_id: str, key: tuple[str, ...]) -> bool:
+        """True when the step `key` of the container is in backoff (skipped now, counted
+        "deferred"); the pod is then looked at again when the backoff ends."""
+        with self.lock:
+            if not self.backoff.waiting(key, self.clock()):
+                return False
+            self.changes["deferred"] += 1
+            self._retry_at(container_id, key)
+        log.debug("hot-plug: container %s: %s not tried before its backoff ends", container_id,
+                  " ".join(key[1:]))
+        return True
+
+    def _outcome(self, container_id: str, key: tuple[str, ...], ok: bool) -> None:
+        """Record the step `key` succeeded (its backoff forgotten) or failed (its backoff
+        grows; the pod is looked at again when it ends)."""
+        with self.lock:
+            if ok:
+                self.backoff.reset(key)
+                return
+            delay = self.backoff.failed(key, self.clock())
+            self._retry_at(container_id, key)
+        log.info("hot-plug: container %s: %s failed; tried again in %g s at the earliest "
+                 "(backoff)", container_id, " ".join(key[1:]), delay)
+
+    def _retry_at(self, container_id: str, key: tuple[str, ...]) -> None:
+        due = self.backoff.due(key)  # the lock is held
+        if due is not None:
+            self._retry[container_id] = min(due, self._retry.get(container_id, due))
+
     def reconcile(self, store: StateStore, container_id: str) -> None:
         """Bring the sandbox `container_id` in line with its pod's selection now (module
         doc), under the container's lock (and `exclusive`). A child's failure is
@@ -300,6 +358,8 @@ class Hotplugger:
                 log.debug("pod %s: not hot-plugged: not in the cache with UID %s (a static "
                           "pod's mirror has another), or being deleted", ref, ref.uid)
                 return  # the pod is gone, re-created or being deleted: its DEL comes
+            log.debug("hot-plug: pod %s (resourceVersion %s): looking at container %s", ref,
+                      meta.get("resourceVersion"), container_id)
             environ, req, conf = _request(state)
             api = self.make_api(environ, conf)
             orch = Orchestrator(api=lambda _conf: api, executor=self.executor,
@@ -323,9 +383,13 @@ class Hotplugger:
         """Undo each step a killed daemon left recorded (an ADD or a DEL begun): DEL it and
         drop it from the state."""
         for att in [a for a in state.attachments if a.change]:
+            key = (state.container_id, "undo", att.network, att.ifname)
+            if self._deferred(state.container_id, key):
+                continue
             log.info("pod %s: hot-plug %s of %s (%s) was interrupted: undoing it", state.pod,
                      att.change, att.network, att.ifname)
-            self._delete(orch, req, conf, store, state, att, keep_mark=True)
+            self._outcome(state.container_id, key,
+                          self._delete(orch, req, conf, store, state, att, keep_mark=True))
 
     def _delete(self, orch: Orchestrator, req: CniRequest, conf: NetConf, store: StateStore,
                 state: SavedState, att: SavedAttachment, keep_mark: bool = False) -> bool:
@@ -377,9 +441,14 @@ class Hotplugger:
                                "chose the pod's default route (default-route), which "
                                "removing it would leave without one; it is not removed")
                 continue
+            key = (state.container_id, "remove", att.network, att.ifname)
+            if self._deferred(state.container_id, key):
+                continue
             att.change = "remove"
             store.save(state)  # recorded before the child runs
-            if self._delete(orch, req, conf, store, state, att):
+            removed = self._delete(orch, req, conf, store, state, att)
+            self._outcome(state.container_id, key, removed)
+            if removed:
                 self._count("removed")
                 event("Normal", "RemovedInterface", f"Remove {att.ifname} from {att.network}")
             else:
@@ -396,9 +465,16 @@ class Hotplugger:
             elif element.default_route is not None:
                 refused.append(f"network {element.ref}: default-route is chosen when the pod "
                                "is created; add the element without it")
-            elif self._add(orch, req, conf, store, state, api, element, ifname, event,
-                           refused):
-                fresh.add((element.ref, ifname))
+            else:
+                add_key: tuple[str, ...] = (state.container_id, "add", element.ref)
+                if self._deferred(state.container_id, add_key):
+                    continue
+                outcome = self._add(orch, req, conf, store, state, api, element, ifname, event,
+                                    refused)
+                if outcome != "refused":
+                    self._outcome(state.container_id, add_key, outcome == "added")
+                if outcome == "added":
+                    fresh.add((element.ref, ifname))
         self._refuse(state.container_id, refused, pod, event)
         return fresh
 
@@ -419,9 +495,11 @@ class Hotplugger:
 
     def _add(self, orch: Orchestrator, req: CniRequest, conf: NetConf, store: StateStore,
              state: SavedState, api: PodApi, element: Any, ifname: str,
-             event: Callable[[str, str, str], None], refused: list[str]) -> bool:
+             event: Callable[[str, str, str], None], refused: list[str]) -> str:
         """ADD one element's attachment as `ifname`, recorded first; a failure DELs it. A
-        refusal is appended to `refused`. True when it was added."""
+        refusal is appended to `refused`. Returns "added", "failed" (its NAD or config
+        could not be resolved, or its child failed: a Warning event says why) or
+        "refused"."""
         pod = state.pod
         try:
             nad, config = networks.resolve_element(conf, pod, api, element)
@@ -432,19 +510,19 @@ class Hotplugger:
                                f"{element.device_id!r} is honoured at pod creation only, "
                                "where it is checked against the devices the kubelet "
                                "allocated to the pod")
-                return False
+                return "refused"
             if nad is not None and nad_resource_name(nad):
                 refused.append(f"network {element.ref}: its NetworkAttachmentDefinition asks "
                                f"for device resource {nad_resource_name(nad)}, which the "
                                "kubelet allocates at pod creation only")
-                return False
+                return "refused"
             att = planning.element_attachment(element, config, ifname)
             policy.check_delegate(att.config, conf, policy.from_tenant(att.config),
                                   orch.executor, (conf.bin_dir, *req.path))
         except CniError as e:
             self._count("failed")
             event("Warning", "ErrorAddingNetwork", f"hot-plug of {element.ref}: {e.msg}")
-            return False
+            return "failed"
         saved = SavedAttachment(network=att.network, ifname=ifname, config=att.config.raw,
                                 source=att.config.source, capability_args=att.capability_args,
                                 attempted=True, selection=networks.saved_selection(att),
@@ -461,12 +539,12 @@ class Hotplugger:
             self._count("failed")
             event("Warning", "ErrorAddingNetwork",
                   f"hot-plug of {att.network} (interface {ifname}) failed: {e.msg}")
-            return False
+            return "failed"
         saved.result, saved.change = result, None
         store.save(state)
         self._count("added")
         log.info("pod %s: hot-plug attached network %s as %s", pod, att.network, ifname)
-        return True
+        return "added"
 
     def _publish(self, store: StateStore, state: SavedState, api: PodApi, uid: str,
                  fresh: set[tuple[str, str]], event: Callable[[str, str, str], None]) -> None:

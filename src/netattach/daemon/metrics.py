@@ -1,9 +1,22 @@
-"""The daemon's HTTP endpoints on a local port: `/healthz` (200 while the socket's accept
-loop runs), `/readyz` (200 once listening and both caches are listed, unless the pool
-has been saturated longer than --saturation-timeout; else 503 saying why:
-server.Daemon.readiness) and
-Prometheus `/metrics` (prometheus_client's text format), served by the standard
-library's ThreadingHTTPServer.
+"""The daemon's HTTP endpoints: `/healthz` (200 while the socket's accept loop runs),
+`/readyz` (200 once listening and both caches are listed, unless the pool has been
+saturated longer than --saturation-timeout; else 503 saying why:
+server.Daemon.readiness) and Prometheus
+`/metrics` (prometheus_client's text format), on the address the admin gives
+(`--metrics-address`: the node's IP in deploy/thick, IPv4 or IPv6) and port.
+
+The server (`EndpointServer`) is one thread running an asyncio loop, whatever the
+number of connections: the port is reachable from the node's network, so a tenant's
+pod can open connections to it and leave them idle (issue 21). prometheus_client's
+own server (start_http_server) and the standard library's ThreadingHTTPServer spend a
+thread on each connection until it closes, so 200 idle sockets cost 200 threads. Here:
+* a connection has `idle_timeout` seconds (--metrics-idle-timeout, 10) to send its
+  request head (at most MAX_HEAD bytes) and to take its answer, else it is closed
+  (Go's http.Server ReadHeaderTimeout/WriteTimeout);
+* at most `max_connections` (--metrics-max-connections, 64) are open; one more closes
+  the oldest still waiting for its request (the first to have been left idle), so a
+  probe or a scrape is always answered;
+* one request per connection (`Connection: close`), GET or HEAD.
 
 Metrics (all prefixed `netattach_`):
 * requests_total{command,code}: CNI calls served, by CNI_COMMAND and result ("0", or
@@ -29,7 +42,12 @@ Metrics (all prefixed `netattach_`):
   (network-status PATCH, Events): sent, tries that failed, given up or cancelled by a
   DEL, waiting now;
 * hotplug_changes_total{result}: hot-plug (daemon/hotplug.py): attachments "added" and
-  "removed", "failed" (a child or the delegate failed) and "refused" changes;
+  "removed", "failed" (a child or the delegate failed), "refused" changes and
+  "deferred" steps (a failed one skipped while its backoff runs);
+* hotplug_queued: pods waiting in the hot-plug queue (one entry per pod at most);
+* metrics_connections (open now), metrics_connections_closed_total{reason}: the
+  endpoints' connections closed unanswered, "idle" (idle_timeout passed), "evicted"
+  (the oldest idle one, at max_connections), "bad" (not an HTTP request head);
 * with --dra (daemon/dra.py): dra_registered (1 registered, 0 refused by the kubelet,
   -1 before its verdict), dra_prepared_claims_total{result} (NodePrepareResources, per
   claim: "ok" or "error"), dra_slice_generation (the pool generation last published, 0
@@ -38,10 +56,11 @@ and prometheus_client's process_* metrics (RSS, CPU, open fds).
 """
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
 import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -129,6 +148,8 @@ class _Collector:
         for result, n in sorted(changes.items()):
             c.add_metric([result], n)
         yield c
+        yield GaugeMetricFamily("netattach_hotplug_queued", "pods waiting in the hot-plug "
+                                "queue (one entry per pod at most)", value=d.hotplug.queued())
         if d.dra is not None:
             yield from _dra_metrics(d.dra)
 
@@ -166,37 +187,197 @@ def registry_for(daemon: Daemon) -> CollectorRegistry:
     return registry
 
 
-def serve(daemon: Daemon, address: str, port: int) -> ThreadingHTTPServer:
-    """Start the endpoints on `address`:`port` (0: any free port; see server_port) in a
-    thread; returns the server. Raises OSError when the port cannot be bound."""
+MAX_CONNECTIONS = 64
+"""Connections open at once at most (--metrics-max-connections): a kubelet probing two
+endpoints and a few scrapers need a handful."""
+IDLE_TIMEOUT = 10.0
+"""Seconds a connection has to send its request head, and again to take its answer
+(--metrics-idle-timeout)."""
+MAX_HEAD = 8192
+"""Bytes of a request head at most (request line and headers)."""
+
+Handler = Callable[[str], tuple[int, bytes, str]]
+"""path -> (HTTP status, body, Content-Type)."""
+
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+           503: "Service Unavailable"}
+
+
+def bind(address: str, port: int) -> socket.socket:
+    """A listening TCP socket on `address` (an IPv4 or IPv6 address, "[v6]" accepted, or a
+    name resolved by getaddrinfo: its first address) and `port` (0: any free one).
+    Raises OSError."""
+    host = address[1:-1] if address.startswith("[") and address.endswith("]") else address
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise OSError(f"--metrics-address {address!r}: {e.strerror}") from None
+    family, kind, proto, _, sockaddr = infos[0]
+    sock = socket.socket(family, kind | socket.SOCK_CLOEXEC, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(sockaddr)
+        sock.listen(128)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class EndpointServer:
+    """HTTP/1.x endpoints served by one asyncio thread (module doc).
+
+    handle: path -> (status, body, content type), called in the server's thread;
+    sock: a listening socket (`bind`); max_connections, idle_timeout: the bounds.
+    `start` runs it, `shutdown` stops it and closes every connection. Counters (read
+    by the metrics): `closed` by reason ("idle", "evicted", "bad"), `open_connections`.
+    """
+
+    def __init__(self, handle: Handler, sock: socket.socket,
+                 max_connections: int = MAX_CONNECTIONS, idle_timeout: float = IDLE_TIMEOUT):
+        self.handle = handle
+        self.sock = sock
+        self.max_connections, self.idle_timeout = max_connections, idle_timeout
+        self.closed = {"idle": 0, "evicted": 0, "bad": 0}
+        self._open: dict[asyncio.WriteTransport, bool] = {}  # oldest first -> answering
+        self._loop = asyncio.new_event_loop()
+        self._stopping: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="metrics", daemon=True)
+        self._started = threading.Event()
+
+    @property
+    def server_port(self) -> int:
+        return int(self.sock.getsockname()[1])
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._open)
+
+    def start(self) -> None:
+        self._thread.start()
+        self._started.wait()
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop serving, close every connection and the socket (waits up to `timeout` s
+        for the thread)."""
+        if self._stopping is not None:
+            self._loop.call_soon_threadsafe(self._stopping.set)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._main())
+        except Exception:  # a bug: logged; /healthz no longer answers, the kubelet restarts us
+            log.exception("metrics endpoint: the server stopped")
+        finally:
+            self._started.set()
+            self._loop.close()
+            self.sock.close()
+
+    async def _main(self) -> None:
+        self._stopping = asyncio.Event()
+        server = await asyncio.start_server(self._client, sock=self.sock, limit=MAX_HEAD)
+        self._started.set()
+        await self._stopping.wait()
+        server.close()
+        for transport in list(self._open):
+            transport.abort()
+        await server.wait_closed()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        transport = writer.transport
+        if len(self._open) >= self.max_connections:
+            idle = [t for t, answering in self._open.items() if not answering]
+            oldest = idle[0] if idle else next(iter(self._open))
+            del self._open[oldest]
+            oldest.abort()
+            self.closed["evicted"] += 1
+        self._open[transport] = False
+        try:
+            await self._serve_one(reader, writer, transport)
+        except (ConnectionError, OSError):
+            pass  # the peer went away (or was evicted) while we wrote
+        except Exception:  # a bug in a handler: logged, the connection closed
+            log.exception("metrics endpoint: serving a request failed")
+        finally:
+            self._open.pop(transport, None)
+            transport.abort()
+
+    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         transport: asyncio.WriteTransport) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.idle_timeout)
+        except TimeoutError:
+            self.closed["idle"] += 1
+            return
+        except asyncio.LimitOverrunError:
+            self.closed["bad"] += 1
+            return
+        except asyncio.IncompleteReadError:
+            return  # closed by the peer (or evicted) before a whole request head
+        if transport not in self._open:
+            return  # evicted while its head arrived
+        self._open[transport] = True
+        parts = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            self.closed["bad"] += 1
+            status, body, ctype = 400, b"bad request\n", "text/plain"
+        elif parts[0] not in ("GET", "HEAD"):
+            status, body, ctype = 405, b"GET only\n", "text/plain"
+        else:
+            status, body, ctype = self.handle(parts[1].split("?", 1)[0])
+        writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+                     b"Connection: close\r\n\r\n" % (status, REASONS.get(status, "").encode(),
+                                                     ctype.encode(), len(body)))
+        if parts[0] != "HEAD":
+            writer.write(body)
+        try:
+            await asyncio.wait_for(writer.drain(), self.idle_timeout)
+        except TimeoutError:
+            self.closed["idle"] += 1
+
+
+class _ServerCollector:
+    """The endpoints' own connections (module doc)."""
+
+    def __init__(self, server: EndpointServer):
+        self.server = server
+
+    def collect(self) -> Iterator[Any]:
+        yield GaugeMetricFamily("netattach_metrics_connections", "connections open to the "
+                                "metrics and health endpoints",
+                                value=self.server.open_connections)
+        c = CounterMetricFamily("netattach_metrics_connections_closed", "connections to the "
+                                "endpoints closed unanswered, by reason", labels=["reason"])
+        for reason, n in sorted(self.server.closed.items()):
+            c.add_metric([reason], n)
+        yield c
+
+
+def serve(daemon: Daemon, address: str, port: int, max_connections: int = MAX_CONNECTIONS,
+          idle_timeout: float = IDLE_TIMEOUT) -> EndpointServer:
+    """Start the endpoints on `address`:`port` (0: any free port; see server_port) in
+    one thread; returns the server. max_connections, idle_timeout: the bounds (module
+    doc). Raises OSError when the address cannot be bound."""
     registry = registry_for(daemon)
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._answer(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-            elif path == "/healthz":
-                ok = daemon.alive()
-                self._answer(200 if ok else 503, b"ok\n" if ok else b"accept loop stopped\n")
-            elif path == "/readyz":
-                ok, why = daemon.readiness()
-                self._answer(200 if ok else 503,
-                             b"ok\n" if ok else f"not ready: {why}\n".encode())
-            else:
-                self._answer(404, b"not found\n")
+    def handle(path: str) -> tuple[int, bytes, str]:
+        if path == "/metrics":
+            return 200, generate_latest(registry), CONTENT_TYPE_LATEST
+        if path == "/healthz":
+            ok = daemon.alive()
+            return (200, b"ok\n", "text/plain") if ok else \
+                (503, b"accept loop stopped\n", "text/plain")
+        if path == "/readyz":
+            ok, why = daemon.readiness()
+            return (200, b"ok\n", "text/plain") if ok else \
+                (503, f"not ready: {why}\n".encode(), "text/plain")
+        return 404, b"not found\n", "text/plain"
 
-        def _answer(self, status: int, body: bytes, ctype: str = "text/plain") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("metrics endpoint: " + format, *args)
-
-    server = ThreadingHTTPServer((address, port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    server = EndpointServer(handle, bind(address, port), max_connections, idle_timeout)
+    registry.register(_ServerCollector(server))
+    server.start()
     return server

@@ -9,7 +9,9 @@ Reads (`CachedPodApi`, one per CNI operation):
 * get_nad: the NetworkAttachmentDefinition from its cache. One missing there is
   asked for live too: a NAD created just before the pod is then never reported
   missing while its watch event is on the way; a NAD that does not exist costs one
-  GET on an ADD that fails anyway.
+  GET on an ADD that fails anyway. A NAD whose spec.config is over the daemon's
+  bound (`--max-nad-config-bytes`; cache.REFUSED in the cache, or read live) is
+  refused: code 7 naming the NAD and the bound (`nad_refused`).
 Every live read is counted (`misses`, by kind) for the metrics.
 
 Writes (`Publisher`): the ADD's PATCH of network-status and its Events are queued per
@@ -43,9 +45,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ..api import MIRROR_POD_ANNOTATION
+from ..delegates import DelegateError
 from ..kube import Kube, KubeError
 from ..state import PendingStatus, SavedState, StateError, StateStore, is_missing_netns
-from .cache import NADS, PODS, WatchCache
+from .cache import DEFAULT_MAX_NAD_CONFIG, NADS, PODS, REFUSED, WatchCache, config_size
+from .events import EventRecorder, pod_object
 
 log = logging.getLogger("netattach.daemon")
 
@@ -151,6 +155,16 @@ def republish(store: StateStore, ids: list[str], pods: WatchCache,
     return queued
 
 
+def nad_refused(namespace: str, name: str, size: int, limit: int) -> DelegateError:
+    """The error of a NAD whose spec.config (`size` bytes) is over the daemon's bound
+    (`limit` bytes, --max-nad-config-bytes): code 7 (a DelegateError, ConfigError),
+    naming the NAD, both sizes and the flag."""
+    return DelegateError(f"{namespace}/{name}", (
+        f"NetworkAttachmentDefinition {namespace}/{name}: its spec.config is {size} bytes, "
+        f"more than the node daemon's bound of {limit} bytes (--max-nad-config-bytes); "
+        "the daemon does not keep or use it"))
+
+
 class CachedPodApi:
     """api.PodApi for one CNI operation of the daemon.
 
@@ -160,7 +174,9 @@ class CachedPodApi:
     container (Publisher.submit bound to it); store, container_id: the operation's
     state files and container (the status PATCH is sent only while its state holds it,
     `status_sender`); misses: kind -> live reads (shared counter of the daemon, updated
-    under `lock`).
+    under `lock`); events: the daemon's EventRecorder (daemon/events.py: an Event seen
+    before raises its count), None: each Event created as is; max_nad_config: bytes, a
+    NAD's spec.config read live is refused over it (as the cache refuses it).
     """
 
     WRITES_AFTER_ANSWER = True
@@ -172,8 +188,12 @@ class CachedPodApi:
     def __init__(self, pods: WatchCache, nads: WatchCache, make_live: Callable[[], Kube],
                  expected_uid: str, publish: Callable[[str, Callable[[Kube], None], bool], None],
                  store: StateStore, container_id: str,
-                 misses: collections.Counter[str], lock: threading.Lock):
+                 misses: collections.Counter[str], lock: threading.Lock,
+                 events: EventRecorder | None = None,
+                 max_nad_config: int = DEFAULT_MAX_NAD_CONFIG):
         self.pods, self.nads = pods, nads
+        self.max_nad_config = max_nad_config
+        self.events = events
         self.store, self.container_id = store, container_id
         self._make_live = make_live
         self._live: Kube | None = None
@@ -198,11 +218,22 @@ class CachedPodApi:
         return self._kube(PODS).get_pod(namespace, name)
 
     def get_nad(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The NetworkAttachmentDefinition from the cache, else live (module doc)."""
+        """The NetworkAttachmentDefinition from the cache, else live (module doc).
+        Raises DelegateError (code 7, `nad_refused`) for one whose config is over the
+        bound, KubeError when a live read fails."""
         obj = self.nads.get(namespace, name) if self.nads.synced.is_set() else None
-        if obj is not None:
+        if obj is None:
+            obj = self._kube(NADS).get_nad(namespace, name)
+            spec = (obj or {}).get("spec")
+            if isinstance(spec, dict) and "config" in spec:
+                size = config_size(spec["config"])
+                if size > self.max_nad_config:
+                    raise nad_refused(namespace, name, size, self.max_nad_config)
             return obj
-        return self._kube(NADS).get_nad(namespace, name)
+        refused = obj.get(REFUSED)
+        if refused is not None:
+            raise nad_refused(namespace, name, refused["bytes"], refused["limit"])
+        return obj
 
     def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str],
                               uid: str | None = None) -> None:
@@ -213,9 +244,15 @@ class CachedPodApi:
             True)
 
     def create_event(self, pod: dict[str, str], type_: str, reason: str, message: str) -> None:
-        """Queued (Publisher); never raises."""
-        self._publish(f"event {reason} on pod {pod['namespace']}/{pod['name']}",
-                      lambda kube: kube.create_event(pod, type_, reason, message), False)
+        """Queued (Publisher), aggregated by `events` (daemon/events.py); never raises."""
+        recorder = self.events
+
+        def send(kube: Kube) -> None:
+            if recorder is None:
+                kube.create_event(pod, type_, reason, message)
+            else:
+                recorder.send(kube, pod_object(pod), type_, reason, message)
+        self._publish(f"event {reason} on pod {pod['namespace']}/{pod['name']}", send, False)
 
     def _uncached(self) -> Kube:
         """The operation's live client for what no cache holds (not a cache miss)."""

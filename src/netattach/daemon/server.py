@@ -43,12 +43,14 @@ from ..cni import invoke
 from ..cni.errors import CniError, TryAgain
 from ..cni.request import parse_cni_args
 from ..cni.version import LATEST, SUPPORTED_VERSIONS
-from ..kube import Kube
+from ..kube import NAD_GROUP, NAD_VERSION, Kube
 from ..netconf import DEFAULT_CNI_DIR, NetConf
 from ..orchestrator import Orchestrator
 from ..state import StateError, StateStore
 from .admission import CallQueue, Refused
-from .cache import WatchCache
+from .backoff import Backoff
+from .cache import DEFAULT_MAX_NAD_CONFIG, NADS, REFUSED, WatchCache
+from .events import EventRecorder
 from .hotplug import Hotplugger
 from .podapi import CachedPodApi, Publisher, republish
 from .unixsock import SocketError, clear_stale, socket_dir
@@ -240,11 +242,15 @@ class Daemon:
     network-status writes left pending by an earlier daemon are sent at start
     (podapi.republish), and whose sandboxes ADDed with `hotplug` are changed when their
     pod's selection changes (hotplug.Hotplugger, at most one change per pod every
-    `hotplug_interval` seconds); executor: finds and runs the children of every call
-    and hot-plug change (invoke.ChrootExecutor under --chroot-dir, else the process
-    executor); max_queued: calls that may wait for a worker in all, past which one is
-    refused with code 11; saturation_timeout: seconds the pool may stay saturated
-    before `readiness` says not ready (admission's module doc).
+    `hotplug_interval` seconds; a failed step waits for its `hotplug_backoff`,
+    backoff.Backoff); executor: finds and runs the children of every call and hot-plug
+    change (invoke.ChrootExecutor under --chroot-dir, else the process executor);
+    max_queued: calls that may wait for a worker in all, past which one is refused with
+    code 11; saturation_timeout: seconds the pool may stay saturated before `readiness`
+    says not ready (admission's module doc); max_nad_config: bytes, the bound of a
+    NAD's spec.config (the NAD cache's, made with the same by cache.node_caches; a live
+    read's, podapi.CachedPodApi): a NAD over it gets a Warning `ConfigTooLarge` Event
+    when the cache first sees it.
     """
 
     def __init__(self, pods: WatchCache, nads: WatchCache, kubeconfig: str | None,
@@ -252,8 +258,11 @@ class Daemon:
                  cni_dir: str = DEFAULT_CNI_DIR, hotplug_interval: float = 2.0,
                  executor: invoke.Executor = invoke.PROCESS_EXECUTOR,
                  max_queued: int = DEFAULT_MAX_QUEUED,
-                 saturation_timeout: float = DEFAULT_SATURATION_TIMEOUT):
+                 saturation_timeout: float = DEFAULT_SATURATION_TIMEOUT,
+                 hotplug_backoff: Backoff | None = None,
+                 max_nad_config: int = DEFAULT_MAX_NAD_CONFIG):
         self.pods, self.nads = pods, nads
+        self.max_nad_config = max_nad_config
         self.executor = executor
         self.kubeconfig = kubeconfig
         self.cni_dir = cni_dir
@@ -269,10 +278,12 @@ class Daemon:
         self.readers = ThreadPoolExecutor(READERS, thread_name_prefix="read")
         self._workers = [threading.Thread(target=self._work, name=f"cni-{i}", daemon=True)
                          for i in range(max_parallel)]
+        self.events = EventRecorder()
         self.hotplug = Hotplugger(pods, cni_dir, lambda environ, conf: self._api(environ, conf, []),
-                                  self.publisher.cancel, hotplug_interval, executor=executor)
+                                  self.publisher.cancel, hotplug_interval, executor=executor,
+                                  backoff=hotplug_backoff)
         pods.listeners.append(self.hotplug.pod_changed)
-        nads.listeners.append(self.hotplug.nad_changed)
+        nads.listeners.append(self._nad_changed)
         self.listening = False
         self.in_flight = 0
         self._listener: socket.socket | None = None
@@ -543,7 +554,34 @@ class Daemon:
             self.pods, self.nads,
             lambda: self.client.kube(conf.api_timeout, "apiTimeout"), uid,
             lambda what, send, awaited: self.publisher.submit(cid, what, send, awaited),
-            StateStore(conf.cni_dir), cid, self.stats.misses, self.stats.lock)
+            StateStore(conf.cni_dir), cid, self.stats.misses, self.stats.lock, self.events,
+            self.max_nad_config)
+
+    def _nad_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """The NAD cache's listener: a NAD whose config the cache refused (over
+        max_nad_config, cache.REFUSED) gets a Warning `ConfigTooLarge` Event, queued,
+        once per version of it (a relist of the same one sends nothing; the recorder
+        raises the count of the same message)."""
+        if new is None or REFUSED not in new:
+            return
+        meta = new.get("metadata") or {}
+        if old is not None and REFUSED in old and \
+                (old.get("metadata") or {}).get("resourceVersion") == meta.get("resourceVersion"):
+            return
+        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        involved = {"apiVersion": f"{NAD_GROUP}/{NAD_VERSION}", "kind": NADS,
+                    "namespace": namespace, "name": name, "uid": meta.get("uid", "")}
+        refused = new[REFUSED]
+        message = (f"spec.config is {refused['bytes']} bytes, more than the bound of "
+                   f"{refused['limit']} bytes of netattach's node daemon "
+                   "(--max-nad-config-bytes): it is not kept, and a pod selecting this "
+                   "NetworkAttachmentDefinition fails with CNI error 7")
+        log.warning("NetworkAttachmentDefinition %s/%s: %s", namespace, name, message)
+        self.publisher.submit(
+            f"nad:{namespace}/{name}", f"event ConfigTooLarge on NetworkAttachmentDefinition "
+            f"{namespace}/{name}",
+            lambda kube: self.events.send(kube, involved, "Warning", "ConfigTooLarge", message),
+            False)
 
     def _track(self, environ: dict[str, str], conf: NetConf, cid: str) -> None:
         """Hand a sandbox ADDed with `hotplug` to the hot-plug worker."""
