@@ -1,5 +1,5 @@
 """The glibc floor of the image (hack/image/base.env) is the one the README promises hosts and
-the one of the Containerfile's public bases; the build's Python packages are
+the one of the Containerfile's public bases, pinned by digest; the build's Python packages are
 the lock's (hack/lock/build.txt), hash-checked, in `make build` and the Containerfile alike;
 and the reading of `objdump -p` that tests/image checks the dist with."""
 from __future__ import annotations
@@ -44,6 +44,18 @@ def test_containerfile_defaults_to_public_bases_of_the_same_suite_and_python():
         "BUILD_BASE": f"docker.io/library/python:{python}-slim-{env['IMAGE_SUITE']}",
         "RUNTIME_BASE": f"docker.io/library/debian:{env['IMAGE_SUITE']}-slim"}
     assert re.findall(r"^FROM (\S+)", text, re.M) == ["${BUILD_BASE}", "${RUNTIME_BASE}"]
+
+
+def test_every_base_is_pinned_by_digest():
+    """Each FROM is an ARG whose default names one image by its digest (a tag can be
+    moved to another image; `make image` passes its local bases instead)."""
+    text = CONTAINERFILE.read_text()
+    args = _base_args()
+    froms = re.findall(r"^FROM \$\{(\w+)\}", text, re.M)
+    assert froms and len(froms) == len(re.findall(r"^FROM ", text, re.M))
+    for name in froms:
+        assert re.fullmatch(r"docker\.io/library/[\w.-]+:[\w.-]+@sha256:[0-9a-f]{64}",
+                            args[name]), (name, args[name])
 
 
 def _pip_installs(text: str) -> list[str]:
