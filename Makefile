@@ -70,11 +70,15 @@ $(NETATTACH_EXE): $(BUILD_VENV)/.installed $(BUILD_INPUTS)
 UPGRADE ?=
 .PHONY: lock
 lock: venv
+	@# the current pins are uv's preferences (it reads them from the output file)
+	@cp $(LOCK) $(LOCK).new
 	$(VENV)/bin/uv pip compile pyproject.toml hack/lock/build.in --extra build \
 	  --generate-hashes --only-binary :all: --emit-build-options \
 	  --python-version $(IMAGE_PYTHON_VERSION) \
 	  --python-platform x86_64-manylinux_$(subst .,_,$(IMAGE_GLIBC_FLOOR)) \
-	  --custom-compile-command 'make lock' $(if $(UPGRADE),--upgrade) --quiet --output-file $(LOCK)
+	  --custom-compile-command 'make lock' $(if $(UPGRADE),--upgrade) --quiet --output-file $(LOCK).new
+	@# an unchanged lock keeps its mtime: nothing of `make build` or `make image` reruns
+	@if cmp -s $(LOCK).new $(LOCK); then rm $(LOCK).new; else mv $(LOCK).new $(LOCK); echo "$(LOCK) changed"; fi
 
 # The container image (docs/build.md, "make image"): build/image/netattach.tar, built with
 # buildah from the Containerfile on Debian bullseye bases made here; defines `image`,
