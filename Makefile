@@ -32,28 +32,57 @@ $(VENV)/.installed: pyproject.toml
 
 # The single binary (docs/build.md): PyInstaller's onedir bundle dist/netattach/,
 # the executable dist/netattach/netattach next to its _internal/. Rebuilt only when
-# an input changed: the package's files, the spec, the entry script, pyproject.toml.
-# The executable gets the build's start time, so a source edited during a build is
-# newer than the artifact (make rebuilds it; tests/e2e refuses the stale artifact).
+# an input changed: the package's files, the spec, the entry script, pyproject.toml,
+# the lock. The executable gets the build's start time, so a source edited during a
+# build is newer than the artifact (make rebuilds it; tests/e2e refuses the stale artifact).
 NETATTACH_EXE := $(CURDIR)/dist/netattach/netattach
+LOCK := hack/lock/build.txt
 BUILD_INPUTS := netattach.spec hack/pyinstaller_entry.py hack/shim_entry.py \
-	hack/gen-dataclass-code.py pyproject.toml \
+	hack/gen-dataclass-code.py pyproject.toml $(LOCK) \
 	$(shell find src/netattach src/netattach_shim -type f ! -path '*/__pycache__/*' ! -name '*.pyc')
 
+# The build's own virtualenv (docs/build.md, "The lock"): exactly what $(LOCK) pins,
+# every file checked against its hashes (wheels only), then netattach itself with no
+# dependency and no isolated build (the backend is the lock's). Not .venv: pip checks
+# no hash of a package already installed, and PyInstaller would bundle what the test
+# extra brings along (urllib3, pygments) unpinned.
+BUILD_VENV := build/venv
 build: $(NETATTACH_EXE)
-$(VENV)/.build-installed: $(VENV)/.installed pyproject.toml
-	$(VENV)/bin/pip install -q -e '.[build]'
+$(BUILD_VENV)/.installed: $(LOCK) pyproject.toml
+	rm -rf $(BUILD_VENV)
+	$(PYTHON) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r $(LOCK)
+	$(BUILD_VENV)/bin/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
-$(NETATTACH_EXE): $(VENV)/.build-installed $(BUILD_INPUTS)
+$(NETATTACH_EXE): $(BUILD_VENV)/.installed $(BUILD_INPUTS)
 	@mkdir -p build
 	@touch build/.started
-	$(VENV)/bin/pyinstaller --noconfirm --log-level WARN --distpath dist \
+	$(BUILD_VENV)/bin/pyinstaller --noconfirm --log-level WARN --distpath dist \
 	  --workpath build/pyinstaller netattach.spec
 	@touch -r build/.started $@
 
+# Rewrites $(LOCK) from pyproject.toml (dependencies, the `build` extra) and
+# hack/lock/build.in (pip, the build backend): the newest versions that have a wheel
+# for the image's build base (CPython and glibc floor of hack/image/base.env), every
+# file of each version hashed. uv resolves for that target whatever this machine is,
+# so one lock serves `make build` and the Containerfile (docs/build.md, "The lock").
+# Pins that still fit stay; UPGRADE=1 takes the newest of everything.
+UPGRADE ?=
+.PHONY: lock
+lock: venv
+	@# the current pins are uv's preferences (it reads them from the output file)
+	@cp $(LOCK) $(LOCK).new
+	$(VENV)/bin/uv pip compile pyproject.toml hack/lock/build.in --extra build \
+	  --generate-hashes --only-binary :all: --emit-build-options \
+	  --python-version $(IMAGE_PYTHON_VERSION) \
+	  --python-platform x86_64-manylinux_$(subst .,_,$(IMAGE_GLIBC_FLOOR)) \
+	  --custom-compile-command 'make lock' $(if $(UPGRADE),--upgrade) --quiet --output-file $(LOCK).new
+	@# an unchanged lock keeps its mtime: nothing of `make build` or `make image` reruns
+	@if cmp -s $(LOCK).new $(LOCK); then rm $(LOCK).new; else mv $(LOCK).new $(LOCK); echo "$(LOCK) changed"; fi
+
 # The container image (docs/build.md, "make image"): build/image/netattach.tar, built with
 # buildah from the Containerfile on Debian bullseye bases made here; defines `image`,
-# `image-lock` and IMAGE_ENV.
+# `image-clean` and IMAGE_ENV.
 include mk/image.mk
 
 # Static checks (configured in pyproject.toml): ruff on the code and tests, mypy on the

@@ -6,7 +6,6 @@
 # Defines:
 #   image           build/image/netattach.tar, rebuilt only when an input changed
 #   image-bases     the two base images (a second run only checks a stamp)
-#   image-lock      rewrite hack/image/constraints.txt from what pip resolves in the build base
 #   image-clean     drop the cached bases (every key) and the archive
 #   IMAGE_ENV       command prefix pointing the tests (tests/image) at the archive
 #   IMAGE_REF, IMAGE_ARCHIVE, IMAGE_KEY, IMAGE_KEY_DIR
@@ -26,7 +25,8 @@ IMAGE_KEY_DIR := $(CACHE_DIR)/image/$(IMAGE_KEY)
 IMAGE_VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | head -n1)
 IMAGE_REF := ghcr.io/netattach/netattach:$(IMAGE_VERSION)
 IMAGE_ARCHIVE := $(CURDIR)/build/image/netattach.tar
-IMAGE_INPUTS := Containerfile .dockerignore $(IMAGE_SRC)/build.sh $(IMAGE_SRC)/constraints.txt $(BUILD_INPUTS)
+# (BUILD_INPUTS has the lock the build stage installs, hack/lock/build.txt)
+IMAGE_INPUTS := Containerfile .dockerignore $(IMAGE_SRC)/build.sh $(BUILD_INPUTS)
 
 IMAGE_ENV := NETATTACH_IMAGE=$(IMAGE_ARCHIVE) NETATTACH_IMAGE_REF=$(IMAGE_REF)
 
@@ -34,7 +34,7 @@ IMAGE_ENV := NETATTACH_IMAGE=$(IMAGE_ARCHIVE) NETATTACH_IMAGE_REF=$(IMAGE_REF)
 # patches to CPython's source; binutils' objdump is what tests/image reads the dist with.
 IMAGE_DEBS := mmdebstrap buildah patch xz-utils binutils
 IMAGE_COMMANDS := mmdebstrap buildah patch xz objdump
-.PHONY: image image-sysdeps image-bases image-lock image-clean
+.PHONY: image image-sysdeps image-bases image-clean
 image-sysdeps:
 	@if ! for c in $(IMAGE_COMMANDS); do command -v $$c >/dev/null || exit 1; done; then \
 	  echo "installing Debian packages: $(IMAGE_DEBS)"; \
@@ -68,9 +68,6 @@ $(IMAGE_ARCHIVE): $(IMAGE_KEY_DIR)/bases.done $(IMAGE_INPUTS) | image-sysdeps
 	  ls -1t $(IMAGE_ARCHIVES)/*.tar | tail -n +$$(( $(IMAGE_ARCHIVES_KEPT) + 1 )) | xargs -r rm -f; \
 	fi
 	@touch -r $(@D)/.started $@
-
-image-lock: $(IMAGE_KEY_DIR)/bases.done
-	$(SUDO) env IMAGE_KEY_DIR=$(IMAGE_KEY_DIR) $(IMAGE_SRC)/lock.sh $(IMAGE_SRC)/constraints.txt
 
 image-clean:
 	$(SUDO) rm -rf $(CACHE_DIR)/image $(IMAGE_ARCHIVE) $(dir $(IMAGE_ARCHIVE)).started

@@ -171,6 +171,7 @@ def test_daemonset_accepted_as_written(admin_api):
     assert c.security_context.allow_privilege_escalation is False
     assert c.security_context.read_only_root_filesystem is True
     assert c.security_context.capabilities.drop == ["ALL"]
+    assert c.security_context.seccomp_profile.type == "RuntimeDefault"
 
 
 def test_daemonset_mounts_the_host_dirs_where_the_installer_looks():
@@ -257,6 +258,41 @@ def test_thick_overlay_agrees_with_itself_and_is_accepted(admin_api):
     assert spec["serviceAccountName"] == sa["metadata"]["name"]
     k8s.AppsV1Api(admin_api).replace_namespaced_daemon_set(
         "netattach", "kube-system", ds, dry_run="All")
+
+
+def test_thick_daemon_mounts_only_what_it_uses_and_its_image_read_only():
+    """The daemon (privileged, for its children) writes nothing to its image
+    (readOnlyRootFilesystem) and mounts exactly the host dirs it reads or writes itself,
+    at the host's paths (its defaults and the conflist's), read-only where it only reads:
+    no bin dir (children are found in the --chroot-dir) and no /var/log (it logs to
+    stderr; the conflist's logFile is the thin fallback's, on the host)."""
+    from netattach import devices, netconf
+    from netattach.daemon import dra
+    ds = _thick_daemonset()
+    spec = ds["spec"]["template"]["spec"]
+    d = containers(ds)["daemon"]
+    args = _daemon_args(d["args"])
+    assert d["securityContext"]["readOnlyRootFilesystem"] is True
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: (volumes[m["name"]]["hostPath"]["path"], bool(m.get("readOnly")))
+              for m in d["volumeMounts"]}
+    writes, reads = False, True
+    assert mounts == {
+        netconf.DEFAULT_CONF_DIR: (netconf.DEFAULT_CONF_DIR, reads),
+        # the state dir and libcni's cache (a DEL without state reads and removes its entry)
+        os.path.dirname(args.cni_dir): (os.path.dirname(args.cni_dir), writes),
+        args.socket_dir: (args.socket_dir, writes),
+        "/var/run/netns": ("/var/run/netns", reads),
+        os.path.dirname(devices.KUBELET_SOCKET): (os.path.dirname(devices.KUBELET_SOCKET), reads),
+        os.path.dirname(devices.DEVINFO_DIR): (os.path.dirname(devices.DEVINFO_DIR), writes),
+        dra.DEFAULT_REGISTRY_DIR: (dra.DEFAULT_REGISTRY_DIR, writes),
+        dra.DEFAULT_PLUGIN_DIR: (dra.DEFAULT_PLUGIN_DIR, writes),
+        args.chroot_dir: ("/", writes),
+    }
+    assert args.cni_dir == netconf.DEFAULT_CNI_DIR and args.log_file is None
+    # every volume of the pod is some container's
+    used = {m["name"] for c in containers(ds).values() for m in c["volumeMounts"]}
+    assert used == set(volumes)
 
 
 def test_netconf_example_accepted_by_the_api_server(admin_api):

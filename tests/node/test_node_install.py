@@ -107,6 +107,26 @@ def host_only_plugin(real_node):
         env.unlink()
 
 
+def test_no_container_can_write_its_image(real_node, installed):
+    """readOnlyRootFilesystem holds on the node, in every container of the pod: a write
+    into the image fails, at / and /tmp alike; in thick mode also at /var/log, which
+    the daemon no longer mounts from the host (it logs to stderr)."""
+    containers = [c["name"] for c in
+                  nd.daemonset(real_node)["spec"]["template"]["spec"]["containers"]]
+    assert containers == {"thin": ["install"], "thick": ["install", "daemon"]}[installed]
+
+    def exec_in(container: str, *argv: str):
+        return real_node.kubectl("-n", nd.NAMESPACE, "exec", f"daemonset/{nd.DAEMONSET}",
+                                 "-c", container, "--", *argv, check=False)
+    for container in containers:
+        ran = exec_in(container, "true")
+        assert ran.returncode == 0, ran.stderr  # the exec itself works
+        for path in ("/probe", "/tmp/probe", "/var/log/probe"):
+            touched = exec_in(container, "touch", path)
+            assert touched.returncode != 0, (container, path)
+            assert "Read-only file system" in touched.stderr, (container, path, touched.stderr)
+
+
 def test_children_run_in_the_hosts_root(real_node, installed, node_scenario, host_only_plugin):
     """In both modes a child sees the host's files and writes the pod netns' /proc/sys:
     thin mode because the runtime execs it on the host; thick mode because the daemon

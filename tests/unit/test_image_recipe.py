@@ -1,14 +1,23 @@
 """The glibc floor of the image (hack/image/base.env) is the one the README promises hosts and
-the one of the Containerfile's public bases, and the reading of `objdump -p` that tests/image
-checks the dist with."""
+the one of the Containerfile's public bases, pinned by digest; the build's Python packages are
+the lock's (hack/lock/build.txt), hash-checked, in `make build` and the Containerfile alike;
+and the reading of `objdump -p` that tests/image checks the dist with."""
 from __future__ import annotations
 
 import re
+import tomllib
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.testbed import image as im
 
 README = im.ROOT / "README.md"
 CONTAINERFILE = im.ROOT / "Containerfile"
+MAKEFILE = im.ROOT / "Makefile"
+PYPROJECT = im.ROOT / "pyproject.toml"
+LOCK = "hack/lock/build.txt"
+LOCK_INPUT = im.ROOT / "hack" / "lock" / "build.in"
 
 
 def test_readme_promises_the_floor_the_image_is_built_for():
@@ -20,17 +29,104 @@ def test_readme_promises_the_floor_the_image_is_built_for():
     assert im.glibc_floor() == im.version_tuple(env["IMAGE_GLIBC_FLOOR"]) >= (2, 17)
 
 
+def _base_args() -> dict[str, str]:
+    return dict(re.findall(r"^ARG (\w+)=(\S+)$", CONTAINERFILE.read_text(), re.M))
+
+
 def test_containerfile_defaults_to_public_bases_of_the_same_suite_and_python():
     """A registry build (the ARG defaults) and `make image` (build args naming the local
     bases) build the dist on the same Debian release, so with the same glibc floor."""
     env = im.base_env()
     text = CONTAINERFILE.read_text()
-    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.M))
     python = ".".join(env["IMAGE_PYTHON_VERSION"].split(".")[:2])
-    assert args == {
+    tags = {name: ref.split("@")[0] for name, ref in _base_args().items()}
+    assert tags == {
         "BUILD_BASE": f"docker.io/library/python:{python}-slim-{env['IMAGE_SUITE']}",
         "RUNTIME_BASE": f"docker.io/library/debian:{env['IMAGE_SUITE']}-slim"}
     assert re.findall(r"^FROM (\S+)", text, re.M) == ["${BUILD_BASE}", "${RUNTIME_BASE}"]
+
+
+def test_every_base_is_pinned_by_digest():
+    """Each FROM is an ARG whose default names one image by its digest (a tag can be
+    moved to another image; `make image` passes its local bases instead)."""
+    text = CONTAINERFILE.read_text()
+    args = _base_args()
+    froms = re.findall(r"^FROM \$\{(\w+)\}", text, re.M)
+    assert froms and len(froms) == len(re.findall(r"^FROM ", text, re.M))
+    for name in froms:
+        assert re.fullmatch(r"docker\.io/library/[\w.-]+:[\w.-]+@sha256:[0-9a-f]{64}",
+                            args[name]), (name, args[name])
+
+
+def _pip_installs(text: str) -> list[str]:
+    """The `pip install` commands of a Containerfile or a Makefile, continuation lines
+    joined."""
+    joined = re.sub(r"\s*\\\n\s*", " ", text)
+    return [m.strip() for m in re.findall(r"pip install ([^&;\n]+)", joined)]
+
+
+def test_every_pip_install_of_the_builds_takes_the_lock_with_hashes_or_nothing():
+    """In the Containerfile's build stage and in `make build`, pip installs the lock with
+    --require-hashes, then netattach itself with no dependency and no isolated build
+    (which would fetch the build backend unhashed); nothing else, and no constraints
+    file or extra that would bring packages the lock does not pin."""
+    containerfile = CONTAINERFILE.read_text()
+    assert "PIP_CONSTRAINT" not in containerfile
+    assert f"COPY {LOCK} " in containerfile
+    assert _pip_installs(containerfile) == [
+        f"-q --require-hashes -r {LOCK}", "-q --no-deps --no-build-isolation ."]
+    makefile = MAKEFILE.read_text()
+    assert re.search(rf"^LOCK := {re.escape(LOCK)}$", makefile, re.M)
+    build_venv = makefile[makefile.index("$(BUILD_VENV)/.installed:"):]
+    build_venv = build_venv[:build_venv.index("\n\n")]
+    assert _pip_installs(build_venv) == [
+        "-q --disable-pip-version-check --require-hashes -r $(LOCK)",
+        "-q --no-deps --no-build-isolation -e ."]
+    assert re.search(r"^\$\(BUILD_VENV\)/\.installed: \$\(LOCK\) pyproject\.toml$",
+                     makefile, re.M)
+
+
+def _lock() -> tuple[list[str], dict[str, tuple[str, list[str]]]]:
+    """hack/lock/build.txt: (its option lines, {canonical name: (version, hashes)})."""
+    text = re.sub(r"\s*\\\n\s*", " ", (im.ROOT / LOCK).read_text())
+    options, pins = [], {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if line.startswith("-"):
+            options.append(line)
+            continue
+        m = re.fullmatch(r"([\w.-]+)==(\S+)((?: --hash=sha256:[0-9a-f]{64})+)", line)
+        assert m, f"{LOCK}: not an exact pin with sha256 hashes: {line[:80]}"
+        assert canonicalize_name(m[1]) not in pins, m[1]
+        pins[canonicalize_name(m[1])] = (m[2], re.findall(r"sha256:([0-9a-f]{64})", m[3]))
+    return options, pins
+
+
+def test_the_lock_pins_and_hashes_every_package_wheels_only():
+    options, pins = _lock()
+    assert options == ["--only-binary :all:"]
+    assert pins and all(hashes for _, hashes in pins.values())
+
+
+def test_the_lock_covers_what_pyproject_asks_for_the_build():
+    """Every requirement of netattach, of its `build` extra, of [build-system] and of
+    the lock's input (pip) has a pin in the lock that satisfies it: `make lock` was run
+    after pyproject.toml changed (else pip --require-hashes fails the build)."""
+    project = tomllib.loads(PYPROJECT.read_text())
+    wanted = [*project["project"]["dependencies"],
+              *project["project"]["optional-dependencies"]["build"],
+              *project["build-system"]["requires"],
+              *(line.split("#", 1)[0].strip() for line in LOCK_INPUT.read_text().splitlines())]
+    _, pins = _lock()
+    for text in filter(None, wanted):
+        req = Requirement(text)
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{LOCK} has no {req.name}: run `make lock`"
+        assert req.specifier.contains(pins[name][0], prereleases=True), (
+            f"{LOCK} pins {req.name}=={pins[name][0]}, pyproject.toml asks {req}: run `make lock`")
+    assert "netattach" not in pins
 
 
 OBJDUMP_P = """
