@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import devices, netnsinfo, status
 from .api import PodApi, pod_ref, where, writes_after_answer
-from .cni import chain
+from .cni import chain, invoke
 from .cni.errors import CniError, InvalidEnv, TryAgain
 from .cni.request import CniRequest
 from .cni.result import convert_result
@@ -86,7 +86,7 @@ def cmd_add(orch: Orchestrator, req: CniRequest, conf: NetConf) -> dict[str, Any
     api = orch.api(conf) if pod else None
     store = orch.store(conf)
     try:
-        wait_ready(conf)
+        wait_ready(conf, orch.executor)
         with store.lock(req.container_id):
             return _add_locked(orch, req, conf, pod, api, store)
     except InvalidSelection as e:
@@ -100,18 +100,26 @@ def cmd_add(orch: Orchestrator, req: CniRequest, conf: NetConf) -> dict[str, Any
     raise error
 
 
-def wait_ready(conf: NetConf) -> None:
+def wait_ready(conf: NetConf, executor: invoke.Executor | None = None) -> None:
     """Block until `readinessindicatorfile` exists, at most `readinessTimeout` seconds
-    (multi-net spec §6.1.2: operations wait for the cluster default network).
+    (multi-net spec §6.1.2: operations wait for the cluster default network). The file
+    is a host path: with `executor` the thick daemon's chroot executor it is looked up
+    in the host's root, where the children run (invoke.host_path).
     Raises TryAgain (11) naming the file."""
     path = conf.readiness_indicator_file
-    if not path or os.path.exists(path):
+    if not path:
+        return
+
+    def there() -> bool:
+        return os.path.exists(invoke.host_path(executor, path) if executor else path)
+
+    if there():
         return
     deadline = time.monotonic() + conf.readiness_timeout
     log.info("waiting up to %.0f s for readiness indicator file %s", conf.readiness_timeout, path)
     while time.monotonic() < deadline:
         time.sleep(0.25)
-        if os.path.exists(path):
+        if there():
             return
     raise TryAgain(f"cluster default network not ready: readiness indicator file {path} did "
                    f"not appear within {conf.readiness_timeout:.0f} s")

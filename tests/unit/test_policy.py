@@ -132,3 +132,16 @@ def test_allowed_plugin_types_must_be_a_list_of_file_names(value):
 def test_allowed_plugin_types_unset_is_none():
     assert _conf().allowed_plugin_types is None
     assert _conf(allowedPluginTypes=[]).allowed_plugin_types == frozenset()
+
+
+def test_a_host_path_is_seen_inside_the_chroot_root(tmp_path):
+    """The thick daemon's readinessindicatorfile: looked up in the host's root, links
+    resolved in it (a link to /run/x is <root>/run/x, not this container's /run/x)."""
+    (tmp_path / "run" / "flannel").mkdir(parents=True)
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var" / "run").symlink_to("/run")
+    executor = invoke.ChrootExecutor(str(tmp_path))
+    assert invoke.host_path(executor, "/var/run/flannel/subnet.env") == \
+        str(tmp_path / "run" / "flannel" / "subnet.env")
+    assert invoke.host_path(executor, "/nowhere/x") == str(tmp_path / "nowhere" / "x")
+    assert invoke.host_path(invoke.ProcessExecutor(), "/var/run/x") == "/var/run/x"

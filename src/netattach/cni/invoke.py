@@ -498,3 +498,18 @@ class ChrootExecutor:
     def run(self, path: str, command: str, config: dict[str, Any], env: PluginEnv,
             timeout: float) -> dict[str, Any] | None:
         return exec_plugin(path, command, config, env, timeout, chroot=self.root)
+
+
+def host_path(executor: Executor, path: str) -> str:
+    """Where this process sees the file the children see at `path`: inside the root of
+    a ChrootExecutor (the thick daemon's --chroot-dir: the host's `/`), resolved in it
+    (resolve_in_root; the path joined to the root when a part is missing), else `path`
+    itself. For the files netattach reads on the children's behalf, such as
+    `readinessindicatorfile`."""
+    if not isinstance(executor, ChrootExecutor):
+        return path
+    inside = resolve_in_root(executor.root, path)
+    if inside is None:  # not there (yet): its dir resolved, if that is there
+        parent = resolve_in_root(executor.root, os.path.dirname(path))
+        inside = os.path.join(parent, os.path.basename(path)) if parent else path
+    return os.path.join(executor.root, inside.lstrip("/"))
