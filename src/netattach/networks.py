@@ -368,21 +368,29 @@ def check_caps(conf: NetConf, pod: PodRef, elements: list[selection.NetworkSelec
 
 
 def resolve_element(conf: NetConf, pod: PodRef | None, api: PodApi | None,
-                    element: selection.NetworkSelectionElement, from_pod: bool = True
+                    element: selection.NetworkSelectionElement, from_pod: bool = True,
+                    resolved: dict[tuple[str, str], tuple[dict[str, Any] | None,
+                                                          NetworkConfig]] | None = None
                     ) -> tuple[dict[str, Any] | None, NetworkConfig]:
     """(its NetworkAttachmentDefinition or None, the delegate) of one network selection
     element: `namespaceIsolation` for an element of the pod's annotation (`from_pod`;
-    check_isolation), the NAD through the API seam, its config (spec §3.4), never
-    netattach itself. Raises InvalidSelection (7) for a NAD the pod may not use, and
+    check_isolation), the NAD through the API seam, its config (spec §3.4). `resolved`:
+    what this ADD read already, by (namespace, name), filled here: a NAD selected
+    twice is read once. Raises InvalidSelection (7) for a NAD the pod may not use, and
     CniError naming the pod and the network."""
     if from_pod and pod is not None:
         check_isolation(conf, pod, element, selection.NETWORKS_ANNOTATION)
+    key = (element.namespace, element.name)
+    if resolved is not None and key in resolved:
+        return resolved[key]
     try:
         nad = api.get_nad(element.namespace, element.name) if api else None
         config = delegates.resolve_delegate(nad, element.namespace, element.name,
                                             conf.conf_dirs)
     except CniError as e:
         raise e.within(where(pod, element.ref)) from None
+    if resolved is not None:
+        resolved[key] = (nad, config)
     return nad, config
 
 
@@ -430,8 +438,9 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
     resources: list[str | None] = []
     elements, n_defaults = selected_elements(conf, pod,
                                              annotations if pod_obj is not None else None)
-    for i, element in enumerate(elements):
-        nad, config = resolve_element(conf, pod, api, element, from_pod=i >= n_defaults)
+    resolved: dict[tuple[str, str], tuple[dict[str, Any] | None, NetworkConfig]] = {}
+    for i, element in enumerate(elements):  # a NAD selected twice is read once
+        nad, config = resolve_element(conf, pod, api, element, i >= n_defaults, resolved)
         secondaries.append((element, config))
         resources.append(devices.nad_resource_name(nad) if nad else None)
         if element.device_id is not None and resources[-1] is None:

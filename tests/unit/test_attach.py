@@ -903,3 +903,14 @@ def test_two_entries_or_an_unusable_config_fall_back_to_the_api(bed, caplog):
         bed.store.forget_deleted(CID)
         bed.exe.calls.clear()
         bed.api.calls.clear()
+
+
+def test_a_nad_selected_twice_is_read_once(bed):
+    """Thin mode: one GET per distinct NetworkAttachmentDefinition per ADD, however many
+    elements select it (each still gets its own attachment)."""
+    bed.api.networks = "net-a,net-a@net9,other/net-b@data0"
+    bed.run("ADD")
+    assert [c for c in bed.api.calls if c[0] == "GET nad"] == [
+        ("GET nad", f"{NS}/net-a"), ("GET nad", "other/net-b")]
+    assert sorted({i for c, _, i, _ in bed.exe.calls if c == "ADD"}) == \
+        ["data0", "eth0", "net1", "net9"]
