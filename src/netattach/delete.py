@@ -45,6 +45,7 @@ from .state import (
     SavedState,
     StateError,
     StateStore,
+    boot_id,
     is_missing_netns,
     salvage,
 )
@@ -220,7 +221,7 @@ def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: Po
     who = f"container {cid} (pod {pod or '?'})"
     base = SavedState.for_request(req, pod, conf.cni_version)
     known: list[SavedAttachment] = []
-    since: float | None = None
+    previous: DelPending | None = None  # the DEL pending from an earlier try
     without_netattach = ""  # the networks libcni's cache says ADDed the sandbox instead
     try:
         state = store.load(cid)
@@ -261,9 +262,9 @@ def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: Po
         else:
             assert state.del_pending is not None
             known = [a for a in state.attachments if not a.from_config]
-            since = state.del_pending.since
+            previous = state.del_pending
             situation = ("a DEL pending since "
-                         f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(since))}")
+                         f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(previous.since))}")
             loud = True
     if conf.retired_conflist is not None:
         # netattach is being uninstalled (retired.py): its token is gone, the API server
@@ -279,7 +280,7 @@ def _load_or_rebuild(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: Po
     try:
         plan = build_plan(req, conf, pod, api, wait_for_pod=False)
     except CniError as e:
-        return (_best_effort(orch, req, conf, base, known, e, since, api, situation, loud),
+        return (_best_effort(orch, req, conf, base, known, e, previous, api, situation, loud),
                 False, None)
     rebuilt = plan.saved(base, attempted=True)
     read = {a.ifname: a for a in known}
@@ -407,14 +408,15 @@ def _forget_cached(pod: PodRef | None, cached: CachedAdd) -> None:
 
 
 def _best_effort(orch: Orchestrator, req: CniRequest, conf: NetConf, base: SavedState,
-                 known: list[SavedAttachment], cause: CniError, since: float | None,
+                 known: list[SavedAttachment], cause: CniError, previous: DelPending | None,
                  api: PodApi | None, situation: str, loud: bool) -> SavedState:
     """What DEL does when the plan cannot be rebuilt: the attachments read from a damaged
     or pending state, plus the cluster default network as configured now on CNI_IFNAME
     (the runtime named that interface), so that at least the pod's primary IP is
     released. Logs what is DEL-ed and that anything else is unknown and not released.
     When the API server could not be asked (KubeError, rather than an answer that the
-    pod or a NAD is gone), the state is marked pending: see `_settle_pending`.
+    pod or a NAD is gone), the state is marked pending (`previous`, the pending mark of
+    an earlier try, kept with its first time): see `_settle_pending`.
     """
     from . import plan as planning
     from .kube import KubeError
@@ -434,7 +436,9 @@ def _best_effort(orch: Orchestrator, req: CniRequest, conf: NetConf, base: Saved
                       conf.cluster_network, e)
     state = base.with_attachments(attachments)
     if unreachable:
-        state.del_pending = DelPending(since or orch.clock(), cause.msg)
+        state.del_pending = previous or DelPending(orch.clock(), cause.msg, orch.monotonic(),
+                                                   boot_id())
+        state.del_pending.reason = cause.msg
     if situation == "no saved state":
         situation += " (its ADD failed or never ran, or the state was lost)"
     log.log(logging.ERROR if loud or unreachable else logging.WARNING,
@@ -452,7 +456,7 @@ def _settle_pending(orch: Orchestrator, req: CniRequest, pod: PodRef | None,
     released; after it, log what is given up and return (DEL succeeds)."""
     pending = state.del_pending
     assert pending is not None
-    waited = orch.clock() - pending.since
+    waited = pending.waited(orch.clock(), orch.monotonic())
     done = _names(state.attachments)
     if waited < DEL_RETRY_WINDOW:
         store.save(state)

@@ -5,7 +5,8 @@ invoke.Exec:
 * `api`: NetConf -> PodApi, a client for one operation (thin mode: `kube.Kube`, live
   requests within one apiTimeout budget; the node daemon: its watch caches);
 * `executor`: finds and runs child plugins (the process executor, or a fake);
-* `clock`: epoch seconds (DEL's retry window, tombstones);
+* `clock`: epoch seconds (tombstones, the time DEL's retry window started);
+* `monotonic`: CLOCK_MONOTONIC seconds (how long DEL's retry window has run);
 * `libcni_cache_dir`: the runtime's libcni cache dir (cni.libcni_cache), read by a DEL
   without saved state;
 * `drop_writes`: container ID -> None, called as every DEL of a container begins (the
@@ -59,6 +60,7 @@ class Orchestrator:
     api: Callable[[NetConf], PodApi] = _thin_api
     executor: invoke.Executor = field(default=invoke.PROCESS_EXECUTOR)
     clock: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
     libcni_cache_dir: str = CACHE_DIR
     drop_writes: Callable[[str], None] = _nothing_queued
     abandoned: Callable[[], bool] = _never

@@ -243,9 +243,38 @@ class SavedAttachment:
 @dataclass
 class DelPending:
     """A best-effort DEL ran while the API server could not be asked: `since` (epoch
-    seconds) the first such DEL, `reason` why the API could not be asked."""
+    seconds) the first such DEL, `reason` why the API could not be asked; `monotonic`
+    (CLOCK_MONOTONIC seconds, the same in every process until the node reboots) at that
+    DEL and `boot` the kernel's boot_id then (boot_id()), so that how long the DEL has
+    been pending is measured on the monotonic clock, which a wall-clock step (NTP, an
+    admin's `date`) does not move; a state of an earlier release or of another boot
+    measures it on the wall clock."""
     since: float
     reason: str
+    monotonic: float | None = None
+    boot: str = ""
+
+    def waited(self, wall_now: float, monotonic_now: float) -> float:
+        """Seconds since the first DEL: on the monotonic clock when it was read on this
+        boot, else on the wall clock."""
+        if self.monotonic is not None and self.boot and self.boot == boot_id():
+            return monotonic_now - self.monotonic
+        return wall_now - self.since
+
+
+_BOOT_ID: list[str] = []
+
+
+def boot_id() -> str:
+    """The kernel's boot_id (/proc/sys/kernel/random/boot_id), "" when it cannot be
+    read; read once per process."""
+    if not _BOOT_ID:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+                _BOOT_ID.append(f.read().strip())
+        except OSError:
+            _BOOT_ID.append("")
+    return _BOOT_ID[0]
 
 
 @dataclass
@@ -362,6 +391,9 @@ class SavedState:
         if self.del_pending:
             out["delPending"] = {"since": self.del_pending.since,
                                  "reason": self.del_pending.reason}
+            if self.del_pending.monotonic is not None:
+                out["delPending"].update(monotonic=self.del_pending.monotonic,
+                                         boot=self.del_pending.boot)
         if self.status_pending:
             out["statusPending"] = self.status_pending.to_dict()
         if self.hotplug:
@@ -400,9 +432,13 @@ def _read_v1(data: dict[str, Any], container_id: str) -> SavedState | None:
     del_pending = None
     if isinstance(pending, dict):
         since = pending.get("since")
+        mono, boot = pending.get("monotonic"), pending.get("boot")
         del_pending = DelPending(float(since) if isinstance(since, (int, float))
                                  and not isinstance(since, bool) else time.time(),
-                                 str(pending.get("reason", "")))
+                                 str(pending.get("reason", "")),
+                                 float(mono) if isinstance(mono, (int, float))
+                                 and not isinstance(mono, bool) else None,
+                                 boot if isinstance(boot, str) else "")
     netns = data.get("netns")
     version = data.get("cniVersion")
     return SavedState(container_id=container_id, netns=netns if isinstance(netns, str) else "",

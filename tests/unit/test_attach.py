@@ -132,6 +132,8 @@ class Bed:
     api: FakeApi = field(default_factory=FakeApi)
     exe: FakeExecutor = field(default_factory=FakeExecutor)
     now: list[float] = field(default_factory=lambda: [1_700_000_000.0])
+    mono: list[float] | None = None
+    """The monotonic clock, when a test moves it apart from the wall clock `now`."""
     version: str = "1.0.0"
     dropped: list[str] = field(default_factory=list)  # Orchestrator.drop_writes calls
     gone_after: int | None = None
@@ -166,6 +168,8 @@ class Bed:
         stdin = {**self.conf(), **conf}
         req = parse_request(env, json.dumps(stdin).encode())
         orch = Orchestrator(api=lambda c: self.api, executor=self.exe, clock=lambda: self.now[0],
+                            monotonic=lambda: self.mono[0] if self.mono else
+                            self.now[0] - 1_699_000_000.0,
                             drop_writes=self.dropped.append,
                             libcni_cache_dir=str(self.tmp / "libcni"),
                             abandoned=lambda: self.gone_after is not None
@@ -643,6 +647,24 @@ def test_del_retry_window(bed, state, caplog):
     assert "DEL gives up" in caplog.text and "NOT released" in caplog.text
     assert bed.files() == [f"{CID}.deleted"] + ([f"{CID}.json.corrupt"]
                                                  if state == "damaged-partly" else [])
+
+
+def test_the_del_retry_window_runs_on_the_monotonic_clock(bed):
+    """A wall-clock step (NTP, an admin's `date`) neither ends the window early nor
+    extends it: how long the DEL has been pending is measured on CLOCK_MONOTONIC."""
+    SETUP["missing"](bed)
+    bed.api.mode = "down"
+    bed.mono = [5_000.0]
+    with pytest.raises(CniError):
+        bed.run("DEL")
+    bed.now[0] += 2 * DEL_RETRY_WINDOW  # the wall clock jumps; 1 s passes
+    bed.mono[0] += 1
+    with pytest.raises(CniError) as e:
+        bed.run("DEL")
+    assert e.value.code == 11
+    bed.now[0] -= 4 * DEL_RETRY_WINDOW  # it jumps back; the window passes
+    bed.mono[0] += DEL_RETRY_WINDOW
+    assert bed.run("DEL") is None
 
 
 def test_a_pending_del_finishes_once_the_api_answers(bed):
