@@ -8,12 +8,14 @@ keys `name`, `type`, `cniVersion`, `capabilities`, `runtimeConfig`, `prevResult`
 netattach adds `apiTimeout`, `delegateTimeout` and `readinessTimeout` (seconds),
 `podResourcesSocket` (the kubelet's PodResources API, for NADs annotated
 `k8s.v1.cni.cncf.io/resourceName`), `deviceInfoDir` (Device Information
-Specification files) and `resourceClaims` (networks from DRA ResourceClaims are read
+Specification files), `resourceClaims` (networks from DRA ResourceClaims are read
 from the pod's spec; true makes ADD read the pod even when the runtime passes its
 annotations, so that claims are seen under containerd; false by default, so a thin
-ADD without claims keeps the one request less) and `hotplug` (thick mode: the node
-daemon attaches and detaches networks when a running pod's selection changes, for the
-sandboxes ADDed with it; false by default; daemon/hotplug.py). `apiTimeout` (5 s)
+ADD without claims keeps the one request less), `claimConfigSources`
+(CLAIM_CONFIG_SOURCES: whether a claim's own CNI config is run, or only a
+DeviceClass's) and `hotplug` (thick mode: the node daemon attaches and detaches
+networks when a running pod's selection changes, for the sandboxes ADDed with it; false
+by default; daemon/hotplug.py). `apiTimeout` (5 s)
 bounds all of an ADD's API requests and retry pauses together, not each request: an
 ADD never waits for the API server longer than that in total, then fails with code 11
 naming the server (or, for
@@ -64,6 +66,14 @@ DEFAULT_BIN_DIR = "/opt/cni/bin"
 DEFAULT_NAMESPACE = "kube-system"
 DEFAULT_POD_RESOURCES_SOCKET = KUBELET_SOCKET
 DEFAULT_DEVICE_INFO_DIR = DEVINFO_DIR
+CLAIM_CONFIG_SOURCES = ("any", "class")
+"""`claimConfigSources` values: "any" (the default: today's behaviour, seed 004's
+examples put the CNI config in the claim) runs the config of the CNI DRA driver whether
+the allocation says it came from the request's DeviceClass (`source: FromClass`) or from
+the claim (`FromClaim`); "class" runs only a DeviceClass's, refusing a claim's config
+(claims.ClaimConfigRefused). docs/dra.md "Who writes the CNI config" says why the
+default is "any"."""
+DEFAULT_CLAIM_CONFIG_SOURCES = "any"
 
 _STR = {"type": "string"}
 # A path with a NUL cannot name a file: refused here, not as an exception at its first use.
@@ -122,6 +132,9 @@ SCHEMA: dict[str, Any] = {
         # every plugin in binDir but the delegating meta-plugins
         "allowedPluginTypes": {"type": "array", "uniqueItems": True, "items": {
             "type": "string", "minLength": 1, "pattern": "^[^/\\x00]+$"}},
+        # which configs of a DRA claim's allocation are run (claims.py; docs/dra.md):
+        # "any" (a DeviceClass's or the claim's own), "class" (a DeviceClass's only)
+        "claimConfigSources": {"enum": list(CLAIM_CONFIG_SOURCES)},
         # written by `netattach install` only, when netattach is uninstalled (retired.py)
         "retired": {"type": "object", "required": ["conflist"], "additionalProperties": False,
                     "properties": {"conflist": _PATH}},
@@ -144,6 +157,8 @@ class NetConf:
     (retired.py); None otherwise. allowed_plugin_types: `allowedPluginTypes`, the
     plugin types a NetworkAttachmentDefinition's or a claim's config may name; None:
     any but the delegating meta-plugins (networks.check_delegate).
+    claim_config_sources: `claimConfigSources`, one of CLAIM_CONFIG_SOURCES: whether a
+    DRA claim's own CNI config is run ("any") or only a DeviceClass's ("class").
     """
     raw: dict[str, Any]
     name: str
@@ -175,6 +190,7 @@ class NetConf:
     hotplug: bool = False
     retired_conflist: str | None = None
     allowed_plugin_types: frozenset[str] | None = None
+    claim_config_sources: str = DEFAULT_CLAIM_CONFIG_SOURCES
 
     @property
     def conf_dir(self) -> str:
@@ -304,4 +320,5 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         retired_conflist=retired,
         allowed_plugin_types=(frozenset(config["allowedPluginTypes"])
                               if "allowedPluginTypes" in config else None),
+        claim_config_sources=config.get("claimConfigSources", DEFAULT_CLAIM_CONFIG_SOURCES),
     )
