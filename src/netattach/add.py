@@ -68,6 +68,7 @@ from .state import (
 )
 
 if TYPE_CHECKING:
+    from .claims import ClaimRef
     from .orchestrator import Orchestrator
 
 log = logging.getLogger("netattach")
@@ -183,8 +184,10 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
     try:
         _check_abandoned(orch, pod, "before its plan was made")
         plan = build_plan(req, conf, pod, api, executor=orch.executor)
-    except BaseException:
+    except BaseException as e:
         store.release(req.container_id)  # nothing was attached
+        if isinstance(e, CniError):
+            _claims_refused(api, pod, e)
         raise
     hotplug = conf.hotplug and pod is not None and api is not None and writes_after_answer(api)
     state = plan.saved(state, identity=hotplug)
@@ -240,19 +243,36 @@ def _claims_failed(api: PodApi | None, pod: PodRef | None, plan: Plan, error: Cn
         _apply_claims(api, pod, plan, None, error.msg)
 
 
+def _claims_refused(api: PodApi | None, pod: PodRef | None, error: CniError) -> None:
+    """A plan refused for a claim's config (claims.ClaimConfigRefused: its `refs`, the
+    claim's devices; the node's claimConfigSources is "class"): their status.devices
+    entries Ready False with the error, as _claims_failed reports a failed ADD (seed 004
+    "Failures"), before the answer. Nothing ran, so nothing else is reported."""
+    refs = getattr(error, "refs", ())
+    if api is None or pod is None or not refs:
+        return
+    _apply_devices(api, pod, [(ref, "", None) for ref in refs], error.msg)
+
+
 def _apply_claims(api: PodApi, pod: PodRef, plan: Plan, results: list[dict[str, Any]] | None,
                   error: str | None) -> None:
     """One server-side apply per claim of its attachments' entries (claims.device_status:
     with `results` on success, `error` after a rollback). Best effort: a failure is
     logged, as the network-status PATCH's."""
+    _apply_devices(api, pod, [(a.claim, a.ifname, results[i] if results else None)
+                              for i, a in enumerate(plan.attachments) if a.claim], error)
+
+
+def _apply_devices(api: PodApi, pod: PodRef,
+                   devices: list[tuple[ClaimRef, str, dict[str, Any] | None]],
+                   error: str | None) -> None:
+    """_apply_claims for `devices` [(claim device, interface, CNI result or None)]."""
     from . import claims
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     by_claim: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for i, a in enumerate(plan.attachments):
-        if a.claim:
-            entry = claims.device_status(a.claim, a.ifname, results[i] if results else None,
-                                         error, now)
-            by_claim.setdefault((a.claim.namespace, a.claim.name, a.claim.uid), []).append(entry)
+    for ref, ifname, result in devices:
+        entry = claims.device_status(ref, ifname, result, error, now)
+        by_claim.setdefault((ref.namespace, ref.name, ref.uid), []).append(entry)
     for (ns, name, uid), statuses in by_claim.items():
         try:
             api.apply_claim_devices(ns, name, statuses, uid, after_answer=error is None)

@@ -33,6 +33,16 @@ Argument values: a constant is the string given; a device attribute keeps its ty
 (string, int, bool, or a version as its string); a ResourceSlice field is the scalar
 there; a ConfigMap key is its `data` string.
 
+Who wrote the config: the allocation copies into `status.allocation.devices.config` both
+the configs of each request's DeviceClass (`spec.config`, `source: FromClass`: the
+cluster admin's) and the claim's own (`spec.devices.config`, `source: FromClaim`: whoever
+may create claims in the namespace; resource.k8s.io/v1 DeviceAllocationConfiguration:
+"Source records whether the configuration comes from a class and thus is not something
+that a normal user would have been able to set or from a claim"). The node's
+`claimConfigSources` (netconf.CLAIM_CONFIG_SOURCES) decides: "any" runs either, "class"
+refuses a request whose config of DRIVER is not FromClass (`ClaimConfigRefused`, code 7,
+before any child runs; an absent or unknown source is not FromClass).
+
 Validation (seed 004 "Validation"; `ClaimError`, code 7, naming pod, claim, request and
 the rule; raised before any child runs): one config of DRIVER per request; allocation
 mode ExactCount with count 1; the claim reserved for exactly this pod (by UID); a valid
@@ -71,6 +81,13 @@ STATUS_PREFIX = "resourceclaim:"
 """network-status `name` of a claim attachment: `resourceclaim:<claim>/<request>`. The
 colon cannot appear in a namespace, so no reader takes it for a NAD's `ns/name`."""
 
+FROM_CLASS = "FromClass"
+FROM_CLAIM = "FromClaim"
+"""resource.k8s.io/v1 AllocationConfigSource values: a config of the request's DeviceClass,
+or of the claim."""
+ANY_SOURCE, CLASS_ONLY = "any", "class"
+"""The values of the node's `claimConfigSources` (netconf.CLAIM_CONFIG_SOURCES)."""
+
 READY = "Ready"
 REASON_READY = "NetworkInterfaceReady"
 REASON_NOT_READY = "NetworkInterfaceNotReady"
@@ -83,6 +100,13 @@ MAX_IPS = 16
 
 class ClaimError(ConfigError):
     """A claim's network breaks a rule of seed 004 "Validation" (code 7)."""
+
+
+class ClaimConfigRefused(ClaimError):
+    """A request's config of DRIVER came from the claim, and the node's
+    `claimConfigSources` is "class" (code 7). `refs`: every device of DRIVER allocated to
+    the claim, whose status.devices entries report the refusal (add.py)."""
+    refs: tuple[ClaimRef, ...] = ()
 
 
 class ClaimNotReady(TryAgain):
@@ -229,16 +253,21 @@ def _check_exact_one(req: dict[str, Any] | None, where: str) -> None:
         raise ClaimError(f"{where}: {problem}")
 
 
-def claim_networks(claim: dict[str, Any], pod_uid: str, api: Any) -> list[ClaimNetwork]:
+def claim_networks(claim: dict[str, Any], pod_uid: str, api: Any,
+                   sources: str = ANY_SOURCE) -> list[ClaimNetwork]:
     """The attachments of one ResourceClaim (a JSON dict, resource.k8s.io/v1 or v1beta1
     shapes): one per allocation result of DRIVER, in result order, each validated
     (module doc) and with its arguments resolved through `api` (ResourceSlices,
     ConfigMaps: only when an argument reads them).
 
-    pod_uid: the pod's metadata.uid ("" skips the UID comparison). Returns [] for a
-    claim without a result of DRIVER (another driver's devices). Raises ClaimNotReady
-    (11) when it is not allocated; ClaimError (7) naming the claim, request and rule;
-    KubeError when a source cannot be read.
+    pod_uid: the pod's metadata.uid ("" skips the UID comparison). sources: the node's
+    `claimConfigSources`, ANY_SOURCE or CLASS_ONLY (module doc, "Who wrote the config").
+    Returns [] for a claim without a result of DRIVER (another driver's devices). Raises
+    ClaimNotReady (11) when it is not allocated; ClaimConfigRefused (7) naming the claim,
+    the request, the config's source and `claimConfigSources` when `sources` is CLASS_ONLY
+    and a request's config is not a DeviceClass's (checked once the claim is known to be
+    reserved for this pod, before the config is parsed); ClaimError (7) naming the claim,
+    request and rule; KubeError when a source cannot be read.
     """
     meta = claim.get("metadata") or {}
     ns, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
@@ -255,13 +284,17 @@ def claim_networks(claim: dict[str, Any], pod_uid: str, api: Any) -> list[ClaimN
     configs = [c for c in devices.get("config") or []
                if isinstance(c, dict) and isinstance(c.get("opaque"), dict)
                and c["opaque"].get("driver") == DRIVER]
+    if sources == CLASS_ONLY:  # every request, before any config is read
+        for result in results:
+            ref = _device(ns, name, uid, result)
+            _check_class_held([c for c in configs if _applies(c, ref.request)], str(ref),
+                              [_device(ns, name, uid, r) for r in results])
     seen: set[str] = set()
     out = []
     api = _Reads(api)  # sources shared by the requests are read once
     for result in results:
-        request = str(result.get("request", ""))
-        ref = ClaimRef(ns, name, uid, request, DRIVER, str(result.get("pool", "")),
-                       str(result.get("device", "")))
+        ref = _device(ns, name, uid, result)
+        request = ref.request
         where = str(ref)
         if request in seen:
             raise ClaimError(f"{where}: more than one device allocated; the CNI DRA driver's "
@@ -280,6 +313,33 @@ def claim_networks(claim: dict[str, Any], pod_uid: str, api: Any) -> list[ClaimN
             raise e.within(where) from None
         out.append(ClaimNetwork(ref, spec.ifname, config))
     return out
+
+
+def _device(ns: str, name: str, uid: str, result: dict[str, Any]) -> ClaimRef:
+    """The ClaimRef of one allocation result of DRIVER of claim ns/name (UID `uid`)."""
+    return ClaimRef(ns, name, uid, str(result.get("request", "")), DRIVER,
+                    str(result.get("pool", "")), str(result.get("device", "")))
+
+
+def _check_class_held(configs: list[dict[str, Any]], where: str,
+                      devices: list[ClaimRef]) -> None:
+    """Raise ClaimConfigRefused (its `refs` the claim's `devices`) unless every config of
+    DRIVER for one request (`configs`; `where` names the request) is a DeviceClass's
+    (source FromClass): the node's claimConfigSources is "class"."""
+    for config in configs:
+        source = config.get("source")
+        if source == FROM_CLASS:
+            continue
+        origin = (f"is the claim's own (source {FROM_CLAIM})" if source == FROM_CLAIM
+                  else f"has source {source!r}, not {FROM_CLASS}")
+        error = ClaimConfigRefused(
+            f"{where}: its config of driver {DRIVER} {origin}, and this node's "
+            f"claimConfigSources is \"{CLASS_ONLY}\": only a config held by the request's "
+            f"DeviceClass (its spec.config, source {FROM_CLASS}) is run",
+            "claimConfigSources is the node admin's choice in netattach's configuration "
+            "(docs/dra.md); move the CNI config into the DeviceClass and request from it")
+        error.refs = tuple(devices)
+        raise error
 
 
 # ---------------------------------------------------------------- CNIConfig
@@ -605,11 +665,12 @@ def to_netconf(spec: CniConfigSpec, ref: ClaimRef, api: Any,
 
 # ---------------------------------------------------------------- the pod's claim networks
 
-def resolve(pod: dict[str, Any], api: Any) -> list[ClaimNetwork]:
+def resolve(pod: dict[str, Any], api: Any, sources: str = ANY_SOURCE) -> list[ClaimNetwork]:
     """Every claim attachment of `pod` (a JSON dict with spec and status), in
     `spec.resourceClaims` order then result order, through `api` (get_resource_claim,
-    list_resource_slices, get_configmap). Raises ClaimNotReady (11), ClaimError (7),
-    KubeError (11), each naming the claim."""
+    list_resource_slices, get_configmap); `sources` the node's claimConfigSources
+    (claim_networks). Raises ClaimNotReady (11), ClaimError (7; ClaimConfigRefused among
+    them), KubeError (11), each naming the claim."""
     meta = pod.get("metadata") or {}
     ns, uid = meta.get("namespace", ""), meta.get("uid", "")
     if not is_dns1123_label(ns):
@@ -619,7 +680,7 @@ def resolve(pod: dict[str, Any], api: Any) -> list[ClaimNetwork]:
         claim = api.get_resource_claim(ns, claim_name)
         if claim is None:
             raise ClaimNotReady(f"claim {pod_name}: ResourceClaim {ns}/{claim_name} not found")
-        out += claim_networks(claim, uid, api)
+        out += claim_networks(claim, uid, api, sources)
     return out
 
 

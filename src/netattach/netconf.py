@@ -8,15 +8,17 @@ keys `name`, `type`, `cniVersion`, `capabilities`, `runtimeConfig`, `prevResult`
 netattach adds `apiTimeout`, `delegateTimeout` and `readinessTimeout` (seconds),
 `podResourcesSocket` (the kubelet's PodResources API, for NADs annotated
 `k8s.v1.cni.cncf.io/resourceName`), `deviceInfoDir` (Device Information
-Specification files) and `resourceClaims` (networks from DRA ResourceClaims are read
+Specification files), `resourceClaims` (networks from DRA ResourceClaims are read
 from the pod's spec; true makes ADD read the pod even when the runtime passes its
 annotations, so that claims are seen under containerd; false by default, so a thin
-ADD without claims keeps the one request less), `hotplug` (thick mode: the node
-daemon attaches and detaches networks when a running pod's selection changes, for the
-sandboxes ADDed with it; false by default; daemon/hotplug.py), and the caps on what one
-pod may cost a node (issue 21): `maxNetworksPerPod` (DEFAULT_MAX_NETWORKS_PER_POD
-secondary networks) and `maxSameNetworkPerPod` (DEFAULT_MAX_SAME_NETWORK_PER_POD
-attachments of one NetworkAttachmentDefinition; networks.check_caps). `apiTimeout` (5 s)
+ADD without claims keeps the one request less), `claimConfigSources`
+(CLAIM_CONFIG_SOURCES: whether a claim's own CNI config is run, or only a
+DeviceClass's), `hotplug` (thick mode: the node daemon attaches and detaches networks
+when a running pod's selection changes, for the sandboxes ADDed with it; false by
+default; daemon/hotplug.py), and the caps on what one pod may cost a node (issue 21):
+`maxNetworksPerPod` (DEFAULT_MAX_NETWORKS_PER_POD secondary networks) and
+`maxSameNetworkPerPod` (DEFAULT_MAX_SAME_NETWORK_PER_POD attachments of one
+NetworkAttachmentDefinition; networks.check_caps). `apiTimeout` (5 s)
 bounds all of an ADD's API requests and retry pauses together, not each request: an
 ADD never waits for the API server longer than that in total, then fails with code 11
 naming the server (or, for
@@ -82,6 +84,14 @@ interface per element), and two or three interfaces on one network is a real if 
 pattern; beyond a few, repeats mostly drain the network's IPAM pool."""
 MAX_CAP = 1024
 """The largest value either cap may be set to: the caps are bounds, not switches."""
+CLAIM_CONFIG_SOURCES = ("any", "class")
+"""`claimConfigSources` values: "any" (the default: today's behaviour, seed 004's
+examples put the CNI config in the claim) runs the config of the CNI DRA driver whether
+the allocation says it came from the request's DeviceClass (`source: FromClass`) or from
+the claim (`FromClaim`); "class" runs only a DeviceClass's, refusing a claim's config
+(claims.ClaimConfigRefused). docs/dra.md "Who writes the CNI config" says why the
+default is "any"."""
+DEFAULT_CLAIM_CONFIG_SOURCES = "any"
 
 _STR = {"type": "string"}
 # A path with a NUL cannot name a file: refused here, not as an exception at its first use.
@@ -144,6 +154,9 @@ SCHEMA: dict[str, Any] = {
         # bounded work per pod (issue 21): networks.check_caps
         "maxNetworksPerPod": _CAP,
         "maxSameNetworkPerPod": _CAP,
+        # which configs of a DRA claim's allocation are run (claims.py; docs/dra.md):
+        # "any" (a DeviceClass's or the claim's own), "class" (a DeviceClass's only)
+        "claimConfigSources": {"enum": list(CLAIM_CONFIG_SOURCES)},
         # written by `netattach install` only, when netattach is uninstalled (retired.py)
         "retired": {"type": "object", "required": ["conflist"], "additionalProperties": False,
                     "properties": {"conflist": _PATH}},
@@ -166,8 +179,10 @@ class NetConf:
     (retired.py); None otherwise. allowed_plugin_types: `allowedPluginTypes`, the
     plugin types a NetworkAttachmentDefinition's or a claim's config may name; None:
     any but the delegating meta-plugins (policy.check_delegate). max_networks_per_pod,
-    max_same_network_per_pod:
-    `maxNetworksPerPod` and `maxSameNetworkPerPod` (counts; networks.check_caps).
+    max_same_network_per_pod: `maxNetworksPerPod` and `maxSameNetworkPerPod` (counts;
+    networks.check_caps). claim_config_sources: `claimConfigSources`, one of
+    CLAIM_CONFIG_SOURCES: whether a DRA claim's own CNI config is run ("any") or only a
+    DeviceClass's ("class").
     """
     raw: dict[str, Any]
     name: str
@@ -201,6 +216,7 @@ class NetConf:
     allowed_plugin_types: frozenset[str] | None = None
     max_networks_per_pod: int = DEFAULT_MAX_NETWORKS_PER_POD
     max_same_network_per_pod: int = DEFAULT_MAX_SAME_NETWORK_PER_POD
+    claim_config_sources: str = DEFAULT_CLAIM_CONFIG_SOURCES
 
     @property
     def conf_dir(self) -> str:
@@ -343,4 +359,5 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
                               if "allowedPluginTypes" in config else None),
         max_networks_per_pod=max_networks,
         max_same_network_per_pod=max_same,
+        claim_config_sources=config.get("claimConfigSources", DEFAULT_CLAIM_CONFIG_SOURCES),
     )

@@ -446,7 +446,8 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
         if element.device_id is not None and resources[-1] is None:
             raise _unverifiable_device(pod, element, nad)
     device_map = _assign_devices(conf, pod, resources, secondaries)
-    claim_networks = _claim_networks(pod, pod_obj, api, rebuild=not wait_for_pod)
+    claim_networks = _claim_networks(pod, pod_obj, api, conf.claim_config_sources,
+                                     rebuild=not wait_for_pod)
     if pod is not None and claim_networks:  # the elements were checked alone above
         check_caps(conf, pod, elements, n_defaults, len(claim_networks))
     try:
@@ -476,18 +477,21 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
 
 
 def _claim_networks(pod: PodRef | None, pod_obj: dict[str, Any] | None,
-                    api: PodApi | None, rebuild: bool = False) -> list[claims.ClaimNetwork]:
-    """The pod's networks from DRA ResourceClaims (claims.resolve), [] for a pod without
-    `spec.resourceClaims` (claims.py is not even imported then). Raises CniError naming
-    the pod and the claim. `rebuild` (DEL without state): a claim that is gone or no
-    longer valid (deallocated, reserved for no one) is logged and left out, so the
-    pod's other attachments are still released; an API that cannot be asked still
-    raises (KubeError: DEL's retry window)."""
+                    api: PodApi | None, sources: str,
+                    rebuild: bool = False) -> list[claims.ClaimNetwork]:
+    """The pod's networks from DRA ResourceClaims (claims.resolve, with `sources` the
+    node's claimConfigSources), [] for a pod without `spec.resourceClaims` (claims.py is
+    not even imported then). Raises CniError naming the pod and the claim
+    (claims.ClaimConfigRefused keeps its `refs`). `rebuild` (DEL without state): a
+    claim that is gone or no longer valid (deallocated, reserved for no one, its config
+    refused by claimConfigSources) is logged and left out, so the pod's other
+    attachments are still released; an API that cannot be asked still raises
+    (KubeError: DEL's retry window)."""
     if pod_obj is None or api is None or not (pod_obj.get("spec") or {}).get("resourceClaims"):
         return []
     from . import claims  # only for a pod with claims
     try:
-        return claims.resolve(pod_obj, api)
+        return claims.resolve(pod_obj, api, sources)
     except (claims.ClaimError, claims.ClaimNotReady) as e:
         if not rebuild:
             raise e.within(where(pod)) from None

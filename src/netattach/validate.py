@@ -18,6 +18,7 @@ separated by `---` (JSON is YAML). Documents checked:
 NetworkAttachmentDefinition; Pod and the pod template of Deployment, StatefulSet,
 DaemonSet, ReplicaSet, ReplicationController, Job, CronJob and PodTemplate;
 ResourceClaim and ResourceClaimTemplate (DRA: their CNI DRA driver configs, `_lint_claim`);
+DeviceClass (the CNI DRA driver configs in its spec.config, `_lint_device_class`);
 the `items` of a `List` (or any `...List` kind). Other kinds are skipped; empty
 documents too.
 
@@ -65,7 +66,10 @@ The checks, by severity (source in brackets):
 * note: no spec / no or empty spec.config (on-disk config, §3.2.4, §3.4.1); a config
   name that differs from the NAD's [§3.4.3]; a selected NAD not in the files; the
   capabilities of an on-disk NAD not checkable; a network-status annotation in a
-  manifest (the plugin writes it, §5).
+  manifest (the plugin writes it, §5); a DRA claim's own CNI config, which nodes with
+  claimConfigSources "class" refuse (an error with --claim-config-sources class), and
+  a claim's request without a config whose DeviceClass is not in the files (it must
+  hold one; an error with --strict) [docs/dra.md].
 """
 from __future__ import annotations
 
@@ -92,6 +96,7 @@ from .cni.version import DEFAULT_VERSION
 from .devices import DEVICE_INFO_CAPABILITY
 from .jsonutil import json_type
 from .names import is_dns1123_label, is_dns1123_subdomain
+from .netconf import CLAIM_CONFIG_SOURCES
 from .netconf import DEFAULT_NAMESPACE as MULTUS_NAMESPACE
 from .status import NETWORK_STATUS_ANNOTATION
 
@@ -125,6 +130,9 @@ CLAIM_KINDS: dict[str, tuple[str, ...]] = {
     "ResourceClaim": ("spec",),
     "ResourceClaimTemplate": ("spec", "spec"),
 }
+
+RESOURCE_API_PREFIX = "resource.k8s.io/"
+"""apiVersion of a DeviceClass (DRA), whatever its version."""
 
 # Selection element attribute -> its key in the annotation (§4.1.2.1).
 _SELECTION_KEYS = {"ips": "ips", "mac": "mac", "port_mappings": "portMappings",
@@ -612,15 +620,62 @@ def _lint_gateways(element, config: NetworkConfig | None, ifname: str, ekey: str
 
 # ---------------------------------------------------------------- DRA ResourceClaims
 
-def _lint_claim(doc: _Doc, report: Report, allowed: frozenset[str] | None) -> None:
+def _lint_cni_config(opaque: dict[str, Any], name: str, targets: list[str],
+                     allowed: frozenset[str] | None) -> Any:
+    """One opaque config of claims.DRIVER through the plugin's own parser
+    (claims.parse_cni_config, then claims.to_netconf offline for each request name of
+    `targets`: an argument read from a device, a ResourceSlice or a ConfigMap gets a
+    placeholder) and the plugin rule (policy.check_plugin with `allowed`). `name`: the
+    object's. Returns the claims.CniConfigSpec; raises CniError."""
+    from . import claims
+    parsed = claims.parse_cni_config(opaque.get("parameters"))
+    for target in targets:
+        ref = claims.ClaimRef("", name, "", target, claims.DRIVER, "", "")
+        netconf = claims.to_netconf(parsed, ref, None, offline=True)
+        for plugin in netconf.plugins:
+            policy.check_plugin(plugin, allowed)
+    return parsed
+
+
+def _lint_device_class(doc: _Doc, report: Report, allowed: frozenset[str] | None) -> int:
+    """A DeviceClass (resource.k8s.io): each config of claims.DRIVER in its spec.config,
+    which the scheduler copies into the allocation of every request of the class
+    (source FromClass, docs/dra.md), as _lint_claim lints a claim's. Returns how many
+    it holds (each request of the class gets them all; more than one is an error, seed
+    004 Validation: one config per request)."""
+    from . import claims
+    spec = doc.obj.get("spec")
+    held = 0
+    for i, config in enumerate((spec.get("config") if isinstance(spec, dict) else None) or []):
+        opaque = config.get("opaque") if isinstance(config, dict) else None
+        if not isinstance(opaque, dict) or opaque.get("driver") != claims.DRIVER:
+            continue
+        held += 1
+        try:
+            _lint_cni_config(opaque, doc._meta("name") or "", ["(class)"], allowed)
+        except CniError as e:
+            report(ERROR, f"spec.config[{i}].opaque.parameters", e.msg)
+    if held > 1:
+        report(ERROR, "spec.config", f"{held} configs of driver {claims.DRIVER}: each request "
+               "of the class gets them all, and a request has one and only one (seed 004 "
+               "Validation)")
+    return held
+
+
+def _lint_claim(doc: _Doc, report: Report, allowed: frozenset[str] | None,
+                classes: dict[str, int], claim_sources: str, strict: bool) -> None:
     """A ResourceClaim or ResourceClaimTemplate: every config of the CNI DRA driver
-    (claims.DRIVER) through the plugin's own parser (claims.parse_cni_config, then
-    claims.to_netconf offline: an argument read from a device, a ResourceSlice or a
-    ConfigMap gets a placeholder) and the rules of seed 004 "Validation" that the
-    object alone shows: one config of the driver per request it names, that request
-    in the claim, ExactCount with count 1, an ifName used by one request only. What
-    only the allocation or the cluster shows (reservedFor, the sources' values, the
-    pod's other interfaces) is checked at ADD."""
+    (claims.DRIVER) through the plugin's own parser (_lint_cni_config) and the rules of
+    seed 004 "Validation" that the object alone shows: one config of the driver per
+    request it names, that request in the claim, ExactCount with count 1, an ifName
+    used by one request only. `classes`: the DeviceClasses in the files -> how many
+    configs of the driver each holds (_lint_device_class), counted for the requests
+    of the class. A config of the claim's own is a note, or an error when
+    `claim_sources` is "class" (the nodes' claimConfigSources: the ADD refuses it).
+    A request of DeviceClass claims.DEVICE_CLASS with no config is an error when the
+    class is in the files without one, else a note that it must hold one (an error
+    with `strict`). What only the allocation or the cluster shows (reservedFor, the
+    sources' values, the pod's other interfaces) is checked at ADD."""
     from . import claims
     path = CLAIM_KINDS[doc.kind or ""]
     spec = _at(doc.obj, path)
@@ -644,14 +699,18 @@ def _lint_claim(doc: _Doc, report: Report, allowed: frozenset[str] | None) -> No
             if name.split("/", 1)[0] not in requests:
                 report(ERROR, f"{key}.requests", f"request {name!r} is not in "
                        f"{base}.devices.requests")
+        if claim_sources == claims.CLASS_ONLY:
+            report(ERROR, f"{key}.opaque", "the claim holds its own CNI config (source "
+                   "FromClaim), which nodes whose claimConfigSources is \"class\" refuse "
+                   "(the ADD fails): move it into the spec.config of the request's "
+                   "DeviceClass (docs/dra.md)")
+        else:
+            report(NOTE, f"{key}.opaque", "the claim holds its own CNI config (source "
+                   "FromClaim): nodes whose claimConfigSources is \"class\" refuse it; a "
+                   "DeviceClass's spec.config is where the cluster admin holds it "
+                   "(docs/dra.md)")
         try:
-            parsed = claims.parse_cni_config(opaque.get("parameters"))
-            for name in targets:
-                ref = claims.ClaimRef("", doc._meta("name") or "", "", name, claims.DRIVER,
-                                      "", "")
-                netconf = claims.to_netconf(parsed, ref, None, offline=True)
-                for plugin in netconf.plugins:
-                    policy.check_plugin(plugin, allowed)
+            parsed = _lint_cni_config(opaque, doc._meta("name") or "", targets, allowed)
         except CniError as e:
             report(ERROR, f"{key}.opaque.parameters", e.msg)
             continue
@@ -665,14 +724,24 @@ def _lint_claim(doc: _Doc, report: Report, allowed: frozenset[str] | None) -> No
             ifnames[parsed.ifname] = key
     for n, (name, req) in enumerate(requests.items()):
         rkey = f"{base}.devices.requests[{n}]"
-        if names.get(name, 0) > 1:
-            report(ERROR, rkey, f"request {name!r} has {names[name]} configs of driver "
-                   f"{claims.DRIVER}; one and only one (seed 004 Validation)")
         exact: dict[str, Any] = req["exactly"] if isinstance(req.get("exactly"), dict) else req
-        mine = name in names or exact.get("deviceClassName") == claims.DEVICE_CLASS
-        if mine and name not in names:
-            report(ERROR, rkey, f"request {name!r} of DeviceClass {claims.DEVICE_CLASS} has no "
-                   f"config of driver {claims.DRIVER} (seed 004 Validation)")
+        cls = exact.get("deviceClassName")
+        held = classes.get(cls, 0) if isinstance(cls, str) else 0
+        count = names.get(name, 0) + held
+        if count > 1:
+            report(ERROR, rkey, f"request {name!r} has {count} configs of driver "
+                   f"{claims.DRIVER}" + (f" ({held} of its DeviceClass {cls})" if held else "")
+                   + "; one and only one (seed 004 Validation)")
+        mine = count > 0 or cls == claims.DEVICE_CLASS
+        if mine and count == 0:
+            if cls in classes or strict:
+                report(ERROR, rkey, f"request {name!r} of DeviceClass {cls} has no config "
+                       f"of driver {claims.DRIVER}, in the claim or in the class (seed 004 "
+                       "Validation)")
+            else:
+                report(NOTE, rkey, f"request {name!r} of DeviceClass {cls} has no config "
+                       f"of driver {claims.DRIVER}: the DeviceClass, not in the files, must "
+                       "hold one in spec.config, else the ADD fails (seed 004 Validation)")
         problem = claims.exact_one_problem(exact)
         if mine and problem and "firstAvailable" not in req:
             report(ERROR, rkey, problem)
@@ -682,14 +751,18 @@ def _lint_claim(doc: _Doc, report: Report, allowed: frozenset[str] | None) -> No
 
 def lint_sources(sources: list[tuple[str, bytes]], *, namespace: str = "default",
                  strict: bool = False,
-                 allowed_plugin_types: frozenset[str] | None = None) -> list[Finding]:
+                 allowed_plugin_types: frozenset[str] | None = None,
+                 claim_config_sources: str = "any") -> list[Finding]:
     """Lint the documents of every (label, content) source together.
 
     namespace: where objects without metadata.namespace go (what `kubectl apply -n`
     would use). strict: a selected NAD missing from the sources is an error, not a
-    note. allowed_plugin_types: the nodes' `allowedPluginTypes` (a NAD's or a claim's
-    plugin or IPAM type outside it is an error); None: any type but a meta-plugin's.
-    NADs of every source are known to the pods of every source.
+    note (and so is the DeviceClass of a claim's request that has no config).
+    allowed_plugin_types: the nodes' `allowedPluginTypes` (a NAD's, a claim's or a
+    DeviceClass's plugin or IPAM type outside it is an error); None: any type but a
+    meta-plugin's. claim_config_sources: the nodes' `claimConfigSources` ("any" or
+    "class": a claim's own config is then an error, not a note). NADs of every source
+    are known to the pods of every source, DeviceClasses to the claims.
     Returns the findings in source and document order (NADs and pods interleaved as
     the documents are). Never raises for any content.
     """
@@ -698,6 +771,8 @@ def lint_sources(sources: list[tuple[str, bytes]], *, namespace: str = "default"
     nads: dict[tuple[str, str], _Nad] = {}
     by_doc: dict[int, list[Finding]] = {}
     pods = []
+    claim_docs: list[tuple[_Doc, Report]] = []
+    classes: dict[str, int] = {}
     for n, doc in enumerate(docs):
         out = by_doc.setdefault(n, [])
         report = doc.reporter(out)
@@ -719,9 +794,16 @@ def lint_sources(sources: list[tuple[str, bytes]], *, namespace: str = "default"
                            "last one")
                 nads[ref] = nad
         elif kind in CLAIM_KINDS:
-            _lint_claim(doc, report, allowed_plugin_types)
+            claim_docs.append((doc, report))
+        elif kind == "DeviceClass" and str(api).startswith(RESOURCE_API_PREFIX):
+            name = doc._meta("name")
+            held = _lint_device_class(doc, report, allowed_plugin_types)
+            if name is not None:
+                classes[name] = held
         elif kind in POD_TEMPLATES:
             pods.append((n, doc, report))
+    for doc, report in claim_docs:
+        _lint_claim(doc, report, allowed_plugin_types, classes, claim_config_sources, strict)
     for _n, doc, report in pods:
         _lint_pod(doc, report, nads, namespace, strict)
     ordered = [f for n in range(len(docs)) for f in by_doc.get(n, ())]
@@ -764,6 +846,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the nodes' allowedPluginTypes, comma-separated: a NAD or a "
                              "claim naming another plugin or IPAM type is an error "
                              "(default: any type but a delegating meta-plugin's)")
+    parser.add_argument("--claim-config-sources", choices=CLAIM_CONFIG_SOURCES, default="any",
+                        help="the nodes' claimConfigSources: with 'class', a DRA claim's own "
+                             "CNI config is an error, as the ADD refuses it (default: "
+                             "%(default)s, a note)")
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text",
                         help="text: one line per finding; json: {\"findings\": [...], "
                              "\"summary\": {...}} on stdout (default: %(default)s)")
@@ -831,7 +917,8 @@ def run(args: argparse.Namespace) -> int:
     allowed = (None if args.allowed_plugin_types is None else
                frozenset(t.strip() for t in args.allowed_plugin_types.split(",") if t.strip()))
     findings = failed + lint_sources(sources, namespace=args.namespace, strict=args.strict,
-                                     allowed_plugin_types=allowed)
+                                     allowed_plugin_types=allowed,
+                                     claim_config_sources=args.claim_config_sources)
     counts = summary(findings)
     if args.output == "json":
         json.dump({"findings": [f.to_dict() for f in findings],

@@ -212,7 +212,8 @@ def test_help_documents_every_flag():
                  "--once", "--check", "--run-dir", "--netconf-file", "--default-networks",
                  "--plugin-conf-dir", "--auxiliary-cni-chain-name", "--api-timeout",
                  "--delegate-timeout", "--readiness-timeout", "--allowed-plugin-types",
-                 "--max-networks-per-pod", "--max-same-network-per-pod"):
+                 "--max-networks-per-pod", "--max-same-network-per-pod",
+                 "--claim-config-sources"):
         assert flag in text, flag
 
 
@@ -224,6 +225,7 @@ def test_once_installs_binary_kubeconfig_and_conflist(node):
                          "--log-file", "/var/log/netattach.log", "--log-level", "debug",
                          "--readiness-indicator-file", "/run/flannel/subnet.env",
                          "--allowed-plugin-types", "macvlan, host-local,macvlan",
+                         "--claim-config-sources", "class",
                          "--cni-dir", "/var/lib/cni/na", "--api-server", "", env=env)
     assert code == 0, err
 
@@ -256,6 +258,7 @@ def test_once_installs_binary_kubeconfig_and_conflist(node):
         "logLevel": "debug", "logFile": "/var/log/netattach.log",
         "namespaceIsolation": True, "globalNamespaces": "default,shared",
         "readinessindicatorfile": "/run/flannel/subnet.env",
+        "claimConfigSources": "class",
         "allowedPluginTypes": ["host-local", "macvlan"],
         "capabilities": {"bandwidth": True, "ips": True, "portMappings": True,
                          POD_ANNOTATIONS: True}}]
@@ -263,6 +266,7 @@ def test_once_installs_binary_kubeconfig_and_conflist(node):
     assert conf.cluster_network == "/etc/cni/net.d/10-k8s.conflist"
     assert conf.global_namespaces == ("default", "shared")
     assert conf.allowed_plugin_types == frozenset({"host-local", "macvlan"})
+    assert conf.claim_config_sources == "class"
 
     assert node.netattach_leftovers() == ["00-netattach.conflist"]
     assert sorted(os.listdir(node.bin)) == ["netattach"]

@@ -117,6 +117,35 @@ def test_a_validation_failure_runs_no_child(bed):
     assert bed.exe.calls == [] and bed.api.applied == []
 
 
+def test_a_claims_own_config_refused_by_claim_config_sources_runs_no_child(bed):
+    """claimConfigSources "class" and a config of source FromClaim: code 7 before any
+    child runs or any state is kept, naming the pod, the claim, the request and the key;
+    the claim's entry says Ready False with that message, written before the answer."""
+    with pytest.raises(CniError) as ei:
+        bed.run("ADD", claimConfigSources="class")
+    msg = ei.value.msg
+    assert ei.value.code == 7
+    assert msg.startswith(f"pod {NS}/{POD}: ResourceClaim {NS}/c1 request macvlan0: "), msg
+    assert 'claimConfigSources is "class"' in msg and "FromClaim" in msg
+    assert bed.exe.calls == [] and bed.files() == [f"{CID}.deleted"]  # nothing kept
+    [(ns, name, [entry], _, after)] = bed.api.applied
+    assert (ns, name, after) == (NS, "c1", False)
+    assert (entry["driver"], entry["pool"], entry["device"]) == (DRIVER, "node", "cni")
+    [cond] = entry["conditions"]
+    assert (cond["status"], cond["reason"], cond["message"]) == (
+        "False", "NetworkInterfaceNotReady", msg)
+    assert "networkData" not in entry and "data" not in entry
+
+
+def test_a_config_of_the_device_class_runs_under_class_only(bed):
+    configs = bed.api.claim["status"]["allocation"]["devices"]["config"]
+    configs[0]["source"] = "FromClass"
+    bed.run("ADD", claimConfigSources="class")
+    assert bed.exe.calls[-1][:3] == ("ADD", "fake-macvlan", "dra0")
+    [(_, _, [entry], _, after)] = bed.api.applied
+    assert after is True and entry["conditions"][0]["status"] == "True"
+
+
 def test_del_clears_the_claims_entries_conditionally(bed):
     bed.added()
     bed.run("DEL")

@@ -273,6 +273,88 @@ def test_other_drivers_devices_are_not_networks():
     assert networks(claim(results=r, reserved=[])) == []
 
 
+# ---------------------------------------------------------------- who wrote the config
+
+def class_claim(p=None, *, own=None):
+    """A claim whose request's DeviceClass holds the CNI config: the allocation has it
+    with source FromClass (the scheduler copies DeviceClass.spec.config there, one per
+    request of the class) and the claim's spec has none; `own`: configs of the claim
+    itself too (spec and allocation, FromClaim)."""
+    cls = {"requests": ["macvlan0"], "source": claims.FROM_CLASS,
+           "opaque": {"driver": DRIVER, "parameters": params() if p is None else p}}
+    c = claim(configs=list(own or []))
+    c["status"]["allocation"]["devices"]["config"].insert(0, cls)
+    return c
+
+
+@pytest.mark.parametrize("sources", ["any", "class"])
+def test_a_config_held_by_the_device_class_is_run_whatever_the_sources(sources):
+    [n] = claims.claim_networks(class_claim(), UID, Sources([slice_()]), sources)
+    assert n.interface == "net9" and n.config.plugins[0]["master"] == "eth9"
+
+
+@pytest.mark.parametrize("source", ["FromClaim", None, "fromclass"])
+def test_class_only_refuses_any_other_source_before_reading_anything(source):
+    """claimConfigSources "class": a config not FromClass (the claim's own; no source or
+    an unknown one, which the API never writes) is refused, code 7, naming the claim,
+    the request, the source and the key; nothing was read for it, and the refusal
+    carries every device of the claim (their status entries report it)."""
+    c = claim()
+    [cfg] = c["status"]["allocation"]["devices"]["config"]
+    if source is None:
+        del cfg["source"]
+    else:
+        cfg["source"] = source
+    api = Sources([slice_()])
+    with pytest.raises(claims.ClaimConfigRefused) as ei:
+        claims.claim_networks(c, UID, api, "class")
+    e = ei.value
+    assert e.code == 7 and isinstance(e, ClaimError)
+    assert e.msg.startswith("ResourceClaim ns/c1 request macvlan0: its config of driver "
+                            f"{DRIVER} "), e.msg
+    assert 'claimConfigSources is "class"' in e.msg and "DeviceClass" in e.msg
+    assert ("the claim's own (source FromClaim)" if source == "FromClaim"
+            else f"has source {source!r}, not FromClass") in e.msg
+    assert e.refs == (ClaimRef("ns", "c1", "claim-uid", "macvlan0", DRIVER, "node-a", "cni"),)
+    assert api.calls == []
+    assert e.within("pod ns/p").refs == e.refs  # the context added keeps the devices
+
+
+def test_class_only_refuses_a_claims_config_beside_the_class_one():
+    """A request with the class's config and one of its own: "class" refuses the own one
+    (it would override the class's where a driver merges them); "any" refuses both
+    under seed 004's one-config rule."""
+    own = claim()["spec"]["devices"]["config"]
+    with pytest.raises(claims.ClaimConfigRefused, match="request macvlan0: .*FromClaim"):
+        claims.claim_networks(class_claim(own=own), UID, Sources([slice_()]), "class")
+    _bad(class_claim(own=own), "2 configs of driver")
+
+
+def test_class_only_checks_every_request_before_any_is_resolved():
+    """Two requests, the first class-held, the second the claim's own: refused, and the
+    first's sources were not read either; the refusal names the second request and
+    carries both devices."""
+    req = claim()["spec"]["devices"]["requests"][0]
+    c = class_claim(own=[{"requests": ["other"], "source": "FromClaim",
+                          "opaque": {"driver": DRIVER, "parameters": params(ifName="net8")}}])
+    c["spec"]["devices"]["requests"].append({**req, "name": "other"})
+    c["status"]["allocation"]["devices"]["results"].append(
+        {"request": "other", "driver": DRIVER, "pool": "node-a", "device": "cni"})
+    api = Sources([slice_()])
+    with pytest.raises(claims.ClaimConfigRefused, match="ns/c1 request other: ") as ei:
+        claims.claim_networks(c, UID, api, "class")
+    assert [r.request for r in ei.value.refs] == ["macvlan0", "other"]
+    assert api.calls == []
+    assert len(claims.claim_networks(c, UID, api, "any")) == 2
+
+
+def test_class_only_is_not_checked_for_a_claim_of_another_pod():
+    """The claim must be this pod's before its configs are judged (or reported on)."""
+    with pytest.raises(ClaimError, match="reserved for exactly this pod") as ei:
+        claims.claim_networks(claim(reserved=[]), UID, Sources([slice_()]), "class")
+    assert not isinstance(ei.value, claims.ClaimConfigRefused)
+
+
 # ---------------------------------------------------------------- the pod's claims
 
 def test_pod_claims_in_order_templates_through_the_status():

@@ -18,6 +18,12 @@ def test_defaults():
     assert c.multus_namespace == "kube-system" and c.system_namespaces == ("kube-system",)
     assert c.namespace_isolation is False and c.global_namespaces == ("default",)
     assert c.runtime_config == {} and c.default_networks == ()
+    assert c.claim_config_sources == "any"  # a claim's own CNI config runs, as before
+
+
+@pytest.mark.parametrize("value", ["any", "class"])
+def test_claim_config_sources(value):
+    assert parse_netconf({**BASE, "claimConfigSources": value}).claim_config_sources == value
 
 
 def test_multus_keys_and_global_namespaces_string():
@@ -38,6 +44,8 @@ def test_multus_keys_and_global_namespaces_string():
     ({"multusNamespace": "Kube_System"}, "multusNamespace"),
     ({"capabilities": {"ips": "true"}}, "capabilities.ips"),
     ({"delegateTimeout": 0}, "delegateTimeout"),
+    ({"claimConfigSources": "FromClass"}, "claimConfigSources"),
+    ({"claimConfigSources": True}, "claimConfigSources"),
     ({"cniVersion": "one"}, "cniVersion"),
 ])
 def test_bad_value_names_the_key(patch, key):

@@ -633,6 +633,18 @@ def test_the_nodes_allowlist_and_nested_meta_plugins():
         "spec.config.plugins[1].delegate.type"]
 
 
+def test_cli_claim_config_sources(tmp_path):
+    """--claim-config-sources class: a claim's own CNI config is an error (exit 1); by
+    default a note (exit 0)."""
+    from tests.unit.test_validate_claims import claim
+    (tmp_path / "claim.yaml").write_text(yaml.safe_dump(claim()))
+    done = run_cli("claim.yaml", cwd=tmp_path)
+    assert done.returncode == 0 and b"note" in done.stdout, done.stdout
+    done = run_cli("--claim-config-sources", "class", "claim.yaml", cwd=tmp_path)
+    assert done.returncode == 1, done.stdout
+    assert b"error" in done.stdout and b"source FromClaim" in done.stdout, done.stdout
+
+
 def test_cli_allowed_plugin_types(files):
     """good.yaml's NAD is macvlan: within `macvlan,host-local`, outside `bridge`."""
     assert run_cli("--allowed-plugin-types", "macvlan,host-local", "good.yaml",

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from netattach import claims
-from netattach.validate import ERROR, lint_sources
+from netattach.validate import ERROR, NOTE, lint_sources
 
 DRA_DOC = Path(__file__).resolve().parents[2] / "docs" / "dra.md"
 
@@ -26,10 +26,22 @@ def dra_example() -> str:
     return m.group(1)
 
 
-def errors(docs) -> list[tuple[str | None, str]]:
+def dra_class_example() -> str:
+    """The YAML block after the `<!-- dra-class-example -->` marker of docs/dra.md: the
+    CNI config held by the DeviceClass."""
+    m = re.search(r"<!-- dra-class-example -->\n```yaml\n(.*?)```", DRA_DOC.read_text(), re.S)
+    assert m, "docs/dra.md has no class-held DRA example block"
+    return m.group(1)
+
+
+def findings(docs, severity: str = ERROR, **kw) -> list[tuple[str | None, str]]:
     data = docs if isinstance(docs, str) else yaml.safe_dump_all(docs)
-    return [(f.key, f.message) for f in lint_sources([("x.yaml", data.encode())])
-            if f.severity == ERROR]
+    return [(f.key, f.message) for f in lint_sources([("x.yaml", data.encode())], **kw)
+            if f.severity == severity]
+
+
+def errors(docs, **kw) -> list[tuple[str | None, str]]:
+    return findings(docs, ERROR, **kw)
 
 
 def test_the_dra_example_passes():
@@ -69,7 +81,6 @@ def test_claim_passes_and_template_errors_have_the_template_path():
      "ExactCount with count 1"),
     (lambda c: c["spec"]["devices"]["requests"][0]["exactly"].update(allocationMode="All"),
      "requests[0]", "ExactCount with count 1"),
-    (lambda c: c["spec"]["devices"].update(config=[]), "requests[0]", "has no config"),
     (lambda c: c["spec"]["devices"]["config"].append(
         copy.deepcopy(c["spec"]["devices"]["config"][0])), "requests[0]", "2 configs"),
     (lambda c: c["spec"]["devices"]["config"][0].update(requests=["nope"]), "requests",
@@ -80,6 +91,78 @@ def test_claim_rules(change, key, words):
     change(c)
     found = errors([c])
     assert any(k is not None and k.endswith(key) and words in m for k, m in found), found
+
+
+# ---------------------------------------------------------------- who writes the config
+
+def test_the_class_held_example_passes_even_for_class_only_nodes():
+    docs = list(yaml.safe_load_all(dra_class_example()))
+    assert [d["kind"] for d in docs] == ["DeviceClass", "ResourceClaimTemplate", "Pod"]
+    assert "config" not in docs[1]["spec"]["spec"]["devices"]  # the claim only requests
+    assert errors(dra_class_example(), claim_config_sources="class", strict=True) == []
+    assert findings(dra_class_example(), NOTE) == []
+
+
+def test_a_claims_own_config_is_a_note_and_an_error_for_class_only_nodes():
+    key = "spec.devices.config[0].opaque"
+    [(k, msg)] = findings([claim()], NOTE)
+    assert k == key and "source FromClaim" in msg and 'claimConfigSources is "class"' in msg
+    [(k, msg)] = errors([claim()], claim_config_sources="class")
+    assert k == key and "refuse (the ADD fails)" in msg and "DeviceClass" in msg
+
+
+def class_doc(*params: dict) -> dict:
+    cls = next(d for d in yaml.safe_load_all(dra_class_example()) if d["kind"] == "DeviceClass")
+    cls["spec"]["config"] = [{"opaque": {"driver": claims.DRIVER, "parameters": p}}
+                             for p in params]
+    return cls
+
+
+def class_params() -> dict:
+    cls = next(d for d in yaml.safe_load_all(dra_class_example()) if d["kind"] == "DeviceClass")
+    return cls["spec"]["config"][0]["opaque"]["parameters"]
+
+
+def test_a_claim_config_beside_its_classes_is_one_too_many():
+    c = claim()
+    c["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = \
+        "macvlan.cni.networking.x-k8s.io"
+    [(key, msg)] = errors([class_doc(class_params()), c])
+    assert key == "spec.devices.requests[0]"
+    assert "2 configs of driver" in msg and "(1 of its DeviceClass macvlan" in msg
+
+
+def test_device_class_configs_are_linted_like_a_claims():
+    bad = class_params()
+    bad["config"]["plugins"][0]["type"] = "netattach"
+    [(key, msg)] = errors([class_doc(bad)])
+    assert key == "spec.config[0].opaque.parameters" and "delegating meta-plugin" in msg
+    [(key, msg)] = errors([class_doc(class_params())],
+                          allowed_plugin_types=frozenset({"macvlan"}))
+    assert "'host-local' is not in the node's allowedPluginTypes" in msg
+    [(key, msg)] = errors([class_doc(class_params(), class_params())])
+    assert key == "spec.config" and "2 configs of driver" in msg
+
+
+def test_a_request_without_a_config_needs_its_class_to_hold_one():
+    """A request of DeviceClass cni.networking.x-k8s.io without a config of the driver:
+    an error when that class is in the files without one (or with --strict), else a
+    note: the class, which the cluster has, may hold it."""
+    c = claim()
+    c["spec"]["devices"]["config"] = []
+    key = "spec.devices.requests[0]"
+    [(k, msg)] = findings([c], NOTE)
+    assert k == key and "not in the files, must hold one in spec.config" in msg
+    assert errors([c]) == []
+    [(k, msg)] = errors([c], strict=True)
+    assert k == key and "has no config" in msg
+    docs = list(yaml.safe_load_all(dra_example()))
+    cls = next(d for d in docs if d["kind"] == "DeviceClass")
+    assert cls["metadata"]["name"] == claims.DEVICE_CLASS and "config" not in cls["spec"]
+    [(k, msg)] = errors([cls, c])
+    assert k == key and "in the claim or in the class" in msg
+    assert errors([class_doc(class_params()) | {"metadata": {"name": claims.DEVICE_CLASS}},
+                   c]) == []
 
 
 def test_other_drivers_configs_are_not_linted():

@@ -223,16 +223,34 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _import_before_threads(dra: bool) -> None:
-    """Import, in the main thread before any other runs, what the daemon's threads would
-    otherwise import at the same moment: the watch caches' HTTP client (lightkube's
-    adapter, which loads asyncio, and httpx2) and, with `--dra`, grpc and the DRA
-    plugin's generated modules (grpc loads asyncio too). When two threads import one
-    module graph with a cycle at once, CPython hands the second a module still being
-    initialized rather than deadlock ("partially initialized module 'asyncio.subprocess'
-    has no attribute 'create_subprocess_exec'"): seen as a daemon with --dra exiting at
-    start, its two watch threads failing alike."""
-    import asyncio  # noqa: F401
+    """Import, in the main thread before any other runs, every library module the
+    daemon's threads would otherwise be the first to import, several at the same moment:
 
+    * the watch threads (both connect at once): lightkube's adapter and kubeconfig
+      loader, httpx2, asyncio (which lightkube's adapter loads), and httpcore2, which
+      httpx2 imports only when a client makes its first connection, with anyio, h11,
+      h2 and truststore behind it, and the "idna" codec (encodings.idna, stringprep)
+      that encodes the API server's host name;
+    * with `--dra`: grpc and the DRA plugin's generated modules (grpc loads asyncio
+      too), whose server threads answer the kubelet as soon as the sockets exist;
+    * the CNI workers: ctypes, through which netnsinfo enters the pod's netns (its
+      "netns-mtu" thread) on Python < 3.12.
+
+    When two threads import one module graph that has a cycle at once, CPython hands
+    the second a module still being initialized rather than deadlock ("partially
+    initialized module 'asyncio.subprocess' has no attribute 'create_subprocess_exec'"):
+    seen as a daemon with --dra exiting at start, its two watch threads failing alike.
+    netattach's own modules, which threads still import on first use (the CNI
+    commands', the API client's), have no import cycle (tests/unit/test_import_check.py).
+    Nothing else differs between the features: metrics, hot-plug and --chroot-dir start
+    threads that import nothing new. tests/e2e/test_daemon_start.py checks all of it
+    under a tracer of first imports, and starts the built daemon 20 times under CPU
+    load."""
+    import asyncio  # noqa: F401
+    import ctypes  # noqa: F401
+    import encodings.idna  # noqa: F401
+
+    import httpcore2  # noqa: F401
     import httpx2  # noqa: F401
     import lightkube.config.client_adapter  # noqa: F401
     import lightkube.config.kubeconfig  # noqa: F401

@@ -43,7 +43,7 @@ from typing import Any
 
 from ..cni.version import SUPPORTED_VERSIONS
 from ..logsetup import LOG_LEVELS
-from ..netconf import MAX_CAP, NetConf
+from ..netconf import CLAIM_CONFIG_SOURCES, DEFAULT_CLAIM_CONFIG_SOURCES, MAX_CAP, NetConf
 from .binary import tree_digest
 from .files import InstallError
 from .kubeconfig import KUBECONFIG_SUBDIR
@@ -185,6 +185,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"{key}: {what}; a pod over it is refused with code 7 before "
                             f"anything runs (docs/security.md). Default: not written (the "
                             f"plugin's {plugin_default})")
+    g.add_argument("--claim-config-sources", choices=CLAIM_CONFIG_SOURCES, default=None,
+                   help="claimConfigSources: which CNI configs of a DRA ResourceClaim's "
+                        "allocation are run: 'any' (a DeviceClass's or the claim's own) or "
+                        "'class' (a DeviceClass's spec.config only: a claim's own config "
+                        "fails the ADD) (docs/dra.md). Default: not written, the plugin's "
+                        f"{DEFAULT_CLAIM_CONFIG_SOURCES!r}")
     g.add_argument("--multus-namespace", default=None,
                    help="multusNamespace, where clusterNetwork/defaultNetworks NADs are looked "
                         "up. Default: the plugin's, kube-system")

@@ -206,6 +206,8 @@ class PluginSettings:
     global_namespaces: str | None = None
     allowed_plugin_types: str | None = None
     """allowedPluginTypes, comma-separated (a list in the conf)."""
+    claim_config_sources: str | None = None
+    """claimConfigSources: "any" or "class" (netconf.CLAIM_CONFIG_SOURCES)."""
     multus_namespace: str | None = None
     system_namespaces: str | None = None
     readiness_indicator_file: str | None = None
@@ -250,6 +252,7 @@ class PluginSettings:
                     "multusNamespace": self.multus_namespace,
                     "readinessindicatorfile": self.readiness_indicator_file,
                     "auxiliaryCNIChainName": self.auxiliary_chain,
+                    "claimConfigSources": self.claim_config_sources,
                     "daemonSocketDir": self.daemon_socket_dir}
         plugin.update({k: v for k, v in optional.items() if v})
         if self.default_networks:
@@ -288,6 +291,7 @@ def plugin_settings(args: Any, kubeconfig: str, plugin_type: str) -> PluginSetti
         namespace_isolation=args.namespace_isolation,
         global_namespaces=args.global_namespaces, multus_namespace=args.multus_namespace,
         allowed_plugin_types=args.allowed_plugin_types,
+        claim_config_sources=args.claim_config_sources,
         system_namespaces=args.system_namespaces,
         readiness_indicator_file=args.readiness_indicator_file,
         default_networks=networks, auxiliary_chain=args.auxiliary_cni_chain_name,
