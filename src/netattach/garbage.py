@@ -30,10 +30,10 @@ With the retired configuration (retired.py, netattach being uninstalled) a valid
 without saved state is a sandbox netattach did not attach, the cluster default
 network's alone: it goes to the delegates as the runtime gave it instead.
 
-A container an operation runs on (its lock held: an ADD, a DEL, a hot-plug change) is
-never DEL-ed, whatever the runtime's list says: that list was made before, and a
-sandbox being ADDed now may not be in it. While any operation runs, or a state
-appeared since the listing, GC is not forwarded to the delegates either: an ADD
+A container whose state changes while GC waits for its lock (an ADD or a hot-plug
+change running) is never DEL-ed, whatever the runtime's list says: that list was made
+before, and a sandbox being ADDed now may not be in it. While any operation runs, or a
+state appeared since the listing, GC is not forwarded to the delegates either: an ADD
 running may be attaching what their GC would free; the runtime's next GC asks them.
 
 Failures do not stop the collection; they are reported together in one CniError.
@@ -52,7 +52,7 @@ from .cni.errors import CniError, ConfigError, UnknownContainer, VersionError
 from .cni.request import CniRequest
 from .netconf import NetConf
 from .networks import resolve_cluster_network
-from .state import CorruptState, LockBusy, SavedState, StateError, StateStore, salvage
+from .state import CorruptState, SavedState, StateError, StateStore, salvage
 
 if TYPE_CHECKING:
     from .orchestrator import Orchestrator
@@ -97,12 +97,20 @@ def del_request(state: SavedState, cni_path: tuple[str, ...]) -> CniRequest:
                       config=None)
 
 
+class Changed(StateError):
+    """The container's state changed while GC waited for its lock (`_load_locked`)."""
+
+
 def _load_locked(store: StateStore, container_id: str) -> SavedState | None:
-    """The saved state, read under the container's lock, taken without waiting. Raises
-    LockBusy when an operation (an ADD, a DEL, a hot-plug change) runs on the container
-    now: it is in use, whatever the runtime's list says (the list was made before), so
-    GC leaves it alone. Raises StateError (CorruptState for a damaged file)."""
-    with store.lock(container_id, blocking=False):
+    """The saved state, read under the container's lock (waited for: an operation
+    running now ends first). Raises Changed when the state file changed meanwhile (an
+    ADD or a hot-plug change wrote it while GC waited): the container is in use,
+    whatever the runtime's list says (the list was made before), so GC leaves it alone.
+    Raises StateError (CorruptState for a damaged file)."""
+    before = store.file_identity(container_id)
+    with store.lock(container_id):
+        if store.file_identity(container_id) != before:
+            raise Changed(f"container {container_id}: its state changed while GC waited")
         return store.load(container_id)
 
 
@@ -130,8 +138,9 @@ def cmd_gc(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
     for cid in ids:
         try:
             state = _load_locked(store, cid)
-        except LockBusy:
-            log.info("GC: an operation runs on container %s now: not DEL-ed", cid)
+        except Changed:
+            log.info("GC: container %s changed while GC waited for it (an ADD or a hot-plug "
+                     "change ran): not DEL-ed, the runtime's next GC decides", cid)
             busy.append(cid)
             continue
         except CorruptState as e:

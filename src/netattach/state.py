@@ -93,11 +93,6 @@ class StateError(IOFailure):
     (code 5)."""
 
 
-class LockBusy(StateError):
-    """The container's lock is held by an operation running now (StateStore.lock with
-    blocking=False)."""
-
-
 class CorruptState(StateError):
     """The state file was read but is not a whole state of this container: truncated,
     overwritten, or of an unknown format. `raw` is what was read, for `salvage`."""
@@ -766,6 +761,15 @@ class StateStore:
         ids = (n[:-len(".json")] for n in self._names() if n.endswith(".json"))
         return sorted(i for i in ids if container_id_problem(i) is None)
 
+    def file_identity(self, container_id: str) -> tuple[int, int, int] | None:
+        """(inode, size, mtime ns) of the container's state file, None when there is
+        none: a save (a new file renamed over it) or an appended record changes it."""
+        try:
+            st = os.stat(self._path(container_id, ".json"))
+        except OSError:
+            return None
+        return st.st_ino, st.st_size, st.st_mtime_ns
+
     def operations_running(self) -> list[str]:
         """IDs of the containers whose lock an operation holds now (ADD, DEL, CHECK, GC's
         DEL, a hot-plug change), sorted. A `<id>.lock` left by a process that was killed
@@ -926,9 +930,8 @@ class StateStore:
         return removed
 
     @contextlib.contextmanager
-    def lock(self, container_id: str, blocking: bool = True) -> Iterator[None]:
-        """Hold the container's lock for the block (spec §7.3): waiting for it, or, with
-        `blocking` False, raising LockBusy at once when an operation holds it.
+    def lock(self, container_id: str) -> Iterator[None]:
+        """Hold the container's lock for the block (blocking; spec §7.3).
 
         The lock file exists only while held: the holder unlinks it before
         releasing, and a waiter that then gets the flock on the unlinked inode
@@ -942,12 +945,7 @@ class StateStore:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             except OSError as e:
                 raise StateError(f"cannot open lock file {path}: {e.strerror}") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-            except BlockingIOError:
-                os.close(fd)
-                raise LockBusy(f"container {container_id}: an operation holds its lock "
-                               f"{path}") from None
+            fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 same = os.fstat(fd).st_ino == os.lstat(path).st_ino
             except FileNotFoundError:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -266,20 +268,42 @@ def test_gc_recovers_a_damaged_state_of_a_stale_container_as_del_does(bed):
     assert bed.run("DEL", cid_a, ns_a).code == 0
 
 
-def test_gc_never_deletes_a_container_an_operation_runs_on(bed):
+def _waiting_on(path: Path) -> bool:
+    """A process waits for the flock of `path` (/proc/locks marks waiters with "->")."""
+    ino = path.stat().st_ino
+    return any("->" in line and line.split()[-3].endswith(f":{ino}")
+               for line in Path("/proc/locks").read_text().splitlines())
+
+
+def test_gc_never_deletes_a_container_an_add_ran_on_meanwhile(bed):
     """An operation holds container B's lock (here the test, as an ADD still attaching
-    would): GC leaves B alone although the runtime's list lacks it, and asks no child to
-    GC (B's attachments may be half made); once the lock is free the next GC DELs it."""
+    would) and rewrites B's state before it lets go: GC, which waited for the lock,
+    leaves B alone although the runtime's list lacks it, and asks no child to GC (B's
+    attachments may be newer than the list); the next GC, with B unchanged, DELs it."""
     cid_a, ns_a, ip_a = add(bed)
     cid_b, ns_b, ip_b = add(bed)
-    with StateStore(str(bed.env.state_dir)).lock(cid_b):
-        run = bed.gc((cid_a, "eth0"))
-        assert (run.code, run.stdout) == (0, ""), run.stdout + run.stderr
-        assert tb.addresses(ns_b, "eth0") == [ip_b]
-        assert sorted(bed.allocations().values()) == sorted([cid_a, cid_b])
-        assert bed.calls("DEL") == [] and bed.calls("GC") == []
+    store = StateStore(str(bed.env.state_dir))
+    with ThreadPoolExecutor(1) as pool:
+        with store.lock(cid_b):
+            lock = bed.env.state_dir / f"{cid_b}.lock"
+            gc = pool.submit(bed.gc, (cid_a, "eth0"))
+            wait_until(lambda: _waiting_on(lock), "GC waiting for B's lock")
+            store.save(store.load(cid_b))  # the ADD's last save
+        run = gc.result(timeout=120)
+    assert (run.code, run.stdout) == (0, ""), run.stdout + run.stderr
+    assert tb.addresses(ns_b, "eth0") == [ip_b]
+    assert sorted(bed.allocations().values()) == sorted([cid_a, cid_b])
+    assert bed.calls("DEL") == [] and bed.calls("GC") == []
     run = bed.gc((cid_a, "eth0"))
     assert (run.code, run.stdout) == (0, ""), run.stdout + run.stderr
     assert [d["env"]["CNI_CONTAINERID"] for d in bed.calls("DEL")] == [cid_b]
     assert bed.allocations() == {ip_a.split("/")[0]: cid_a} and len(bed.calls("GC")) == 1
     assert bed.run("DEL", cid_a, ns_a).code == 0
+
+
+def wait_until(condition, what: str, timeout: float = 60) -> None:
+    """Poll `condition` until true; `timeout` is a hang guard."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not reached: {what}"
+        time.sleep(0.05)
