@@ -213,3 +213,23 @@ def test_a_list_holds_one_object_at_a_time():
 def test_a_list_that_is_not_json_is_a_value_error():
     with pytest.raises(ValueError):
         cache.parse_list(iter([b'{"items": [{"a": ', b"nope"]), lambda item: None)
+
+
+def test_a_refused_watch_backs_off_to_minutes_and_honours_retry_after():
+    """The reconnect pauses grow to two minutes, and a Retry-After longer than the
+    pause wins (issue 21: an overloaded API server is not hit every 8 s per node)."""
+    from netattach.daemon import cache
+
+    class Resp:
+        status_code = 429
+        headers = {"Retry-After": "90"}
+        text = "too many requests"
+
+        def read(self):
+            return b""
+
+    refused = cache._refused("WATCH /api/v1/pods", Resp())
+    assert refused.retry_after == 90.0 and "HTTP 429" in str(refused)
+    Resp.headers = {}
+    assert cache._refused("LIST x", Resp()).retry_after is None
+    assert cache.BACKOFF[-1] >= 120 and list(cache.BACKOFF) == sorted(cache.BACKOFF)

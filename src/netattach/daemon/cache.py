@@ -40,8 +40,29 @@ WATCH_SECONDS = 300
 """timeoutSeconds of each WATCH (the API server ends it then; it is resumed at once)."""
 LIST_LIMIT = 500
 """Objects per LIST page (`limit`, followed by `continue`)."""
-BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0)
-"""Seconds before reconnecting after the n-th failure in a row (the last repeats)."""
+BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 120.0)
+"""Seconds before reconnecting after the n-th failure in a row (the last repeats): an
+API server that keeps refusing (overloaded, shutting down) hears from each node's
+daemon at most every two minutes, not every few seconds (client-go's reflector backs
+off to 30 s; every node runs a daemon). An answer's Retry-After, when longer, wins
+(`Refused.retry_after`)."""
+
+
+class Refused(RuntimeError):
+    """The API server answered a LIST or WATCH with an error status; `retry_after`: the
+    seconds its Retry-After header asks to wait (kube._retry_after), None without one."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def _refused(what: str, resp: Any) -> Refused:
+    """The Refused of a non-200 answer (its body read)."""
+    from ..kube import _retry_after
+    resp.read()
+    return Refused(f"{what}: HTTP {resp.status_code}: {resp.text[:200]}",
+                   _retry_after(resp.headers.get("Retry-After"), time.time()))
 
 PODS = "Pod"
 NADS = "NetworkAttachmentDefinition"
@@ -223,6 +244,8 @@ class WatchCache:
             except Exception as e:  # the API server went away, a bad answer, TLS...
                 self.watching = False
                 pause = BACKOFF[min(failures, len(BACKOFF) - 1)] * (1 + 0.1 * random.random())
+                if isinstance(e, Refused) and e.retry_after is not None:
+                    pause = max(pause, min(e.retry_after, 600.0))
                 failures += 1
                 log.warning("watch %s: %s: %s; the cache keeps its %d objects and reconnects "
                             "in %.1f s", self.kind, type(e).__name__, str(e)[:300], len(self),
@@ -248,9 +271,7 @@ class WatchCache:
                     if resp.status_code == 410:
                         raise Gone()
                     if resp.status_code != 200:
-                        resp.read()
-                        raise RuntimeError(f"LIST {self.path}: HTTP {resp.status_code}: "
-                                           f"{resp.text[:200]}")
+                        raise _refused(f"LIST {self.path}", resp)
                     meta = parse_list(resp.iter_bytes(), keep)
                 if not meta.get("continue"):
                     version = str(meta.get("resourceVersion", ""))
@@ -283,9 +304,7 @@ class WatchCache:
                 if resp.status_code == 410:
                     raise Gone()
                 if resp.status_code != 200:
-                    resp.read()
-                    raise RuntimeError(f"WATCH {self.path}: HTTP {resp.status_code}: "
-                                       f"{resp.text[:200]}")
+                    raise _refused(f"WATCH {self.path}", resp)
                 self.watching = True
                 log.debug("watch %s: from resourceVersion %s", self.kind, version)
                 for event in _events(resp.iter_lines()):
