@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -97,8 +98,20 @@ def cmd_add(orch: Orchestrator, req: CniRequest, conf: NetConf) -> dict[str, Any
         error: CniError = e.within(where(pod))
     except CniError as e:
         error = e
+    error = _redacted(error)
     _event(api, pod, "Warning", "ErrorAddingNetwork", error.msg)
     raise error
+
+
+def _redacted(error: CniError) -> CniError:
+    """`error` without the ConfigMap values a claim's arguments read (claims.redact),
+    when claims.py ran in this process (imported only for a pod with claims)."""
+    claims = sys.modules.get("netattach.claims")
+    if claims is None:
+        return error
+    msg, details = claims.redact(error.msg), claims.redact(error.details)
+    return error if (msg, details) == (error.msg, error.details) \
+        else error.reworded(msg, details)
 
 
 def wait_ready(conf: NetConf, executor: invoke.Executor | None = None) -> None:

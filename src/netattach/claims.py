@@ -535,7 +535,30 @@ class _Sources:
         data = cm.get("data") or {}
         if str(key) not in data:
             raise ClaimError(f"ConfigMap {self.ref.namespace}/{name} has no key {key!r}")
-        return str(data[str(key)])
+        value = str(data[str(key)])
+        if len(value) >= REDACT_MIN:
+            _REDACTED[value] = f"<ConfigMap {self.ref.namespace}/{name} key {key}>"
+        return value
+
+
+REDACT_MIN = 4
+"""Characters a ConfigMap value must have to be hidden (`redact`): a shorter one ("1",
+"on") would hide parts of every message while hiding nothing worth hiding."""
+_REDACTED: dict[str, str] = {}
+"""ConfigMap values this process put into a claim's CNI config -> what names them."""
+
+
+def redact(text: str) -> str:
+    """`text` with every ConfigMap value an argument of this process read (at least
+    REDACT_MIN characters) replaced by `<ConfigMap ns/name key k>`: a claim's status, the
+    pod's events and the runtime's error (which the kubelet turns into an event) never
+    carry a ConfigMap's value, which the pod owner may not be allowed to read (a child's
+    error may quote its config). Longest values first, so one inside another is hidden
+    whole."""
+    for value in sorted(_REDACTED, key=len, reverse=True):
+        if value in text:
+            text = text.replace(value, _REDACTED[value])
+    return text
 
 
 def _scalar(value: object) -> bool:
@@ -702,7 +725,7 @@ def device_status(ref: ClaimRef, ifname: str, result: dict[str, Any] | None,
         "driver": ref.driver, "pool": ref.pool, "device": ref.device,
         "conditions": [{"type": READY, "status": "True" if ok else "False",
                         "reason": REASON_READY if ok else REASON_NOT_READY,
-                        "message": (MESSAGE_READY if ok else str(error))[:32768],
+                        "message": (MESSAGE_READY if ok else redact(str(error)))[:32768],
                         "lastTransitionTime": now}],
     }
     if ok and isinstance(result, dict):

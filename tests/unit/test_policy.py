@@ -3,6 +3,7 @@ meta-plugin check): no delegating meta-plugin by name or by file, in any `type`;
 tenant's config only names the node's allowedPluginTypes."""
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -145,3 +146,22 @@ def test_a_host_path_is_seen_inside_the_chroot_root(tmp_path):
         str(tmp_path / "run" / "flannel" / "subnet.env")
     assert invoke.host_path(executor, "/nowhere/x") == str(tmp_path / "nowhere" / "x")
     assert invoke.host_path(invoke.ProcessExecutor(), "/var/run/x") == "/var/run/x"
+
+
+def test_a_configmap_value_never_leaves_in_a_status_an_event_or_the_error(monkeypatch):
+    """A child's error may quote its config; a value a claim's argument read from a
+    ConfigMap is replaced by the ConfigMap's name in the claim's status, the pod's
+    events and the runtime's error (claims.redact)."""
+    from netattach import add, claims
+    from netattach.cni.errors import ChildError
+    monkeypatch.setattr(claims, "_REDACTED", {})
+    monkeypatch.setitem(claims._REDACTED, "vlan-secret-42", "<ConfigMap ns/cm key master>")
+    error = ChildError(999, "plugin type='macvlan' failed (add): Link not found: "
+                       "vlan-secret-42", "master vlan-secret-42")
+    out = add._redacted(error)
+    assert "vlan-secret-42" not in out.msg + out.details and out.code == 999
+    assert "Link not found: <ConfigMap ns/cm key master>" in out.msg
+    ref = claims.ClaimRef("ns", "c", "uid", "req", claims.DRIVER, "pool", "dev")
+    entry = claims.device_status(ref, "net1", None, error.msg, "2026-11-28T00:00:00Z")
+    assert "vlan-secret-42" not in json.dumps(entry)
+    assert add._redacted(ChildError(1, "no secret here")).msg == "no secret here"
