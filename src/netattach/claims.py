@@ -416,6 +416,8 @@ def parse_cni_config(params: object) -> CniConfigSpec:
             conf = {k: copy.deepcopy(v) for k, v in p.items()
                     if k not in ("type", "arguments")}  # `args` is CNI's own here
         args_raw = _first(p, "args", "arguments") if "config" in p else p.get("arguments")
+        if args_raw is not None and not isinstance(args_raw, list):
+            raise ClaimError(f"plugins[{i}].arguments is not a list")
         args = []
         for j, a in enumerate(args_raw or []):
             args.append(_parse_arg(a, f"plugins[{i}].args[{j}]"))

@@ -271,3 +271,11 @@ def test_the_nodes_allowlist_and_the_meta_plugin_rule_reach_claims():
     params(c)["plugins"][0]["type"] = "multus-shim"
     [(k, msg)] = errors([c])
     assert k == key and "'multus-shim' is a delegating meta-plugin" in msg
+
+
+@pytest.mark.parametrize("key", ["arguments", "args"])
+def test_arguments_that_are_not_a_list_are_a_claim_error(key):
+    c = claim()
+    params(c)["plugins"][0][key] = 5
+    [(k, msg)] = errors([c])
+    assert k == "spec.devices.config[0].opaque.parameters" and "is not a list" in msg
