@@ -221,10 +221,12 @@ class _Doc:
 
 @dataclass
 class _Nad:
-    """A NAD met in the files: its config (None when absent or invalid) and where."""
+    """A NAD met in the files: its config (None when absent or invalid), where, and its
+    `k8s.v1.cni.cncf.io/resourceName` annotation (None without one)."""
     where: str
     config: NetworkConfig | None
     on_disk: bool
+    resource_name: str | None = None
 
 
 # ---------------------------------------------------------------- documents
@@ -360,7 +362,7 @@ def _lint_nad(doc: _Doc, report: Report, allowed: frozenset[str] | None
         hint = ("; write the JSON as a YAML string, e.g. a block scalar (config: |)"
                 if isinstance(spec, dict) and isinstance(spec.get("config"), (dict, list)) else "")
         report(ERROR, key, f"{e}{hint}")
-        return name, namespace, _Nad(_where(doc), None, False)
+        return name, namespace, _Nad(_where(doc), None, False, _resource_name(obj))
     if config is None:
         empty = isinstance(spec, dict) and isinstance(spec.get("config"), str)
         report(NOTE, "spec.config" if isinstance(spec, dict) else "spec",
@@ -368,9 +370,15 @@ def _lint_nad(doc: _Doc, report: Report, allowed: frozenset[str] | None
                + f": netattach uses the on-disk CNI config whose \"name\" is "
                f"{json.dumps(name)} in its confDir on each node (.conflist first, then "
                ".conf/.json, §3.2.4, §3.4.1 steps 2-3); a node without one fails the ADD")
-        return name, namespace, _Nad(_where(doc), None, True)
+        return name, namespace, _Nad(_where(doc), None, True, _resource_name(obj))
     _lint_config(config, written, report, allowed)
-    return name, namespace, _Nad(_where(doc), config, False)
+    return name, namespace, _Nad(_where(doc), config, False, _resource_name(obj))
+
+
+def _resource_name(obj: dict[str, Any]) -> str | None:
+    """The NAD's device resource (devices.RESOURCE_ANNOTATION), None without one."""
+    from .devices import nad_resource_name
+    return nad_resource_name(obj) or None
 
 
 def _where(doc: _Doc) -> str:
@@ -524,10 +532,16 @@ def _lint_selection(value: str, key: str, namespace: str, nads: dict[tuple[str, 
     except routes.RouteError as e:
         bad = next(el.index for el in elements if el.default_route is not None)
         report(ERROR, f"{key}[{bad}].default-route", str(e))
+    _lint_caps(elements, key, report)
     noted: set[str] = set()
     for element, ifname in zip(elements, ifnames):
         ekey = f"{key}[{element.index}]"
         nad = nads.get((element.namespace, element.name))
+        if element.device_id is not None and nad is not None and not nad.resource_name:
+            report(ERROR, f"{ekey}.deviceID", f"{element.ref} has no "
+                   "k8s.v1.cni.cncf.io/resourceName annotation, so the kubelet allocates the "
+                   "pod no device of it and the deviceID cannot be checked: the ADD refuses "
+                   "it (docs/selection.md)")
         if nad is None and element.ref not in noted:  # once per NAD (§4.2: a,a is fine)
             noted.add(element.ref)
             _report_missing(element, ekey, strict, report)
@@ -547,6 +561,21 @@ def _lint_selection(value: str, key: str, namespace: str, nads: dict[tuple[str, 
                        f"{bits} bits is less than one 1500-byte frame ({MIN_BURST_BITS} bits): "
                        "the bandwidth plugin's tbf qdisc drops every larger packet; leave the "
                        "burst out and netattach picks one (plan.default_burst)")
+
+
+def _lint_caps(elements: list[selection.NetworkSelectionElement], key: str,
+               report: Report) -> None:
+    """The nodes' default caps (netconf DEFAULT_MAX_NETWORKS_PER_POD,
+    DEFAULT_MAX_SAME_NETWORK_PER_POD; networks.check_caps): a warning, since a node's
+    admin may have raised them."""
+    from .netconf import DEFAULT_MAX_NETWORKS_PER_POD, DEFAULT_MAX_SAME_NETWORK_PER_POD
+    if len(elements) > DEFAULT_MAX_NETWORKS_PER_POD:
+        report(WARNING, key, f"selects {len(elements)} networks: a node with the default "
+               f"maxNetworksPerPod ({DEFAULT_MAX_NETWORKS_PER_POD}) refuses the pod")
+    for ref, count in selection.selection_counts(elements).items():
+        if count > DEFAULT_MAX_SAME_NETWORK_PER_POD:
+            report(WARNING, key, f"selects {ref} {count} times: a node with the default "
+                   f"maxSameNetworkPerPod ({DEFAULT_MAX_SAME_NETWORK_PER_POD}) refuses the pod")
 
 
 def _ifnames_fail(elements: list[selection.NetworkSelectionElement]) -> bool:

@@ -315,9 +315,10 @@ def test_every_missing_capability_is_reported_not_only_the_first():
         "portMappings": [{"hostPort": 1, "containerPort": 2}], "bandwidth": {"egressRate": 10**7},
         "infiniband-guid": "24:8a:07:03:00:8d:ae:2f", "deviceID": "0000:04:00.5",
         "ipam-claim-reference": None}]))
+    # the deviceID first: net-a has no resourceName, so the ADD refuses it
     assert [(f.severity, f.key) for f in findings] == [
-        ("error", f"{NETS}[0].{k}") for k in ("ips", "mac", "portMappings", "bandwidth",
-                                              "infiniband-guid")]
+        ("error", f"{NETS}[0].{k}") for k in ("deviceID", "ips", "mac", "portMappings",
+                                              "bandwidth", "infiniband-guid")]
     assert all(f.document == 0 and f.file == "f1.yaml" and f.kind == "Pod" for f in findings)
 
 
@@ -653,3 +654,16 @@ def test_cli_allowed_plugin_types(files):
     assert done.returncode == 1
     assert b"error: spec.config.type: plugin type 'macvlan' is not in the node's " \
            b"allowedPluginTypes (bridge)" in done.stdout
+
+
+def test_a_device_id_through_a_nad_without_resource_name_and_the_default_caps():
+    plain = nad(conf())
+    devices = nad(conf(), name="net-d", annotations={
+        "k8s.v1.cni.cncf.io/resourceName": "intel.com/sriov"})
+    findings = lint(plain, devices, pod([{"name": "net-a", "deviceID": "0000:03:00.1"},
+                                        {"name": "net-d", "deviceID": "0000:03:00.2"}]))
+    assert [(f.severity, f.key) for f in findings if f.severity == "error"] == [
+        ("error", f"{NETS}[0].deviceID")]
+    many = lint(nad(conf()), pod(",".join(["net-a"] * 5)))
+    assert any(f.severity == "warning" and "selects default/net-a 5 times" in f.message
+               and "maxSameNetworkPerPod (4)" in f.message for f in many)
