@@ -39,16 +39,19 @@ def make_scenario(admin_api, plugin_kubeconfig, daemon_kubeconfig, host_env, k8s
     In thick mode the first call starts the test's daemon (after the NADs exist, so its
     first LIST holds them); it is stopped at teardown. Later calls (more pods) share it.
     `daemon_kubeconfig_path=PATH` (thick, first call): the daemon's kubeconfig instead of its
-    ServiceAccount's direct one (e.g. through tests/testbed/apiproxy.py)."""
+    ServiceAccount's direct one (e.g. through tests/testbed/apiproxy.py); `daemon_flags`
+    (thick, first call): its flags instead of NodeDaemon's."""
     daemons: list[NodeDaemon] = []
 
-    def make(daemon_kubeconfig_path: Path | None = None, **kw) -> sc.Scenario:
+    def make(daemon_kubeconfig_path: Path | None = None,
+             daemon_flags: tuple[str, ...] | None = None, **kw) -> sc.Scenario:
         s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, **kw)
         if mode == "thin":
             return s
         if not daemons:
             daemons.append(NodeDaemon.start(sc.netattach_command(), host_env,
-                                            daemon_kubeconfig_path or daemon_kubeconfig))
+                                            daemon_kubeconfig_path or daemon_kubeconfig,
+                                            daemon_flags))
         return s.thick(daemons[0])
 
     try:

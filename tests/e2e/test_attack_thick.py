@@ -33,7 +33,6 @@ from tests.e2e.test_faults_children import sigkill, start_add, with_fault_networ
 from tests.e2e.test_thick_mode import thin_calls
 from tests.testbed import faults
 from tests.testbed import scenario as sc
-from tests.testbed.daemon import NodeDaemon
 
 pytestmark = pytest.mark.e2e
 
@@ -53,26 +52,14 @@ def mode() -> str:
 
 
 @pytest.fixture
-def node(admin_api, plugin_kubeconfig, daemon_kubeconfig, host_env, k8s_namespace):
+def node(make_scenario):
     """node(**setup options) -> scenario 1 (scenario.setup) in thick mode, served by one
     daemon with WORKERS workers and a --saturation-timeout of 1 s, started by the first
-    call and stopped at teardown."""
-    daemons: list[NodeDaemon] = []
-
+    call and stopped at teardown (conftest's make_scenario)."""
     def make(**kw) -> sc.Scenario:
-        s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, **kw)
-        if not daemons:
-            daemons.append(NodeDaemon.start(
-                sc.netattach_command(), host_env, daemon_kubeconfig,
-                flags=("--log-level", "debug", "--max-parallel", str(WORKERS),
-                       "--saturation-timeout", "1")))
-        return s.thick(daemons[0])
-
-    try:
-        yield make
-    finally:
-        for d in daemons:
-            d.stop()
+        return make_scenario(daemon_flags=("--log-level", "debug", "--max-parallel",
+                                           str(WORKERS), "--saturation-timeout", "1"), **kw)
+    return make
 
 
 def another_pod(admin_api, host_env, s: sc.Scenario, name: str, networks: str) -> sc.Scenario:
