@@ -478,8 +478,8 @@ def main() -> int:
         return 1
     # the exec'd path's own modules (VERSION, ADD with its API transport, DEL, the shim)
     results["import_cost_ms"] = {m: import_cost(m) * 1000 for m in (
-        "netattach.cli", "netattach.add", "netattach.transport", "netattach.delete",
-        "netattach_shim")}
+        "netattach.cli", "netattach.commands.add", "netattach.kube.transport",
+        "netattach.commands.delete", "netattach_shim")}
     text = report.table(results)
     print("\n" + text)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -14,10 +14,11 @@ import importlib
 import marshal
 import sys
 
-# every module an exec'd CNI command may import (cli.py, orchestrator.py's commands)
-MODULES = ("netattach.cli", "netattach.orchestrator", "netattach.add", "netattach.delete",
-           "netattach.check", "netattach.garbage", "netattach.transport",
-           "netattach.networks", "netattach.routes", "netattach.devices")
+# every module an exec'd CNI command may import (cli.py, commands/orchestrator.py's commands)
+MODULES = ("netattach.cli", "netattach.commands.orchestrator", "netattach.commands.add",
+           "netattach.commands.delete", "netattach.commands.check", "netattach.commands.garbage",
+           "netattach.kube.transport", "netattach.commands.networks", "netattach.node.routes",
+           "netattach.node.devices")
 
 
 def main() -> int:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import logging
     from typing import Any, NoReturn
 
-    from .orchestrator import Orchestrator
+    from .commands.orchestrator import Orchestrator
 
 # `logging` (~10 ms) is imported by the commands that log, not by VERSION (_log).
 _quiet = False  # main(): no last-resort handler printing to stderr before setup
@@ -48,7 +48,7 @@ def _emit(doc: dict[str, Any] | None, code: int) -> NoReturn:
     """
     try:
         if doc is not None:
-            from .jsonutil import dumps  # json itself only when a command imported it
+            from .cni.jsonutil import dumps  # json itself only when a command imported it
             sys.stdout.write(dumps(doc) + "\n")
         sys.stdout.flush()
         sys.stderr.flush()
@@ -83,10 +83,10 @@ def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator |
         req = parse_request(environ, stdin)
         if isinstance(req.config, dict) and req.config.get("cniVersion") in SUPPORTED_VERSIONS:
             cni_version = req.config["cniVersion"]
-        from .netconf import parse_netconf
+        from .spec.netconf import parse_netconf
         conf = parse_netconf(req.config or {})
         if orchestrator is None:
-            from .logsetup import setup_logging
+            from .node.logsetup import setup_logging
             setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr, conf.log_options)
         log = _log()
         if conf.unhonoured:
@@ -104,7 +104,7 @@ def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator |
                 raise ConfigError("the retired configuration (netattach being uninstalled) "
                                   "is run by the thin netattach, not the node daemon")
             return orchestrator.run(req, conf), 0
-        from .orchestrator import thin
+        from .commands.orchestrator import thin
         try:
             return thin().run(req, conf), 0
         finally:
@@ -122,7 +122,7 @@ def _log_timing(command: str, started: float) -> None:
     """One INFO line per invocation: wall time, time inside children, API requests (read
     by `make bench`)."""
     from .cni.invoke import child_seconds
-    from .kube import requests_made
+    from .kube.client import requests_made
     _log().info("timing: %s took %.4f s, children %.4f s, api_requests %d", command,
                 time.monotonic() - started, child_seconds(), requests_made())
 
@@ -147,12 +147,12 @@ def _subcommand(name: str) -> Any:
         from . import install
         return install
     if name == "validate":
-        from . import validate
+        from .tools import validate
         return validate
     if name == "daemon":
         from . import daemon
         return daemon
-    from . import podstatus
+    from .tools import podstatus
     return podstatus
 
 

@@ -28,7 +28,7 @@ The shim waits for the answer at most `answer_timeout` seconds once connected (t
 conf's readiness wait, apiTimeout and delegateTimeout for the networks the conf names
 and one more for the pod's own selection, plus ANSWER_MARGIN); then it closes the
 connection, which makes the daemon abandon an ADD at its next step and roll it back
-(src/netattach/add.py, "Abandoned"), and goes on as below.
+(src/netattach/commands/add.py, "Abandoned"), and goes on as below.
 
 When the daemon does not answer (no socket, connection refused, the connection closed
 before a whole answer, no answer within answer_timeout):
@@ -99,7 +99,7 @@ def _seconds(config: dict, key: str, default: float) -> float:
 def answer_timeout(config: object) -> float:
     """Seconds the shim waits for the daemon's answer once connected, from the decoded
     stdin (netattach's conf; its defaults for what it leaves out, as
-    src/netattach/netconf.py has them):
+    src/netattach/spec/netconf.py has them):
 
         readinessTimeout (30; only with readinessindicatorfile, which an ADD waits for)
         + apiTimeout (5: all of an ADD's API requests)

@@ -154,7 +154,7 @@ def test_an_unqualified_default_network_is_isolated_in_multus_namespace(
 def device_nad(s: sc.Scenario, host_env, name: str, resource: str | None) -> dict:
     """macvlan + host-local, then the recorder (declares deviceID and CNIDeviceInfoFile),
     annotated with `resource` as its resourceName (None: without)."""
-    from netattach import devices
+    from netattach.node import devices
 
     nad = sc.nad(s.namespace, name, {"cniVersion": "1.0.0", "name": name, "plugins": [
         {"type": "macvlan", "master": s.master, "mode": "bridge",

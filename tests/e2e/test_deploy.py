@@ -266,8 +266,9 @@ def test_thick_daemon_mounts_only_what_it_uses_and_its_image_read_only():
     at the host's paths (its defaults and the conflist's), read-only where it only reads:
     no bin dir (children are found in the --chroot-dir) and no /var/log (it logs to
     stderr; the conflist's logFile is the thin fallback's, on the host)."""
-    from netattach import devices, netconf
     from netattach.daemon import dra
+    from netattach.node import devices
+    from netattach.spec import netconf
     ds = _thick_daemonset()
     spec = ds["spec"]["template"]["spec"]
     d = containers(ds)["daemon"]

@@ -389,7 +389,7 @@ def test_rbac_grants_what_claims_need_and_nothing_more(request, sa_api, admin_ap
     ResourceSlices and get a ConfigMap, as netattach does; not change or delete a claim,
     list claims or ConfigMaps; the thin plugin's may not publish a ResourceSlice (the
     daemon's may, for `--dra`: tests/e2e/test_dra_node.py)."""
-    from netattach.kube import CLAIM_FIELD_MANAGER
+    from netattach.kube.client import CLAIM_FIELD_MANAGER
     pool = resource_slice("eth9")
     device_class(admin_api)
     pod = sc.pod(k8s_namespace, "rbac", None)
@@ -480,7 +480,7 @@ def test_status_devices_needs_the_drivers_rule_and_a_token_of_the_claims_node(
     entry; without the resourceclaims/driver rule the same write is refused; with it, a
     token naming no node or another node is refused (no arbitrary-node), and so is an
     entry of another driver (resourceNames)."""
-    from netattach.kube import Kube, KubeError
+    from netattach.kube.client import Kube, KubeError
     from tests.e2e.test_faults_api import _delete_cluster_role, _service_account
     from tests.testbed import faults
     pool = resource_slice("eth9")

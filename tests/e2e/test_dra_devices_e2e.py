@@ -35,7 +35,7 @@ PLUGIN_IDS = ["0000:19:00.5"]
 
 def device_nad(namespace, name, resource_name, master, ipam_dir, subnet):
     """macvlan + host-local + the recorder (declares deviceID and CNIDeviceInfoFile)."""
-    from netattach import devices
+    from netattach.node import devices
 
     nad = sc.nad(namespace, name, {"cniVersion": "1.0.0", "name": name, "plugins": [
         {"type": "macvlan", "master": master, "mode": "bridge",
@@ -92,7 +92,7 @@ def pod_with_claim(admin_api, s, claim: str = CLAIM, template: bool = False):
 def write_dp_info(devinfo: Path, resource: str, device_id: str) -> None:
     """What the driver (or device plugin) leaves for the device (device-info spec §4.1);
     Multus reads it by the NAD's resourceName and the device ID, a claim's name too."""
-    from netattach import devices
+    from netattach.node import devices
 
     path = Path(devices.dp_device_info_path(resource, device_id, str(devinfo)))
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from netattach.kube import Kube, KubeError
+from netattach.kube.client import Kube, KubeError
 from tests.testbed import cluster as cl
 from tests.testbed import faults
 from tests.testbed import netns as tb

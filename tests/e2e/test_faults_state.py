@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from netattach.delete import DEL_RETRY_WINDOW
+from netattach.commands.delete import DEL_RETRY_WINDOW
 from tests.testbed import cluster as cl
 from tests.testbed import faults
 from tests.testbed import scenario as sc

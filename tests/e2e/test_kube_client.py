@@ -1,4 +1,4 @@
-"""netattach.kube against the real kube-apiserver: both authentications (ServiceAccount
+"""netattach.kube.client against the real kube-apiserver: both authentications (ServiceAccount
 token, client certificate), both CA forms (embedded data, file), and the error paths a
 node meets: a rejected token (401), RBAC refusal (403), a closed port and a server
 that never answers (status 0 within the timeout). The token never reaches a log."""
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from netattach import kube as kube_mod
-from netattach.kube import Kube, KubeError
+from netattach.kube import client as kube_mod
+from netattach.kube.client import Kube, KubeError
 from tests.testbed import cluster as cl
 from tests.testbed import scenario as sc
 
@@ -99,7 +99,7 @@ def test_client_certificate_auth(cluster, pod_and_nad, tmp_path, embedded):
 
 PROBE = """
 import sys
-from netattach.kube import Kube
+from netattach.kube.client import Kube
 k = Kube({kubeconfig!r}, {budget})
 assert "lightkube" not in sys.modules and "httpx2" not in sys.modules
 assert k.get_pod({namespace!r}, "web") is not None

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from netattach.status import NETWORK_STATUS_ANNOTATION, encode_status, status_entry
+from netattach.spec.status import NETWORK_STATUS_ANNOTATION, encode_status, status_entry
 from tests.testbed import cluster as cl
 from tests.testbed.scenario import netattach_command
 

@@ -33,9 +33,9 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from netattach.kube import Kube, KubeError
-from netattach.names import ifname_problem
-from netattach.validate import ERROR, lint_sources
+from netattach.cni.names import ifname_problem
+from netattach.kube.client import Kube, KubeError
+from netattach.tools.validate import ERROR, lint_sources
 from tests.fixtures_cluster import _delete_namespace
 from tests.testbed import cluster as cl
 from tests.testbed import faults

@@ -177,7 +177,7 @@ def two_device_attachments(admin_api, plugin_kubeconfig, host_env, k8s_namespace
     kubelet's PodResources API (a real gRPC server on a unix socket) allocating it two
     devices, the device plugin's device-info files in place. Yields (scenario, netattach
     conf, devinfo dir, recorder log)."""
-    from netattach import devices
+    from netattach.node import devices
     from tests.testbed import kubelet
 
     s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, networks="dev-net,dev-net")

@@ -26,7 +26,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from netattach.nodefiles import CONFLIST_NAME, KUBECONFIG_DIR_NAME
+from netattach.node.nodefiles import CONFLIST_NAME, KUBECONFIG_DIR_NAME
 from tests.testbed import cluster as cl
 from tests.testbed import scenario as sc
 from tests.testbed.daemon import NodeDaemon

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from netattach.jsonutil import MAX_DEPTH
-from netattach.selection import MAX_ANNOTATION_BYTES, NETWORKS_ANNOTATION
+from netattach.cni.jsonutil import MAX_DEPTH
+from netattach.spec.selection import MAX_ANNOTATION_BYTES, NETWORKS_ANNOTATION
 from tests.testbed.scenario import netattach_command
 from tests.testbed.statefiles import live
 from tests.unit.test_kube import Stub, kubeconfig

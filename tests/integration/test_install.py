@@ -20,13 +20,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from netattach import atomicfile, install
+from netattach import install
 from netattach.cni.chain import NetworkConfig
 from netattach.cni.errors import CniError
 from netattach.cni.version import SUPPORTED_VERSIONS, config_version
 from netattach.install import primary as install_primary
-from netattach.logsetup import LOG_LEVELS
-from netattach.netconf import parse_netconf
+from netattach.node import atomicfile
+from netattach.node.logsetup import LOG_LEVELS
+from netattach.spec.netconf import parse_netconf
 from tests.testbed.scenario import netattach_command
 from tests.testbed.serviceaccount import CA, wait_for, write_sa
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from netattach.netconf import DEFAULT_CONF_DIR, MULTUS_CONF_DIR, parse_netconf
+from netattach.spec.netconf import DEFAULT_CONF_DIR, MULTUS_CONF_DIR, parse_netconf
 from tests.integration.test_install import PRIMARY, Node, write_atomically
 from tests.integration.test_install import node as node  # noqa: F401 (the fixture)
 from tests.testbed.scenario import netattach_command

@@ -16,7 +16,7 @@ import time
 import grpc
 import pytest
 
-from netattach.devices import DeviceError, assign_device_ids, pod_devices
+from netattach.node.devices import DeviceError, assign_device_ids, pod_devices
 from netattach.podresources import api_pb2, api_pb2_grpc
 from tests.testbed.kubelet import containers, serve
 
@@ -262,11 +262,11 @@ def test_timeout_covers_get_and_list_together(kubelet):
 
 
 def test_importing_devices_does_not_load_grpc():
-    p = subprocess.run([sys.executable, "-X", "importtime", "-c", "import netattach.devices"],
+    p = subprocess.run([sys.executable, "-X", "importtime", "-c", "import netattach.node.devices"],
                        capture_output=True, text=True, timeout=60, check=True)
     loaded = [line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines()
               if line.startswith("import time:")]
-    assert "netattach.devices" in loaded
+    assert "netattach.node.devices" in loaded
     heavy = [m for m in loaded if m.split(".")[0] in ("grpc", "google")
              or m.startswith("netattach.podresources")]
     assert heavy == []

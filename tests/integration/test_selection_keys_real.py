@@ -30,8 +30,12 @@ from netattach.cni import chain
 from netattach.cni.chain import NetworkConfig, RuntimeConf
 from netattach.cni.errors import ChildError
 from netattach.cni.version import at_least as version_at_least
-from netattach.plan import Attachment, PlanError, default_burst, plan_attachments
-from netattach.selection import NetworkSelectionElement, SelectionError, parse_network_selection
+from netattach.spec.plan import Attachment, PlanError, default_burst, plan_attachments
+from netattach.spec.selection import (
+    NetworkSelectionElement,
+    SelectionError,
+    parse_network_selection,
+)
 from tests.testbed import netns as tb
 
 pytestmark = pytest.mark.integration

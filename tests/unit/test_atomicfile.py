@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from netattach import atomicfile
+from netattach.node import atomicfile
 
 
 @pytest.mark.parametrize("durable, fsyncs", [(True, 2), (False, 0)])

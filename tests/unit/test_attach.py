@@ -17,11 +17,11 @@ import pytest
 from netattach.cni.chain import AddFailure
 from netattach.cni.errors import CniError
 from netattach.cni.request import parse_request
-from netattach.delete import DEL_RETRY_WINDOW
-from netattach.kube import KubeError
-from netattach.netconf import parse_netconf
-from netattach.orchestrator import Orchestrator
-from netattach.state import PendingStatus, StateError, StateStore
+from netattach.commands.delete import DEL_RETRY_WINDOW
+from netattach.commands.orchestrator import Orchestrator
+from netattach.kube.client import KubeError
+from netattach.node.state import PendingStatus, StateError, StateStore
+from netattach.spec.netconf import parse_netconf
 
 NS, POD, UID, CID = "ns1", "web-0", "uid-1", "c0ffee"
 NETNS = "/nonexistent/netns/pod"  # never entered: MTUs are informational, DEL gets ""
@@ -283,7 +283,7 @@ def test_an_unsupported_netattach_version_runs_nothing(bed, version):
 
 def test_a_device_info_write_failure_is_an_io_failure_and_rolls_back(bed, monkeypatch):
     """Defect 6: a failed device-info write was reported as code 7 (invalid config)."""
-    from netattach import devices
+    from netattach.node import devices
     monkeypatch.setattr(devices, "nad_resource_name",
                         lambda nad: "example.com/nic" if nad["metadata"]["name"] == "net-a"
                         else None)
@@ -316,7 +316,7 @@ def test_add_with_the_api_down_leaves_a_marker_then_a_tombstone(bed):
 
 def test_a_killed_add_marker_is_released_by_del_without_the_api(bed):
     """netattach SIGKILLed during its first API request leaves only the marker."""
-    from netattach.state import PodRef, SavedState
+    from netattach.node.state import PodRef, SavedState
     store = bed.store
     req_like = type("R", (), {"container_id": CID, "netns": NETNS, "ifname": "eth0",
                               "args": ()})()
@@ -509,7 +509,7 @@ def _marker(b: Bed) -> None:
     with pytest.raises(CniError):
         b.run("ADD")
     (b.tmp / "state" / f"{CID}.deleted").unlink()  # as if killed before the tombstone
-    from netattach.state import PodRef, SavedState
+    from netattach.node.state import PodRef, SavedState
     req_like = type("R", (), {"container_id": CID, "netns": NETNS, "ifname": "eth0",
                               "args": ()})()
     b.store.save(SavedState.for_request(req_like, PodRef(NS, POD, UID), parse_netconf(b.conf()).cni_version))

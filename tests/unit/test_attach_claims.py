@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from netattach import claims
 from netattach.cni.errors import CniError
+from netattach.spec import claims
 from tests.unit.test_attach import CID, NETNS, NS, POD, UID, Bed, FakeApi
 
 DRIVER = claims.DRIVER

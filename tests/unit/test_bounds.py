@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from netattach import networks
 from netattach.cni.errors import CniError
-from netattach.netconf import parse_netconf
-from netattach.state import PodRef
+from netattach.commands import networks
+from netattach.node.state import PodRef
+from netattach.spec.netconf import parse_netconf
 from tests.unit.test_attach import CID, NS, POD, Bed
 from tests.unit.test_attach_claims import CLAIM, ClaimApi
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from netattach import claims
-from netattach.claims import ClaimError, ClaimNotReady, ClaimRef
 from netattach.daemon.cache import trim
-from netattach.state import SavedAttachment
+from netattach.node.state import SavedAttachment
+from netattach.spec import claims
+from netattach.spec.claims import ClaimError, ClaimNotReady, ClaimRef
 
 UID = "11111111-2222-3333-4444-555555555555"
 DRIVER = claims.DRIVER
@@ -388,7 +388,7 @@ def test_resolve_asks_each_claim_and_names_a_missing_one():
 def test_a_claim_the_api_server_does_not_have_is_not_an_unreachable_api():
     """A claim the API server does not have (None) is ClaimNotReady, so a DEL rebuilding
     its plan does not take it for an API it cannot ask; an unreachable API stays one."""
-    from netattach.kube import KubeError
+    from netattach.kube.client import KubeError
 
     class Api(Sources):
         def get_resource_claim(self, namespace, name):

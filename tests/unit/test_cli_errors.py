@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from netattach import add
 from netattach.cli import cni_main
 from netattach.cni.errors import CniError
-from netattach.delegates import DelegateError
-from netattach.kube import KubeError
-from netattach.plan import PlanError
-from netattach.state import StateError
+from netattach.commands import add
+from netattach.kube.client import KubeError
+from netattach.node.state import StateError
+from netattach.spec.delegates import DelegateError
+from netattach.spec.plan import PlanError
 
 ENV = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/var/run/netns/x",
        "CNI_IFNAME": "eth0", "CNI_PATH": "/opt/cni/bin"}

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from netattach.daemon import cache, podapi
 from netattach.daemon.events import EventRecorder, pod_object
-from netattach.devices import RESOURCE_NAME_ANNOTATION
-from netattach.kube import KubeError
+from netattach.kube.client import KubeError
+from netattach.node.devices import RESOURCE_NAME_ANNOTATION
 
 POD = {"namespace": "ns", "name": "p", "uid": "u1"}
 

@@ -10,7 +10,7 @@ import pytest
 
 from netattach.cni.chain import NetworkConfig
 from netattach.cni.errors import INCOMPATIBLE_VERSION, INVALID_CONFIG, CniError
-from netattach.delegates import (
+from netattach.spec.delegates import (
     CONF_EXTENSIONS,
     DelegateError,
     config_from_nad,

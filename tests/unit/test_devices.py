@@ -6,9 +6,9 @@ import stat
 
 import pytest
 
-from netattach import devices
 from netattach.cni.errors import ConfigError
-from netattach.devices import (
+from netattach.node import devices
+from netattach.node.devices import (
     RESOURCE_NAME_ANNOTATION,
     DeviceError,
     DeviceInfoError,

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from netattach.cni.names import is_dns1123_label, is_dns1123_subdomain
 from netattach.daemon import dra
-from netattach.kube import KubeError
-from netattach.names import is_dns1123_label, is_dns1123_subdomain
+from netattach.kube.client import KubeError
 
 NODE = "node-1"
 H = dra.HostInterface

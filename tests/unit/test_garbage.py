@@ -10,8 +10,8 @@ import pytest
 
 from netattach.cli import cni_main
 from netattach.cni.errors import CniError
-from netattach.garbage import child_attachments, del_request, valid_attachments
-from netattach.state import SavedAttachment, SavedState, StateStore
+from netattach.commands.garbage import child_attachments, del_request, valid_attachments
+from netattach.node.state import SavedAttachment, SavedState, StateStore
 
 RECORDER = """\
 import json, os, sys

@@ -4,9 +4,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from netattach import hotplug
-from netattach.plan import interface_names
-from netattach.selection import NetworkSelectionElement, parse_network_selection
+from netattach.spec import hotplug
+from netattach.spec.plan import interface_names
+from netattach.spec.selection import NetworkSelectionElement, parse_network_selection
 
 
 def elements(annotation: str) -> list[NetworkSelectionElement]:

@@ -97,7 +97,7 @@ def test_netattach_modules_import_each_other_without_a_cycle():
         modules[name] = (path, package)
     graph = {name: {m for m in _module_imports(path, name, package) if m in modules}
              for name, (path, package) in modules.items()}
-    assert graph["netattach.daemon"] >= {"netattach.logsetup", "netattach.netconf"}
+    assert graph["netattach.daemon"] >= {"netattach.node.logsetup", "netattach.spec.netconf"}
     state: dict[str, int] = {}  # 1: on the path being followed, 2: done
 
     def follow(name: str, path: list[str]) -> None:

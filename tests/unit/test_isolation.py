@@ -3,14 +3,14 @@ NetworkAttachmentDefinitions an element of either pod annotation may name, and w
 refusal says. Pure: a configuration, a pod reference and a parsed element."""
 import pytest
 
-from netattach.netconf import parse_netconf
-from netattach.networks import InvalidSelection, check_isolation
-from netattach.selection import (
+from netattach.commands.networks import InvalidSelection, check_isolation
+from netattach.node.state import PodRef
+from netattach.spec.netconf import parse_netconf
+from netattach.spec.selection import (
     DEFAULT_NETWORK_ANNOTATION,
     NETWORKS_ANNOTATION,
     parse_network_selection,
 )
-from netattach.state import PodRef
 
 BASE = {"cniVersion": "1.0.0", "name": "netattach", "type": "netattach",
         "clusterNetwork": "/etc/cni/net.d/10-bridge.conf"}

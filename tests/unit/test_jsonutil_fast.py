@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netattach import jsonutil
+from netattach.cni import jsonutil
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text() |

@@ -1,4 +1,4 @@
-"""netattach.kube without an API server: kubeconfig errors, the lazy import, and what
+"""netattach.kube.client without an API server: kubeconfig errors, the lazy import, and what
 goes on the wire (against a loopback HTTP stub that records each request)."""
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from netattach import kube
 from netattach.cni.errors import as_cni_error
-from netattach.kube import Kube, KubeError
+from netattach.kube import client as kube
+from netattach.kube.client import Kube, KubeError
 
 TOKEN = "unit-test-token-0123456789abcdef"
 
@@ -97,7 +97,7 @@ def status_doc(code: int, message: str) -> dict:
 # ---------------------------------------------------------------- kubeconfig
 
 def test_constructing_imports_nothing_and_sends_nothing():
-    code = ("import sys; from netattach.kube import Kube, requests_made; "
+    code = ("import sys; from netattach.kube.client import Kube, requests_made; "
             "k = Kube('/nonexistent', 1.0); "
             "assert 'lightkube' not in sys.modules and 'httpx2' not in sys.modules; "
             "assert not [m for m in sys.modules if m.split('.')[0] == 'kubernetes']; "

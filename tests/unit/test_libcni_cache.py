@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from netattach.cni.libcni_cache import MAX_ENTRY_BYTES, CachedAdd, cached_adds, remove
+from netattach.node.libcni_cache import MAX_ENTRY_BYTES, CachedAdd, cached_adds, remove
 
 CID, IF = "0123abcd", "eth0"
 CONF = {"cniVersion": "1.0.0", "name": "cbr0",

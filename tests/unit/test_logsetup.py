@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from netattach import logsetup
+from netattach.node import logsetup
 
 LINE = 100
 BACKUP = re.compile(r"n-(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{3})\.log(\.gz)?")
@@ -363,7 +363,7 @@ def test_a_writer_whose_file_was_rotated_by_another_follows_it(tmp_path, small_m
 
 CHILD = """
 import logging, json, sys
-from netattach import logsetup
+from netattach.node import logsetup
 logsetup.MEGABYTE = 1000
 path, proc, count, options = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 logsetup.setup_logging(path, "info", False, json.loads(options))

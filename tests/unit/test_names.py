@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from netattach.cni.request import parse_request
-from netattach.names import (
+from netattach.cni.names import (
     MAX_CONTAINER_ID,
     container_id_problem,
     ifname_problem,
@@ -15,7 +14,8 @@ from netattach.names import (
     is_dns1123_subdomain,
     is_valid_ifname,
 )
-from netattach.selection import SelectionError, parse_network_selection
+from netattach.cni.request import parse_request
+from netattach.spec.selection import SelectionError, parse_network_selection
 
 ENV = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/var/run/netns/x",
        "CNI_IFNAME": "eth0", "CNI_PATH": "/opt/cni/bin"}

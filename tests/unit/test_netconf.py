@@ -2,7 +2,7 @@
 import pytest
 
 from netattach.cni.errors import CniError
-from netattach.netconf import parse_netconf
+from netattach.spec.netconf import parse_netconf
 
 BASE = {"cniVersion": "1.0.0", "name": "netattach", "type": "netattach",
         "clusterNetwork": "/etc/cni/net.d/10-bridge.conf"}

@@ -15,7 +15,7 @@ def test_generated_validator_is_current():
 
 
 def test_generated_validator_imports_only_the_standard_library():
-    text = (ROOT / "src" / "netattach" / "_netconf_validator.py").read_text()
+    text = (ROOT / "src" / "netattach" / "spec" / "_netconf_validator.py").read_text()
     imports = {line.split()[1] for line in text.splitlines()
                if line.startswith(("import ", "from "))}
     assert imports == {"re"}, imports

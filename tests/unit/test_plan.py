@@ -6,14 +6,18 @@ import pytest
 
 from netattach.cni import chain
 from netattach.cni.chain import NetworkConfig
-from netattach.plan import (
+from netattach.spec.plan import (
     BANDWIDTH_MAX_BURST,
     IPAM_CLAIM_ARGS_KEY,
     PlanError,
     default_burst,
     plan_attachments,
 )
-from netattach.selection import NetworkSelectionElement, SelectionError, parse_network_selection
+from netattach.spec.selection import (
+    NetworkSelectionElement,
+    SelectionError,
+    parse_network_selection,
+)
 
 DEFAULT = ("cluster-net", NetworkConfig.from_dict(
     {"cniVersion": "1.0.0", "name": "cluster-net", "type": "bridge",

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from netattach.podstatus import (
+from netattach.spec.status import NETWORK_STATUS_ANNOTATION, encode_status, status_entry
+from netattach.tools.podstatus import (
     StatusError,
     format_table,
     kubeconfig_path,
     parse_network_status,
     table_rows,
 )
-from netattach.status import NETWORK_STATUS_ANNOTATION, encode_status, status_entry
 
 SPEC_EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "spec_examples"
 

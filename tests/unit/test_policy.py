@@ -9,11 +9,11 @@ import stat
 
 import pytest
 
-from netattach import policy
 from netattach.cni import invoke
 from netattach.cni.chain import NetworkConfig
 from netattach.cni.errors import CniError, ConfigError
-from netattach.netconf import parse_netconf
+from netattach.spec import policy
+from netattach.spec.netconf import parse_netconf
 
 NAD = "NetworkAttachmentDefinition ns1/evil"
 
@@ -152,8 +152,9 @@ def test_a_configmap_value_never_leaves_in_a_status_an_event_or_the_error(monkey
     """A child's error may quote its config; a value a claim's argument read from a
     ConfigMap is replaced by the ConfigMap's name in the claim's status, the pod's
     events and the runtime's error (claims.redact)."""
-    from netattach import add, claims
     from netattach.cni.errors import ChildError
+    from netattach.commands import add
+    from netattach.spec import claims
     monkeypatch.setattr(claims, "_REDACTED", {})
     monkeypatch.setitem(claims._REDACTED, "vlan-secret-42", "<ConfigMap ns/cm key master>")
     error = ChildError(999, "plugin type='macvlan' failed (add): Link not found: "

@@ -46,12 +46,12 @@ from hypothesis import strategies as st
 
 from netattach import cli
 from netattach.cni.errors import CniError
+from netattach.cni.names import is_dns1123_label, is_valid_ifname
 from netattach.cni.request import COMMANDS, MAX_STDIN, CniRequest, parse_request, validate_ifname
 from netattach.cni.result import convert_result, result_version
 from netattach.cni.version import SUPPORTED_VERSIONS
-from netattach.delegates import DelegateError, config_from_nad, load_conf_file
-from netattach.names import is_dns1123_label, is_valid_ifname
-from netattach.selection import (
+from netattach.spec.delegates import DelegateError, config_from_nad, load_conf_file
+from netattach.spec.selection import (
     MAX_ANNOTATION_BYTES,
     NETWORKS_ANNOTATION,
     NetworkSelectionElement,
@@ -687,7 +687,7 @@ _JUNK = (None, True, False, 0, -1, 1, 2.5, 0.0, 3600, 3600.5, -0.0, "", "x", "a\
 def _netconf_case(r: random.Random) -> dict:
     """A config near netconf.SCHEMA: required keys usually there, every other key now and
     then, each value either of its kind or any JSON value from _JUNK."""
-    from netattach.netconf import SCHEMA
+    from netattach.spec.netconf import SCHEMA
     conf: dict[str, Any] = {}
     for key in SCHEMA["properties"]:
         if r.random() < (0.9 if key in SCHEMA["required"] else 0.25):
@@ -703,8 +703,8 @@ def test_generated_netconf_validator_agrees_with_jsonschema(property_runs):
     jsonschema (draft 2020-12) accepts."""
     from jsonschema import Draft202012Validator
 
-    from netattach import _netconf_validator
-    from netattach.netconf import SCHEMA
+    from netattach.spec import _netconf_validator
+    from netattach.spec.netconf import SCHEMA
     reference = Draft202012Validator(SCHEMA)
 
     def check(conf):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from netattach.routes import (
+from netattach.node.routes import (
     DefaultRoutePlan,
     RouteError,
     RouteTarget,
@@ -257,6 +257,6 @@ def test_apply_missing_netns_is_an_error_and_not_created():
 
 
 def test_importing_routes_does_not_import_pyroute2():
-    code = "import sys, netattach.routes; print('pyroute2' in sys.modules)"
+    code = "import sys, netattach.node.routes; print('pyroute2' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netattach.names import is_dns1123_label, is_valid_ifname
-from netattach.selection import (
+from netattach.cni.names import is_dns1123_label, is_valid_ifname
+from netattach.spec.selection import (
     DEFAULT_NETWORK_ANNOTATION,
     MAX_ANNOTATION_BYTES,
     NETWORKS_ANNOTATION,
@@ -607,7 +607,7 @@ def test_property_comma_round_trip(items):
 def test_selection_counts_count_each_network_once_per_element():
     """What maxSameNetworkPerPod bounds: elements per `ns/name`, in first-seen order;
     the namespace is resolved first (§4.1.1), the interface does not matter."""
-    from netattach.selection import selection_counts
+    from netattach.spec.selection import selection_counts
     elements = parse_network_selection("a, ns1/a@x, b, other/a, a@y", "ns1")
     assert selection_counts(elements) == {"ns1/a": 3, "ns1/b": 1, "other/a": 1}
     assert list(selection_counts(elements)) == ["ns1/a", "ns1/b", "other/a"]

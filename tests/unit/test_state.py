@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from netattach.state import (
+from netattach.node.state import (
     TOMBSTONE_SECONDS,
     DelPending,
     HotplugContext,
@@ -361,7 +361,7 @@ def test_the_plan_document_alone_takes_every_attachment_as_attempted(tmp_path):
     """Readers that do not know the records (an earlier release, which takes the file for
     damaged and salvages it; salvage itself) DEL every planned attachment, never fewer
     than ran: every attachment is written attempted in the document."""
-    from netattach.state import salvage
+    from netattach.node.state import salvage
     store = StateStore(str(tmp_path))
     s = plan()
     store.save_plan(s)

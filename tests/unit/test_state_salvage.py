@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from netattach.state import STATE_FORMAT, CorruptState, SavedAttachment, StateStore, salvage
+from netattach.node.state import STATE_FORMAT, CorruptState, SavedAttachment, StateStore, salvage
 
 CID = "c0ffee"
 ATTACHMENTS = [

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netattach.status import NETWORK_STATUS_ANNOTATION, encode_status, status_entry
+from netattach.spec.status import NETWORK_STATUS_ANNOTATION, encode_status, status_entry
 
 SANDBOX = "/var/run/netns/cni-1234"
 

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 import netattach_shim as shim
 from netattach.cni.version import SUPPORTED_VERSIONS
 from netattach.daemon import cache, podapi, server
-from netattach.kube import KubeError
-from netattach.state import PendingStatus, PodRef, SavedState, StateStore
+from netattach.kube.client import KubeError
+from netattach.node.state import PendingStatus, PodRef, SavedState, StateStore
 
 
 def test_shim_versions_are_the_plugins():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from netattach import transport
+from netattach.kube import transport
 
 
 def write(tmp_path: Path, cluster: dict, user: dict | None = None, *, yaml_text: bool = False,

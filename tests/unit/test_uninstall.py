@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from netattach import nodefiles
 from netattach.cli import cni_main
 from netattach.cni.chain import NetworkConfig
 from netattach.cni.errors import CniError
+from netattach.commands.networks import is_own
 from netattach.install import primary as install_primary
 from netattach.install.uninstall import Verdict, decide, judge, retired_conflist
-from netattach.kube import KubeError
-from netattach.netconf import parse_netconf
-from netattach.networks import is_own
-from netattach.state import SavedState, StateStore
+from netattach.kube.client import KubeError
+from netattach.node import nodefiles
+from netattach.node.state import SavedState, StateStore
+from netattach.spec.netconf import parse_netconf
 from tests.unit import test_attach as ta
 from tests.unit.test_attach import (
     ALL_DELS,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from netattach.validate import Finding, format_text, lint_sources
+from netattach.tools.validate import Finding, format_text, lint_sources
 from tests.testbed.scenario import netattach_command
 
 REPO = Path(__file__).resolve().parents[2]

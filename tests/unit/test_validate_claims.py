@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from netattach import claims
-from netattach.validate import ERROR, NOTE, lint_sources
+from netattach.spec import claims
+from netattach.tools.validate import ERROR, NOTE, lint_sources
 
 DRA_DOC = Path(__file__).resolve().parents[2] / "docs" / "dra.md"
 

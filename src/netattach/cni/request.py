@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..names import container_id_problem, ifname_problem, network_name_problem
 from .errors import ConfigError, InvalidEnv
+from .names import container_id_problem, ifname_problem, network_name_problem
 from .stdin import MAX_STDIN, decode_json_object  # noqa: F401 (re-exported)
 
 COMMANDS = ("ADD", "DEL", "CHECK", "VERSION", "STATUS", "GC")

@@ -7,8 +7,8 @@ jsonutil and the error kinds.
 """
 from __future__ import annotations
 
-from ..jsonutil import loads_strict
 from .errors import DecodeFailure
+from .jsonutil import loads_strict
 
 TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
 if TYPE_CHECKING:

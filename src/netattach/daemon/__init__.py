@@ -22,8 +22,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..logsetup import LOG_LEVELS, setup_logging
-from ..netconf import DEFAULT_CNI_DIR
+from ..node.logsetup import LOG_LEVELS, setup_logging
+from ..spec.netconf import DEFAULT_CNI_DIR
 
 log = logging.getLogger("netattach.daemon")
 

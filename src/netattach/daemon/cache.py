@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..devices import RESOURCE_NAME_ANNOTATION
-from ..kube import NAD_GROUP, NAD_PLURAL, NAD_VERSION, lightkube_client
+from ..kube.client import NAD_GROUP, NAD_PLURAL, NAD_VERSION, lightkube_client
+from ..node.devices import RESOURCE_NAME_ANNOTATION
 
 log = logging.getLogger("netattach.daemon")
 
@@ -59,7 +59,7 @@ class Refused(RuntimeError):
 
 def _refused(what: str, resp: Any) -> Refused:
     """The Refused of a non-200 answer (its body read)."""
-    from ..kube import _retry_after
+    from ..kube.client import _retry_after
     resp.read()
     return Refused(f"{what}: HTTP {resp.status_code}: {resp.text[:200]}",
                    _retry_after(resp.headers.get("Retry-After"), time.time()))

@@ -40,9 +40,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..claims import DRIVER as DRIVER_NAME
-from ..kube import RESOURCE_GROUP, RESOURCE_VERSION, Kube, KubeError
-from ..names import is_dns1123_label, is_dns1123_subdomain
+from ..cni.names import is_dns1123_label, is_dns1123_subdomain
+from ..kube.client import RESOURCE_GROUP, RESOURCE_VERSION, Kube, KubeError
+from ..spec.claims import DRIVER as DRIVER_NAME
 from .unixsock import SocketError, clear_stale, socket_dir
 
 log = logging.getLogger("netattach.daemon.dra")

@@ -57,18 +57,16 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-from .. import hotplug, netnsinfo, networks, policy, status
-from .. import plan as planning
-from ..api import PodApi
 from ..cni import chain, invoke
 from ..cni.errors import CniError
 from ..cni.request import CniRequest, parse_request
-from ..delete import delete_attachments
-from ..devices import nad_resource_name
-from ..netconf import NetConf, parse_netconf
-from ..orchestrator import Orchestrator
-from ..selection import DEFAULT_NETWORK_ANNOTATION, NETWORKS_ANNOTATION
-from ..state import (
+from ..commands import networks
+from ..commands.delete import delete_attachments
+from ..commands.orchestrator import Orchestrator
+from ..kube.api import PodApi
+from ..node import netnsinfo
+from ..node.devices import nad_resource_name
+from ..node.state import (
     PendingStatus,
     SavedAttachment,
     SavedState,
@@ -76,6 +74,10 @@ from ..state import (
     StateStore,
     is_missing_netns,
 )
+from ..spec import hotplug, policy, status
+from ..spec import plan as planning
+from ..spec.netconf import NetConf, parse_netconf
+from ..spec.selection import DEFAULT_NETWORK_ANNOTATION, NETWORKS_ANNOTATION
 from .backoff import Backoff
 from .cache import WatchCache
 

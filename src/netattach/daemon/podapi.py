@@ -44,10 +44,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..api import MIRROR_POD_ANNOTATION
-from ..delegates import DelegateError
-from ..kube import Kube, KubeError
-from ..state import PendingStatus, SavedState, StateError, StateStore, is_missing_netns
+from ..kube.api import MIRROR_POD_ANNOTATION
+from ..kube.client import Kube, KubeError
+from ..node.state import PendingStatus, SavedState, StateError, StateStore, is_missing_netns
+from ..spec.delegates import DelegateError
 from .cache import DEFAULT_MAX_NAD_CONFIG, NADS, PODS, REFUSED, WatchCache, config_size
 from .events import EventRecorder, pod_object
 

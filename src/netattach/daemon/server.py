@@ -43,10 +43,10 @@ from ..cni import invoke
 from ..cni.errors import CniError, TryAgain
 from ..cni.request import parse_cni_args
 from ..cni.version import LATEST, SUPPORTED_VERSIONS
-from ..kube import NAD_GROUP, NAD_VERSION, Kube
-from ..netconf import DEFAULT_CNI_DIR, NetConf
-from ..orchestrator import Orchestrator
-from ..state import StateError, StateStore
+from ..commands.orchestrator import Orchestrator
+from ..kube.client import NAD_GROUP, NAD_VERSION, Kube
+from ..node.state import StateError, StateStore
+from ..spec.netconf import DEFAULT_CNI_DIR, NetConf
 from .admission import CallQueue, Refused
 from .backoff import Backoff
 from .cache import DEFAULT_MAX_NAD_CONFIG, NADS, REFUSED, WatchCache

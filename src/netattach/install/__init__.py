@@ -18,7 +18,7 @@ It runs as root in a pod that mounts the node's CNI bin and conf dirs, and
    last one's DEL (uninstall.py; docs/install-lifecycle.md).
 
 Modules, each the one owner of its part:
-* `files`: the installer's own file rules on top of netattach.atomicfile (reading a
+* `files`: the installer's own file rules on top of netattach.node.atomicfile (reading a
   regular file without following a symlink, its directories, stale temps,
   replace-if-changed) and `InstallError`;
 * `binary`: the artifact copied into the bin dir, and compared with it;
@@ -42,8 +42,8 @@ import sys
 from typing import Any
 
 from ..cni.version import SUPPORTED_VERSIONS
-from ..logsetup import LOG_LEVELS
-from ..netconf import CLAIM_CONFIG_SOURCES, DEFAULT_CLAIM_CONFIG_SOURCES, MAX_CAP, NetConf
+from ..node.logsetup import LOG_LEVELS
+from ..spec.netconf import CLAIM_CONFIG_SOURCES, DEFAULT_CLAIM_CONFIG_SOURCES, MAX_CAP, NetConf
 from .binary import tree_digest
 from .files import InstallError
 from .kubeconfig import KUBECONFIG_SUBDIR

@@ -12,8 +12,8 @@ import stat
 import sys
 from typing import Any
 
-from .. import atomicfile
-from ..nodefiles import BIN_TEMP, BINARY_NAME, SHIM_NAME, VERSION_DIR  # noqa: F401
+from ..node import atomicfile
+from ..node.nodefiles import BIN_TEMP, BINARY_NAME, SHIM_NAME, VERSION_DIR  # noqa: F401
 from .files import InstallError, remove
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ import json
 from typing import Any
 
 from ..cni.errors import CniError
-from ..netconf import MULTUS_ONLY_KEYS, SCHEMA, parse_netconf
+from ..spec.netconf import MULTUS_ONLY_KEYS, SCHEMA, parse_netconf
 from .files import MAX_CONFIG_BYTES, InstallError
 
 OWNED: dict[str, str] = {

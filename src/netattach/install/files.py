@@ -1,9 +1,9 @@
-"""The installer's own file rules, on top of netattach.atomicfile: rewriting a file
+"""The installer's own file rules, on top of netattach.node.atomicfile: rewriting a file
 only when its content changes, reading a regular file without following a symlink,
 the directories the installer creates, and removing the temp entries an interrupted
 installer left.
 
-Every write goes through netattach.atomicfile (the binary's tree and symlink too:
+Every write goes through netattach.node.atomicfile (the binary's tree and symlink too:
 binary.py): a temp entry beside the target, fsync'ed, renamed over it, then the
 directory fsync'ed. Temp names are atomicfile.temp_path's, `.<name>.tmp-<pid>`
 (plus a suffix for the binary's), so they never end in `.conf`/`.conflist`/`.json`
@@ -20,7 +20,7 @@ import re
 import shutil
 import stat
 
-from .. import atomicfile
+from ..node import atomicfile
 
 MAX_CONFIG_BYTES = 1 << 20
 """The most the installer reads of a config, kubeconfig or ServiceAccount file."""

@@ -7,7 +7,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from ..nodefiles import KUBECONFIG_DIR_NAME
+from ..node.nodefiles import KUBECONFIG_DIR_NAME
 from .files import MAX_CONFIG_BYTES, InstallError
 
 KUBECONFIG_SUBDIR = KUBECONFIG_DIR_NAME

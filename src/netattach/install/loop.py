@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import atomicfile, nodefiles
+from ..node import atomicfile, nodefiles
 from .binary import (
     BIN_TEMP,
     BINARY_NAME,

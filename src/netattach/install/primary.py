@@ -3,7 +3,7 @@ conflist netattach writes in front of it.
 
 Which file is the primary (the libcni rule the runtimes use to pick a network,
 libcni `ConfFiles` + a lexical sort, as in containerd's go-cni and CRI-O's ocicni;
-netattach.delegates.list_conf_files is netattach's one copy of it): the first name
+netattach.spec.delegates.list_conf_files is netattach's one copy of it): the first name
 in byte order ending in `.conf`, `.conflist` or `.json`, hidden names included
 (libcni does not skip them), entries that are directories themselves excluded (a
 symlink is a candidate wherever it points, as the runtime sees it: one to a
@@ -37,8 +37,8 @@ from typing import Any
 from ..cni.errors import CniError, VersionError
 from ..cni.invoke import META_PLUGIN_TYPES
 from ..cni.version import SUPPORTED_VERSIONS, config_version
-from ..delegates import list_conf_files, load_conf_file
-from ..nodefiles import CONFLIST_NAME
+from ..node.nodefiles import CONFLIST_NAME
+from ..spec.delegates import list_conf_files, load_conf_file
 from .files import MAX_CONFIG_BYTES
 
 CONF_NAME = CONFLIST_NAME

@@ -22,7 +22,7 @@ import json
 import os
 from typing import Any
 
-from .. import atomicfile
+from ..node import atomicfile
 from .files import MAX_CONFIG_BYTES, InstallError, ensure_dir
 
 RECORD_NAME = "settings.json"

@@ -48,8 +48,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import nodefiles, transport
-from ..kube import Kube, KubeError
+from ..kube import transport
+from ..kube.client import Kube, KubeError
+from ..node import nodefiles
 from .kubeconfig import ServiceAccount
 
 log = logging.getLogger(__name__)

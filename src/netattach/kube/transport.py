@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import __version__
+from .. import __version__
 
 ERRORS = (TimeoutError, (OSError, http.client.HTTPException))
 """(what a request that took too long raises, what an unreachable or garbled

@@ -43,9 +43,9 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from ..cni.errors import ConfigError, IOFailure, TryAgain
+from ..cni.jsonutil import json_type, loads_strict
 from . import atomicfile
-from .cni.errors import ConfigError, IOFailure, TryAgain
-from .jsonutil import json_type, loads_strict
 
 log = logging.getLogger("netattach.devices")
 
@@ -301,7 +301,7 @@ def _pod_containers(socket_path: str, namespace: str, pod: str, timeout: float,
     try:
         import grpc
 
-        from .podresources import api_pb2, api_pb2_grpc
+        from ..podresources import api_pb2, api_pb2_grpc
     except ImportError as e:  # an install without the runtime dependencies
         raise DeviceError(f"{label}: cannot load the gRPC client: {e}") from None
 
@@ -456,7 +456,7 @@ def read_device_info(resource_name: str | None, device_id: str | None, container
     The attachment's CNI file first (what the plugin chain left, or our copy of
     the device plugin's); then, when a resource and device ID are given, the
     device plugin's file. Missing -> None. A file that is not a JSON object with
-    string `type` and `version` is skipped with a warning on `netattach.devices`.
+    string `type` and `version` is skipped with a warning on `netattach.node.devices`.
     """
     info = _load(cni_device_info_path(container_id, ifname, base_dir))
     if info is None and resource_name and device_id:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from .cni.errors import InvalidEnv
-from .cni.request import CniRequest
-from .names import is_dns1123_label, is_dns1123_subdomain
-from .state import PodRef
+from ..cni.errors import InvalidEnv
+from ..cni.names import is_dns1123_label, is_dns1123_subdomain
+from ..cni.request import CniRequest
+from ..node.state import PodRef
 
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 

@@ -57,11 +57,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from ..cni.chain import AddFailure
+from ..cni.errors import CniError, IOFailure
+from ..cni.names import container_id_problem
+from ..cni.request import CniRequest
 from . import atomicfile
-from .cni.chain import AddFailure
-from .cni.errors import CniError, IOFailure
-from .cni.request import CniRequest
-from .names import container_id_problem
 
 STATE_FORMAT = 1
 """The format this release writes. Format 1: the keys of `SavedState.to_dict`.

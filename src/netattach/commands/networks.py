@@ -15,19 +15,21 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import delegates, devices, policy, selection
-from . import plan as planning
-from .api import MIRROR_POD_ANNOTATION, PodApi, pods_cached, where
-from .cni import invoke
-from .cni.chain import NetworkConfig
-from .cni.errors import CniError, ConfigError, TryAgain, UnknownContainer
-from .cni.request import CniRequest
-from .names import is_dns1123_label
-from .netconf import NetConf
-from .state import PodRef, SavedAttachment, SavedState
+from ..cni import invoke
+from ..cni.chain import NetworkConfig
+from ..cni.errors import CniError, ConfigError, TryAgain, UnknownContainer
+from ..cni.names import is_dns1123_label
+from ..cni.request import CniRequest
+from ..kube.api import MIRROR_POD_ANNOTATION, PodApi, pods_cached, where
+from ..node import devices
+from ..node.state import PodRef, SavedAttachment, SavedState
+from ..spec import delegates, policy, selection
+from ..spec import plan as planning
+from ..spec.netconf import NetConf
 
 if TYPE_CHECKING:
-    from . import claims, routes
+    from ..node import routes
+    from ..spec import claims
 
 log = logging.getLogger("netattach")
 
@@ -232,7 +234,7 @@ def saved_selection(attachment: planning.Attachment) -> dict[str, Any] | None:
     element named its interface, and its parameters (hotplug.parameters)."""
     if attachment.element is None:
         return None
-    from .hotplug import parameters
+    from ..spec.hotplug import parameters
     return {"requested": attachment.element.interface is not None,
             "params": parameters(attachment.element)}
 
@@ -456,7 +458,7 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
                                                 secondaries, auxiliary, claim_networks)
         route_plan = None  # what plan_default_routes says when no element has the key
         if any(a.default_route is not None for a in attachments if not a.auxiliary):
-            from . import routes  # ipaddress and friends: only for a pod asking for it
+            from ..node import routes  # ipaddress and friends: only for a pod asking for it
             route_plan = routes.plan_default_routes(
                 [(a.ifname, a.default_route, a.network) for a in attachments if not a.auxiliary])
     except CniError as e:
@@ -489,7 +491,7 @@ def _claim_networks(pod: PodRef | None, pod_obj: dict[str, Any] | None,
     (KubeError: DEL's retry window)."""
     if pod_obj is None or api is None or not (pod_obj.get("spec") or {}).get("resourceClaims"):
         return []
-    from . import claims  # only for a pod with claims
+    from ..spec import claims  # only for a pod with claims
     try:
         return claims.resolve(pod_obj, api, sources)
     except (claims.ClaimError, claims.ClaimNotReady) as e:

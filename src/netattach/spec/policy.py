@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .cni import invoke
-from .cni.chain import NetworkConfig
-from .cni.errors import CniError
+from ..cni import invoke
+from ..cni.chain import NetworkConfig
+from ..cni.errors import CniError
 from .delegates import NAD_SOURCE_PREFIX
 from .netconf import NetConf
 

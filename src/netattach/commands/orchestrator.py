@@ -32,16 +32,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .api import PodApi
-from .cni import chain, invoke
-from .cni.libcni_cache import CACHE_DIR
-from .cni.request import CniRequest
-from .netconf import NetConf
-from .state import SavedAttachment, StateStore
+from ..cni import chain, invoke
+from ..cni.request import CniRequest
+from ..kube.api import PodApi
+from ..node.libcni_cache import CACHE_DIR
+from ..node.state import SavedAttachment, StateStore
+from ..spec.netconf import NetConf
 
 
 def _thin_api(conf: NetConf) -> PodApi:
-    from .kube import Kube
+    from ..kube.client import Kube
     return Kube(conf.kubeconfig, conf.api_timeout, "apiTimeout")
 
 

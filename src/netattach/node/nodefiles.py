@@ -37,7 +37,7 @@ import stat
 from dataclasses import dataclass
 
 from . import atomicfile
-from .cni.libcni_cache import CACHE_DIR, remove_network
+from .libcni_cache import CACHE_DIR, remove_network
 from .state import StateError, StateStore
 
 CONFLIST_NAME = "00-netattach.conflist"

@@ -33,11 +33,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cni import version
-from .cni.errors import ConfigError, VersionError
-from .devices import DEVINFO_DIR, KUBELET_SOCKET
-from .logsetup import LOG_LEVELS
-from .names import is_dns1123_label, network_name_problem
+from ..cni import version
+from ..cni.errors import ConfigError, VersionError
+from ..cni.names import is_dns1123_label, network_name_problem
+from ..node.devices import DEVINFO_DIR, KUBELET_SOCKET
+from ..node.logsetup import LOG_LEVELS
 from .selection import SelectionError, parse_network_selection, selection_counts
 
 DEFAULT_CONF_DIR = "/etc/cni/net.d"
@@ -320,7 +320,7 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
                  else (DEFAULT_CONF_DIR, MULTUS_CONF_DIR))
     retired = config["retired"]["conflist"] if "retired" in config else None
     if retired is not None:
-        from .nodefiles import CONFLIST_NAME  # only a retired configuration pays for it
+        from ..node.nodefiles import CONFLIST_NAME  # only a retired configuration pays for it
         if not retired.startswith("/") or os.path.basename(retired) != CONFLIST_NAME:
             raise _invalid("retired.conflist", f"{retired!r} is not an absolute path to "
                            f"{CONFLIST_NAME}, the conflist `netattach install` writes")

@@ -10,11 +10,11 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from .api import pod_ref, where
-from .cni import chain, version
-from .cni.errors import CniError, NotAvailable, UnknownContainer, VersionError
-from .cni.request import CniRequest
-from .netconf import NetConf
+from ..cni import chain, version
+from ..cni.errors import CniError, NotAvailable, UnknownContainer, VersionError
+from ..cni.request import CniRequest
+from ..kube.api import pod_ref, where
+from ..spec.netconf import NetConf
 from .networks import resolve_cluster_network
 
 if TYPE_CHECKING:

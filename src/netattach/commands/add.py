@@ -48,17 +48,14 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import devices, netnsinfo, status
-from .api import PodApi, pod_ref, where, writes_after_answer
-from .cni import chain, invoke
-from .cni.errors import CniError, InvalidEnv, TryAgain
-from .cni.request import CniRequest
-from .cni.result import convert_result
-from .delete import delete_attachments
-from .kube import KubeError
-from .netconf import NetConf
-from .networks import InvalidSelection, Plan, build_plan, empty_result
-from .state import (
+from ..cni import chain, invoke
+from ..cni.errors import CniError, InvalidEnv, TryAgain
+from ..cni.request import CniRequest
+from ..cni.result import convert_result
+from ..kube.api import PodApi, pod_ref, where, writes_after_answer
+from ..kube.client import KubeError
+from ..node import devices, netnsinfo
+from ..node.state import (
     CorruptState,
     HotplugContext,
     PendingStatus,
@@ -67,9 +64,13 @@ from .state import (
     StateError,
     StateStore,
 )
+from ..spec import status
+from ..spec.netconf import NetConf
+from .delete import delete_attachments
+from .networks import InvalidSelection, Plan, build_plan, empty_result
 
 if TYPE_CHECKING:
-    from .claims import ClaimRef
+    from ..spec.claims import ClaimRef
     from .orchestrator import Orchestrator
 
 log = logging.getLogger("netattach")
@@ -106,7 +107,7 @@ def cmd_add(orch: Orchestrator, req: CniRequest, conf: NetConf) -> dict[str, Any
 def _redacted(error: CniError) -> CniError:
     """`error` without the ConfigMap values a claim's arguments read (claims.redact),
     when claims.py ran in this process (imported only for a pod with claims)."""
-    claims = sys.modules.get("netattach.claims")
+    claims = sys.modules.get("netattach.spec.claims")
     if claims is None:
         return error
     msg, details = claims.redact(error.msg), claims.redact(error.details)
@@ -280,7 +281,7 @@ def _apply_devices(api: PodApi, pod: PodRef,
                    devices: list[tuple[ClaimRef, str, dict[str, Any] | None]],
                    error: str | None) -> None:
     """_apply_claims for `devices` [(claim device, interface, CNI result or None)]."""
-    from . import claims
+    from ..spec import claims
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     by_claim: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for ref, ifname, result in devices:
@@ -407,7 +408,7 @@ def _apply_default_route(req: CniRequest, plan: Plan, results: list[dict[str, An
     (so CHECK and DEL see what the netns holds). Raises RouteError (7) naming the
     gateway problem; the caller rolls back."""
     assert plan.default_route is not None
-    from . import routes  # ipaddress, socket and copy: only for a pod asking a default-route
+    from ..node import routes  # ipaddress, socket and copy: only for a pod asking a default-route
     targets = [routes.RouteTarget(a.ifname, r, a.default_route, a.network)
                for a, r in zip(plan.attachments, results)]
     try:

@@ -62,10 +62,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from .cni import invoke
-from .cni.chain import NetworkConfig
-from .cni.errors import CniError, ConfigError, TryAgain
-from .names import ifname_problem, is_dns1123_label, is_dns1123_subdomain
+from ..cni import invoke
+from ..cni.chain import NetworkConfig
+from ..cni.errors import CniError, ConfigError, TryAgain
+from ..cni.names import ifname_problem, is_dns1123_label, is_dns1123_subdomain
 
 log = logging.getLogger("netattach")
 

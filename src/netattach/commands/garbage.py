@@ -46,13 +46,13 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..cni import chain, version
+from ..cni.errors import CniError, ConfigError, UnknownContainer, VersionError
+from ..cni.request import CniRequest
+from ..node.state import CorruptState, SavedState, StateError, StateStore, salvage
+from ..spec.netconf import NetConf
 from . import delete
-from .cni import chain, version
-from .cni.errors import CniError, ConfigError, UnknownContainer, VersionError
-from .cni.request import CniRequest
-from .netconf import NetConf
 from .networks import resolve_cluster_network
-from .state import CorruptState, SavedState, StateError, StateStore, salvage
 
 if TYPE_CHECKING:
     from .orchestrator import Orchestrator

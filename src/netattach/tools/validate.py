@@ -88,17 +88,18 @@ from typing import Any
 
 import yaml
 
-from . import delegates, plan, policy, routes, selection
-from .cni import invoke, request
-from .cni.chain import NetworkConfig
-from .cni.errors import CniError
-from .cni.version import DEFAULT_VERSION
-from .devices import DEVICE_INFO_CAPABILITY
-from .jsonutil import json_type
-from .names import is_dns1123_label, is_dns1123_subdomain
-from .netconf import CLAIM_CONFIG_SOURCES
-from .netconf import DEFAULT_NAMESPACE as MULTUS_NAMESPACE
-from .status import NETWORK_STATUS_ANNOTATION
+from ..cni import invoke, request
+from ..cni.chain import NetworkConfig
+from ..cni.errors import CniError
+from ..cni.jsonutil import json_type
+from ..cni.names import is_dns1123_label, is_dns1123_subdomain
+from ..cni.version import DEFAULT_VERSION
+from ..node import routes
+from ..node.devices import DEVICE_INFO_CAPABILITY
+from ..spec import delegates, plan, policy, selection
+from ..spec.netconf import CLAIM_CONFIG_SOURCES
+from ..spec.netconf import DEFAULT_NAMESPACE as MULTUS_NAMESPACE
+from ..spec.status import NETWORK_STATUS_ANNOTATION
 
 __all__ = ["Finding", "lint_sources", "format_text", "add_arguments", "run"]
 
@@ -377,7 +378,7 @@ def _lint_nad(doc: _Doc, report: Report, allowed: frozenset[str] | None
 
 def _resource_name(obj: dict[str, Any]) -> str | None:
     """The NAD's device resource (devices.RESOURCE_ANNOTATION), None without one."""
-    from .devices import nad_resource_name
+    from ..node.devices import nad_resource_name
     return nad_resource_name(obj) or None
 
 
@@ -568,7 +569,7 @@ def _lint_caps(elements: list[selection.NetworkSelectionElement], key: str,
     """The nodes' default caps (netconf DEFAULT_MAX_NETWORKS_PER_POD,
     DEFAULT_MAX_SAME_NETWORK_PER_POD; networks.check_caps): a warning, since a node's
     admin may have raised them."""
-    from .netconf import DEFAULT_MAX_NETWORKS_PER_POD, DEFAULT_MAX_SAME_NETWORK_PER_POD
+    from ..spec.netconf import DEFAULT_MAX_NETWORKS_PER_POD, DEFAULT_MAX_SAME_NETWORK_PER_POD
     if len(elements) > DEFAULT_MAX_NETWORKS_PER_POD:
         report(WARNING, key, f"selects {len(elements)} networks: a node with the default "
                f"maxNetworksPerPod ({DEFAULT_MAX_NETWORKS_PER_POD}) refuses the pod")
@@ -656,7 +657,7 @@ def _lint_cni_config(opaque: dict[str, Any], name: str, targets: list[str],
     `targets`: an argument read from a device, a ResourceSlice or a ConfigMap gets a
     placeholder) and the plugin rule (policy.check_plugin with `allowed`). `name`: the
     object's. Returns the claims.CniConfigSpec; raises CniError."""
-    from . import claims
+    from ..spec import claims
     parsed = claims.parse_cni_config(opaque.get("parameters"))
     for target in targets:
         ref = claims.ClaimRef("", name, "", target, claims.DRIVER, "", "")
@@ -672,7 +673,7 @@ def _lint_device_class(doc: _Doc, report: Report, allowed: frozenset[str] | None
     (source FromClass, docs/dra.md), as _lint_claim lints a claim's. Returns how many
     it holds (each request of the class gets them all; more than one is an error, seed
     004 Validation: one config per request)."""
-    from . import claims
+    from ..spec import claims
     spec = doc.obj.get("spec")
     held = 0
     for i, config in enumerate((spec.get("config") if isinstance(spec, dict) else None) or []):
@@ -705,7 +706,7 @@ def _lint_claim(doc: _Doc, report: Report, allowed: frozenset[str] | None,
     class is in the files without one, else a note that it must hold one (an error
     with `strict`). What only the allocation or the cluster shows (reservedFor, the
     sources' values, the pod's other interfaces) is checked at ADD."""
-    from . import claims
+    from ..spec import claims
     path = CLAIM_KINDS[doc.kind or ""]
     spec = _at(doc.obj, path)
     base = ".".join(path)

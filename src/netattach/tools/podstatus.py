@@ -20,9 +20,9 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from .jsonutil import json_type, loads_strict
-from .kube import Kube, KubeError
-from .status import NETWORK_STATUS_ANNOTATION
+from ..cni.jsonutil import json_type, loads_strict
+from ..kube.client import Kube, KubeError
+from ..spec.status import NETWORK_STATUS_ANNOTATION
 
 __all__ = ["StatusError", "parse_network_status", "table_rows", "format_table",
            "kubeconfig_path", "add_arguments", "run"]

@@ -75,9 +75,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .cni.errors import ConfigError
-from .jsonutil import json_type, loads_strict
-from .names import ifname_problem, is_dns1123_label, is_dns1123_subdomain
+from ..cni.errors import ConfigError
+from ..cni.jsonutil import json_type, loads_strict
+from ..cni.names import ifname_problem, is_dns1123_label, is_dns1123_subdomain
 
 __all__ = [
     "NETWORKS_ANNOTATION",

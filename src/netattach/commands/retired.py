@@ -39,18 +39,18 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from . import nodefiles
-from .api import pod_ref, where
-from .cni import chain, version
-from .cni.errors import CniError, VersionError
-from .cni.request import CniRequest
-from .cni.result import convert_result
-from .netconf import NetConf
-from .state import StateStore, is_missing_netns
+from ..cni import chain, version
+from ..cni.errors import CniError, VersionError
+from ..cni.request import CniRequest
+from ..cni.result import convert_result
+from ..kube.api import pod_ref, where
+from ..node import nodefiles
+from ..node.state import StateStore, is_missing_netns
+from ..spec.netconf import NetConf
 
 if TYPE_CHECKING:
+    from ..spec.plan import Attachment
     from .orchestrator import Orchestrator
-    from .plan import Attachment
 
 log = logging.getLogger("netattach")
 
@@ -63,7 +63,8 @@ def run(orch: Orchestrator, req: CniRequest, conf: NetConf) -> dict[str, Any] | 
     assert conflist is not None
     # What runs after the files may be gone (cli: the timing line, the answer) is
     # imported now: a module of the removed artifact could not be loaded any more.
-    from . import jsonutil, kube  # noqa: F401
+    from ..cni import jsonutil  # noqa: F401
+    from ..kube import client as kube  # noqa: F401
     try:
         fd = nodefiles.lock_conflist(conflist, exclusive=False)
     except OSError as e:  # not a file netattach wrote (a symlink...): no removal after
@@ -120,9 +121,9 @@ def _primary(req: CniRequest, conf: NetConf) -> Attachment:
     """The cluster default network's attachment on CNI_IFNAME, from the configuration
     on disk (no API request), with the runtimeConfig the runtime sent (spec §7.5).
     Raises CniError (ConfigError: the config cannot be read or names netattach)."""
-    from . import plan as planning
+    from ..spec import plan as planning
+    from ..spec.policy import check_delegate
     from .networks import resolve_cluster_network
-    from .policy import check_delegate
     default = resolve_cluster_network(conf, None)
     [att] = planning.plan_attachments(default, req.ifname, conf.runtime_config, [])
     check_delegate(att.config, conf, tenant=False)

@@ -26,7 +26,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..jsonutil import loads_strict
+from ..cni.jsonutil import loads_strict
 
 CACHE_DIR = "/var/lib/cni"
 """libcni's default cache dir (libcni `CacheDir`); entries are in its `results/`."""

@@ -31,13 +31,12 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from . import devices
-from .api import PodApi, pod_ref, where
-from .cni import chain
-from .cni.errors import CniError, ConfigError, TryAgain
-from .cni.request import CniRequest
-from .netconf import NetConf
-from .state import (
+from ..cni import chain
+from ..cni.errors import CniError, ConfigError, TryAgain
+from ..cni.request import CniRequest
+from ..kube.api import PodApi, pod_ref, where
+from ..node import devices
+from ..node.state import (
     CorruptState,
     DelPending,
     PodRef,
@@ -49,9 +48,10 @@ from .state import (
     is_missing_netns,
     salvage,
 )
+from ..spec.netconf import NetConf
 
 if TYPE_CHECKING:
-    from .cni.libcni_cache import CachedAdd
+    from ..node.libcni_cache import CachedAdd
     from .orchestrator import Orchestrator
 
 log = logging.getLogger("netattach")
@@ -149,7 +149,7 @@ def clear_claims(orch: Orchestrator, conf: NetConf, pod: PodRef | None,
                  "is being uninstalled from this node (its attachments are released)",
                  where(pod))
         return
-    from .kube import KubeError
+    from ..kube.client import KubeError
     claims = {}
     for a in state.attempted():
         if a.claim:
@@ -307,8 +307,8 @@ def _added_without_netattach(orch: Orchestrator, req: CniRequest,
     The rule's source: libcni caches every successful ADD under the network name of the
     conflist it ran, and the runtime DELs with the conflist it has now (netattach's), so
     an entry under another name is an ADD by another conflist."""
-    from .cni.invoke import META_PLUGIN_TYPES
-    from .cni.libcni_cache import cached_adds
+    from ..cni.invoke import META_PLUGIN_TYPES
+    from ..node.libcni_cache import cached_adds
     entries = cached_adds(req.container_id, req.ifname, orch.libcni_cache_dir)
     if len(entries) == 1:
         retired = _retired_add(entries[0])
@@ -330,11 +330,11 @@ def _retired_add(entry: CachedAdd) -> CachedAdd | None:
     network: its config as the retired configuration's `clusterNetwork` names it now,
     the runtime config and result cached (the result in that network's version when it
     converts). None for any other entry, or when that network cannot be read."""
-    from . import nodefiles
+    from ..node import nodefiles
     if not nodefiles.is_retired(entry.config):
         return None
-    from .cni.result import convert_result
-    from .netconf import parse_netconf
+    from ..cni.result import convert_result
+    from ..spec.netconf import parse_netconf
     from .networks import resolve_cluster_network
     plugins = entry.config.get("plugins")
     plugin = plugins[0] if isinstance(plugins, list) else entry.config
@@ -400,7 +400,7 @@ def _forget_cached(pod: PodRef | None, cached: CachedAdd) -> None:
     state (which the runtime's retry works from): remove the entry, which no runtime DEL
     will (it removes the entry of its own conflist's name). A failure to remove is
     logged; the DEL goes on."""
-    from .cni.libcni_cache import remove
+    from ..node.libcni_cache import remove
     try:
         remove(cached)
     except OSError as e:
@@ -418,8 +418,8 @@ def _best_effort(orch: Orchestrator, req: CniRequest, conf: NetConf, base: Saved
     pod or a NAD is gone), the state is marked pending (`previous`, the pending mark of
     an earlier try, kept with its first time): see `_settle_pending`.
     """
-    from . import plan as planning
-    from .kube import KubeError
+    from ..kube.client import KubeError
+    from ..spec import plan as planning
     from .networks import Plan, resolve_cluster_network
     who = f"container {req.container_id} (pod {base.pod or '?'})"
     attachments = list(known)

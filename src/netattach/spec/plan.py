@@ -23,8 +23,8 @@ from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .cni.chain import NetworkConfig
-from .cni.errors import ConfigError
+from ..cni.chain import NetworkConfig
+from ..cni.errors import ConfigError
 from .selection import NetworkSelectionElement
 
 if TYPE_CHECKING:

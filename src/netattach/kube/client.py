@@ -70,7 +70,7 @@ import threading
 import time
 from typing import Any
 
-from .cni.errors import TryAgain
+from ..cni.errors import TryAgain
 
 log = logging.getLogger("netattach.kube")
 

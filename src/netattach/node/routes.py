@@ -73,8 +73,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .cni.errors import ConfigError
-from .cni.version import is_legacy_result
+from ..cni.errors import ConfigError
+from ..cni.version import is_legacy_result
 
 __all__ = [
     "RouteError",

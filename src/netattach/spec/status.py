@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .cni.version import is_legacy_result
+from ..cni.version import is_legacy_result
 
 __all__ = [
     "NETWORK_STATUS_ANNOTATION",

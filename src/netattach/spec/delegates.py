@@ -54,7 +54,7 @@ from collections.abc import Sequence
 
 from netattach.cni.chain import NetworkConfig
 from netattach.cni.errors import CniError, ConfigError
-from netattach.jsonutil import json_type, loads_strict
+from netattach.cni.jsonutil import json_type, loads_strict
 
 __all__ = [
     "CONF_EXTENSIONS",

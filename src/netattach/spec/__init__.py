@@ -1,0 +1,3 @@
+"""The plugin's own rules, pure: its configuration, the network selection, NAD ->
+delegate, the plan, network-status, the hot-plug diff, claims, the delegate policy.
+Imports only cni/ (and the standard library); touches neither the API nor the node."""

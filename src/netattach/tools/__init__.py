@@ -1,0 +1,2 @@
+"""Operators' tools: `netattach validate` and `netattach status`. Import anything below
+commands/ (and commands/ itself)."""
