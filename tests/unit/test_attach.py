@@ -316,7 +316,8 @@ def test_add_with_the_api_down_leaves_a_marker_then_a_tombstone(bed):
 
 def test_a_killed_add_marker_is_released_by_del_without_the_api(bed):
     """netattach SIGKILLed during its first API request leaves only the marker."""
-    from netattach.node.state import PodRef, SavedState
+    from netattach.node.state import SavedState
+    from netattach.spec.pod import PodRef
     store = bed.store
     req_like = type("R", (), {"container_id": CID, "netns": NETNS, "ifname": "eth0",
                               "args": ()})()
@@ -509,7 +510,8 @@ def _marker(b: Bed) -> None:
     with pytest.raises(CniError):
         b.run("ADD")
     (b.tmp / "state" / f"{CID}.deleted").unlink()  # as if killed before the tombstone
-    from netattach.node.state import PodRef, SavedState
+    from netattach.node.state import SavedState
+    from netattach.spec.pod import PodRef
     req_like = type("R", (), {"container_id": CID, "netns": NETNS, "ifname": "eth0",
                               "args": ()})()
     b.store.save(SavedState.for_request(req_like, PodRef(NS, POD, UID), parse_netconf(b.conf()).cni_version))

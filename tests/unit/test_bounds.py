@@ -14,8 +14,8 @@ import pytest
 
 from netattach.cni.errors import CniError
 from netattach.commands import networks
-from netattach.node.state import PodRef
 from netattach.spec.netconf import parse_netconf
+from netattach.spec.pod import PodRef
 from tests.unit.test_attach import CID, NS, POD, Bed
 from tests.unit.test_attach_claims import CLAIM, ClaimApi
 

@@ -14,7 +14,8 @@ PROBE = """
 import dataclasses, sys
 from netattach import _dataclass_code
 n = _dataclass_code.install(sys.argv[1]) if sys.argv[1] != "-" else 0
-from netattach.node.state import SavedState, PodRef
+from netattach.node.state import SavedState
+from netattach.spec.pod import PodRef
 from netattach.cni.chain import NetworkConfig
 p = PodRef("ns", "pod", "uid")
 @dataclasses.dataclass(frozen=True)

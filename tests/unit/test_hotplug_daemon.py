@@ -9,7 +9,8 @@ import threading
 import time
 
 from netattach.daemon import hotplug as hp
-from netattach.node.state import HotplugContext, PodRef, SavedAttachment, SavedState
+from netattach.node.state import HotplugContext, SavedAttachment, SavedState
+from netattach.spec.pod import PodRef
 from netattach.spec.status import encode_status
 
 

@@ -4,8 +4,8 @@ refusal says. Pure: a configuration, a pod reference and a parsed element."""
 import pytest
 
 from netattach.commands.networks import InvalidSelection, check_isolation
-from netattach.node.state import PodRef
 from netattach.spec.netconf import parse_netconf
+from netattach.spec.pod import PodRef
 from netattach.spec.selection import (
     DEFAULT_NETWORK_ANNOTATION,
     NETWORKS_ANNOTATION,

@@ -15,12 +15,12 @@ from netattach.node.state import (
     DelPending,
     HotplugContext,
     PendingStatus,
-    PodRef,
     SavedAttachment,
     SavedState,
     StateError,
     StateStore,
 )
+from netattach.spec.pod import PodRef
 
 FIXTURES = Path(__file__).parent.parent / "data" / "state_v1"
 

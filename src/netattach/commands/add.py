@@ -59,13 +59,13 @@ from ..node.state import (
     CorruptState,
     HotplugContext,
     PendingStatus,
-    PodRef,
     SavedState,
     StateError,
     StateStore,
 )
 from ..spec import status
 from ..spec.netconf import NetConf
+from ..spec.pod import PodRef
 from .delete import delete_attachments
 from .networks import InvalidSelection, Plan, build_plan, empty_result
 

@@ -39,7 +39,6 @@ from ..node import devices
 from ..node.state import (
     CorruptState,
     DelPending,
-    PodRef,
     SavedAttachment,
     SavedState,
     StateError,
@@ -49,6 +48,7 @@ from ..node.state import (
     salvage,
 )
 from ..spec.netconf import NetConf
+from ..spec.pod import PodRef
 
 if TYPE_CHECKING:
     from ..node.libcni_cache import CachedAdd

@@ -22,10 +22,11 @@ from ..cni.names import is_dns1123_label
 from ..cni.request import CniRequest
 from ..kube.api import MIRROR_POD_ANNOTATION, PodApi, pods_cached, where
 from ..node import devices
-from ..node.state import PodRef, SavedAttachment, SavedState
+from ..node.state import SavedAttachment, SavedState
 from ..spec import delegates, policy, selection
 from ..spec import plan as planning
 from ..spec.netconf import NetConf
+from ..spec.pod import PodRef
 
 if TYPE_CHECKING:
     from ..node import routes

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from ..cni.errors import InvalidEnv
 from ..cni.names import is_dns1123_label, is_dns1123_subdomain
 from ..cni.request import CniRequest
-from ..node.state import PodRef
+from ..spec.pod import PodRef
 
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 

@@ -45,13 +45,14 @@ from typing import Any
 
 from ..cni.errors import ConfigError, IOFailure, TryAgain
 from ..cni.jsonutil import json_type, loads_strict
+from ..spec.netconf import DEFAULT_DEVICE_INFO_DIR, DEFAULT_POD_RESOURCES_SOCKET
 from . import atomicfile
 
 log = logging.getLogger("netattach.devices")
 
 RESOURCE_NAME_ANNOTATION = "k8s.v1.cni.cncf.io/resourceName"
-KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-DEVINFO_DIR = "/var/run/k8s.cni.cncf.io/devinfo"
+KUBELET_SOCKET = DEFAULT_POD_RESOURCES_SOCKET
+DEVINFO_DIR = DEFAULT_DEVICE_INFO_DIR
 # The CNI capability (device-info spec §5.1) whose runtimeConfig value is the
 # attachment's cni_device_info_path().
 DEVICE_INFO_CAPABILITY = "CNIDeviceInfoFile"

@@ -1,11 +1,13 @@
 """Logging of the CNI path: the `netattach` logger to `logFile` and/or stderr, never stdout.
 
 `LOG_LEVELS` is the one table of the `logLevel` values netattach accepts (Multus'
-names, plus `warning` and `info`), used by the config schema, the installer's
-`--log-level` and `setup_logging`. `setup_logging` also rotates `logFile` by Multus'
+names, plus `warning` and `info`; their names are spec/netconf.py's LOG_LEVEL_NAMES,
+which the config schema uses) -> Python levels, used by the installer's and the
+daemon's `--log-level` and `setup_logging`. `setup_logging` also rotates `logFile` by Multus'
 `logOptions` (lumberjack's rules, made safe for many processes: see there).
 
-Importing it loads nothing `logging` has not loaded; `fcntl` (and at a rotation
+Importing it loads nothing `logging` has not loaded but spec/netconf.py (loaded
+wherever a config is parsed); `fcntl` (and at a rotation
 `errno`, `_strptime`) only when `logOptions` is set, `gzip` only to compress a backup.
 """
 from __future__ import annotations
@@ -15,10 +17,11 @@ import os
 import sys
 from typing import Any
 
-LOG_LEVELS: dict[str, int] = {
-    "panic": logging.CRITICAL, "error": logging.ERROR, "warning": logging.WARNING,
-    "info": logging.INFO, "debug": logging.DEBUG, "verbose": logging.DEBUG,
-}
+from ..spec.netconf import LOG_LEVEL_NAMES
+
+LOG_LEVELS: dict[str, int] = dict(zip(LOG_LEVEL_NAMES, (
+    logging.CRITICAL, logging.ERROR, logging.WARNING, logging.INFO, logging.DEBUG,
+    logging.DEBUG), strict=True))
 """`logLevel` value -> Python logging level, most severe first."""
 
 MEGABYTE = 1024 * 1024

@@ -36,12 +36,11 @@ import shutil
 import stat
 from dataclasses import dataclass
 
+from ..spec.netconf import CONFLIST_NAME as CONFLIST_NAME  # netattach's files by name
 from . import atomicfile
 from .libcni_cache import CACHE_DIR, remove_network
 from .state import StateError, StateStore
 
-CONFLIST_NAME = "00-netattach.conflist"
-"""The conflist `netattach install` writes: sorts before the cluster default network's."""
 KUBECONFIG_DIR_NAME = "netattach.d"
 """`<conf dir>/netattach.d/`: the plugin's kubeconfig, the CA, the presence lock."""
 PRESENCE_LOCK_NAME = "installer.lock"

@@ -61,6 +61,7 @@ from ..cni.chain import AddFailure
 from ..cni.errors import CniError, IOFailure
 from ..cni.names import container_id_problem
 from ..cni.request import CniRequest
+from ..spec.pod import PodRef
 from . import atomicfile
 
 STATE_FORMAT = 1
@@ -100,17 +101,6 @@ class CorruptState(StateError):
     def __init__(self, message: str, raw: bytes):
         super().__init__(message)
         self.raw = raw
-
-
-@dataclass(frozen=True)
-class PodRef:
-    """The pod a sandbox belongs to, as the runtime named it in CNI_ARGS."""
-    namespace: str
-    name: str
-    uid: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
 
 @dataclass

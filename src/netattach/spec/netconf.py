@@ -36,8 +36,6 @@ from typing import Any
 from ..cni import version
 from ..cni.errors import ConfigError, VersionError
 from ..cni.names import is_dns1123_label, network_name_problem
-from ..node.devices import DEVINFO_DIR, KUBELET_SOCKET
-from ..node.logsetup import LOG_LEVELS
 from .selection import SelectionError, parse_network_selection, selection_counts
 
 DEFAULT_CONF_DIR = "/etc/cni/net.d"
@@ -67,8 +65,16 @@ invocation that finds one logs one WARNING naming them (`NetConf.unhonoured`).""
 DEFAULT_CNI_DIR = "/var/lib/cni/netattach"
 DEFAULT_BIN_DIR = "/opt/cni/bin"
 DEFAULT_NAMESPACE = "kube-system"
-DEFAULT_POD_RESOURCES_SOCKET = KUBELET_SOCKET
-DEFAULT_DEVICE_INFO_DIR = DEVINFO_DIR
+DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+"""The kubelet's PodResources socket (node/devices.py asks it for device IDs)."""
+DEFAULT_DEVICE_INFO_DIR = "/var/run/k8s.cni.cncf.io/devinfo"
+"""The device-info files' dir (node/devices.py reads and writes them)."""
+LOG_LEVEL_NAMES = ("panic", "error", "warning", "info", "debug", "verbose")
+"""The `logLevel` values netattach accepts (Multus'), most severe first;
+node/logsetup.py's LOG_LEVELS maps each to a Python logging level."""
+CONFLIST_NAME = "00-netattach.conflist"
+"""The conflist `netattach install` writes: sorts before the cluster default network's
+(node/nodefiles.py names netattach's files on a node)."""
 DEFAULT_MAX_NETWORKS_PER_POD = 32
 """`maxNetworksPerPod`: the secondary networks one pod may have (its selection elements,
 `defaultNetworks` and its ResourceClaim networks together). A pod rarely has more than a
@@ -116,7 +122,7 @@ SCHEMA: dict[str, Any] = {
         "cniDir": _PATH,
         "binDir": _PATH,
         "logFile": _PATH,
-        "logLevel": {"enum": list(LOG_LEVELS)},
+        "logLevel": {"enum": list(LOG_LEVEL_NAMES)},
         # Multus' logOptions (lumberjack): rotation of logFile.
         "logOptions": {"type": "object", "additionalProperties": False, "properties": {
             "maxAge": {"type": "integer", "minimum": 0},
@@ -320,7 +326,6 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
                  else (DEFAULT_CONF_DIR, MULTUS_CONF_DIR))
     retired = config["retired"]["conflist"] if "retired" in config else None
     if retired is not None:
-        from ..node.nodefiles import CONFLIST_NAME  # only a retired configuration pays for it
         if not retired.startswith("/") or os.path.basename(retired) != CONFLIST_NAME:
             raise _invalid("retired.conflist", f"{retired!r} is not an absolute path to "
                            f"{CONFLIST_NAME}, the conflist `netattach install` writes")
