@@ -8,32 +8,16 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 from . import __version__
-from .cni.errors import InternalError, as_cni_error
-from .cni.version import LATEST, SUPPORTED_VERSIONS
+from .cni.version import SUPPORTED_VERSIONS
+from .commands import call
+from .commands.call import cni_main  # the one CNI call, thin and thick alike
 
 TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
 
 if TYPE_CHECKING:
-    import logging
     from typing import Any, NoReturn
-
-    from .commands.orchestrator import Orchestrator
-
-# `logging` (~10 ms) is imported by the commands that log, not by VERSION (_log).
-_quiet = False  # main(): no last-resort handler printing to stderr before setup
-
-
-def _log() -> logging.Logger:
-    """The `netattach` logger, importing logging on first use."""
-    import logging
-    logger = logging.getLogger("netattach")
-    if _quiet and not logger.handlers:
-        logger.addHandler(logging.NullHandler())
-    return logger
-
 
 def _emit(doc: dict[str, Any] | None, code: int) -> NoReturn:
     """Write the one document, then end the process at once with `code`.
@@ -57,74 +41,6 @@ def _emit(doc: dict[str, Any] | None, code: int) -> NoReturn:
         if logging is not None:  # VERSION never imported it
             logging.shutdown()
         os._exit(code)
-
-
-def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator | None = None
-             ) -> tuple[dict[str, Any] | None, int]:
-    """Run one CNI command. Returns (document for stdout or None, exit status).
-
-    Never raises: every failure becomes one CNI error document (cni.errors.as_cni_error,
-    the one mapping of exceptions to codes) and status 1. The error's cniVersion is
-    the configuration's when netattach supports it, else the latest it supports.
-    orchestrator: None in thin mode (this process: logging set up from the
-    configuration, `thin()`, a timing line); the node daemon's (daemon/server.py),
-    which set up its own logging and records timing in its metrics.
-    """
-    started = time.monotonic()
-    cni_version = LATEST
-    try:
-        if environ.get("CNI_COMMAND") == "VERSION":  # reads nothing but stdin
-            from .cni.stdin import decode_json_object
-            config = decode_json_object(stdin) if stdin.strip() else None
-            if isinstance(config, dict) and config.get("cniVersion") in SUPPORTED_VERSIONS:
-                cni_version = config["cniVersion"]
-            return {"cniVersion": cni_version, "supportedVersions": list(SUPPORTED_VERSIONS)}, 0
-        from .cni.request import parse_request
-        req = parse_request(environ, stdin)
-        if isinstance(req.config, dict) and req.config.get("cniVersion") in SUPPORTED_VERSIONS:
-            cni_version = req.config["cniVersion"]
-        from .spec.netconf import parse_netconf
-        conf = parse_netconf(req.config or {})
-        if orchestrator is None:
-            from .node.logsetup import setup_logging
-            setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr, conf.log_options)
-        log = _log()
-        if conf.unhonoured:
-            log.warning("configuration keys read but not honoured: %s", "; ".join(
-                f"{key} ({why})" for key, why in conf.unhonoured.items()))
-        # What the runtime sent, by name only (values may be large or private): the
-        # CNI_ARGS keys in its order and the runtimeConfig keys libcni injected.
-        log.debug("%s container=%s ifname=%s netns=%s args=%s runtimeConfig=%s", req.command,
-                  req.container_id, req.ifname, req.netns,
-                  ",".join(k for k, _ in req.args) or "-",
-                  ",".join(sorted(conf.runtime_config)) or "-")
-        if orchestrator is not None:
-            if conf.retired_conflist is not None:  # its files are the host's (retired.py)
-                from .cni.errors import ConfigError
-                raise ConfigError("the retired configuration (netattach being uninstalled) "
-                                  "is run by the thin netattach, not the node daemon")
-            return orchestrator.run(req, conf), 0
-        from .commands.orchestrator import thin
-        try:
-            return thin().run(req, conf), 0
-        finally:
-            _log_timing(req.command, started)
-    except Exception as e:  # every failure: the runtime gets one CNI error
-        error = as_cni_error(e)
-        if isinstance(error, InternalError):
-            _log().exception("internal error")
-        else:
-            _log().error("%s", error.msg)
-        return error.to_dict(cni_version), 1
-
-
-def _log_timing(command: str, started: float) -> None:
-    """One INFO line per invocation: wall time, time inside children, API requests (read
-    by `make bench`)."""
-    from .cni.invoke import child_seconds
-    from .kube.client import requests_made
-    _log().info("timing: %s took %.4f s, children %.4f s, api_requests %d", command,
-                time.monotonic() - started, child_seconds(), requests_made())
 
 
 # Operator subcommands: name -> one-line help. Each module exposes add_arguments(parser)
@@ -188,8 +104,7 @@ def _defer_inspect() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Console script `netattach`: CNI mode when CNI_COMMAND is set, else a subcommand."""
     if "CNI_COMMAND" in os.environ:
-        global _quiet
-        _quiet = True
+        call.quiet = True  # no last-resort handler printing to stderr before setup
         # One CNI call lives for a fraction of a second and ends with os._exit (_emit):
         # the cyclic garbage collector's runs while it imports (about 25 of them, 3-6 ms
         # of an ADD on a slow machine, issue 11) would free almost nothing before the

@@ -38,11 +38,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import cli
 from ..cni import invoke
 from ..cni.errors import CniError, TryAgain
 from ..cni.request import parse_cni_args
 from ..cni.version import LATEST, SUPPORTED_VERSIONS
+from ..commands.call import cni_main
 from ..commands.orchestrator import Orchestrator
 from ..kube.client import NAD_GROUP, NAD_VERSION, Kube
 from ..node.state import StateError, StateStore
@@ -489,7 +489,7 @@ class Daemon:
     def serve(self, environ: dict[str, str], stdin: bytes,
               gone: Callable[[], bool] | None = None,
               arrived: float | None = None) -> tuple[dict[str, Any] | None, int]:
-        """Run one CNI call (cli.cni_main with this daemon's orchestrator): (document
+        """Run one CNI call (commands.call.cni_main with this daemon's orchestrator): (document
         for stdout or None, exit status). gone: () -> True once the caller stopped
         waiting (peer_gone; an ADD is then abandoned at its next step, add.py);
         arrived: time.monotonic() of its arrival, the start of its duration (default:
@@ -512,7 +512,7 @@ class Daemon:
             # GC tells the delegates which attachments are valid from the states it read:
             # no hot-plug ADD may come in between (hotplug.Hotplugger.exclusive)
             with self.hotplug.exclusive if command == "GC" else contextlib.nullcontext():
-                doc, code = cli.cni_main(environ, stdin, Orchestrator(
+                doc, code = cni_main(environ, stdin, Orchestrator(
                     api=lambda conf: self._api(environ, conf, seen),
                     executor=self.executor, clock=time.time,
                     drop_writes=self.publisher.cancel, abandoned=abandoned))
