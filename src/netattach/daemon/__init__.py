@@ -230,7 +230,8 @@ def _import_before_threads(dra: bool) -> None:
       loader, httpx2, asyncio (which lightkube's adapter loads), and httpcore2, which
       httpx2 imports only when a client makes its first connection, with anyio, h11,
       h2 and truststore behind it, and the "idna" codec (encodings.idna, stringprep)
-      that encodes the API server's host name;
+      that encodes the API server's host name; ijson and its backend, with which a
+      LIST is parsed as it streams in (cache.parse_list);
     * with `--dra`: grpc and the DRA plugin's generated modules (grpc loads asyncio
       too), whose server threads answer the kubelet as soon as the sockets exist;
     * the CNI workers: ctypes, through which netnsinfo enters the pod's netns (its
@@ -252,6 +253,7 @@ def _import_before_threads(dra: bool) -> None:
 
     import httpcore2  # noqa: F401
     import httpx2  # noqa: F401
+    import ijson  # noqa: F401 (its backend is chosen at import: the whole graph loads)
     import lightkube.config.client_adapter  # noqa: F401
     import lightkube.config.kubeconfig  # noqa: F401
     if dra:
