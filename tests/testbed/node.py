@@ -923,8 +923,26 @@ def wait_state_clean(node: RealNode, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while (left := state_files(node)):
         if time.monotonic() > deadline:
-            raise AssertionError(f"netattach state left on the node: {left}")
+            raise AssertionError(f"netattach state left on the node: {left}\n"
+                                 + _describe_state(node, left))
         time.sleep(0.1)
+
+
+def _describe_state(node: RealNode, names: list[str], limit: int = 4000) -> str:
+    """What the state files `names` hold (pod, sandbox, pending DEL), and the runtime's
+    log lines about their containers, for a failure message."""
+    out = []
+    said = node.log("containerd")
+    for name in names:
+        path = node.host_path(STATE_DIR) / name
+        try:
+            text = path.read_text()[:limit]
+        except OSError as e:
+            text = f"({e})"
+        out.append(f"--- {name}: {text}")
+        cid = name.split(".", 1)[0]
+        out += [f"    {line}" for line in said.splitlines() if cid in line][-30:]
+    return "\n".join(out)
 
 
 README = cl.REPO_ROOT / "README.md"
