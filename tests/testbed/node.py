@@ -817,9 +817,26 @@ def uninstall(node: RealNode, mode: str, overlay: Path | str | None = None,
     """`kubectl delete -k` of the mode's overlay or of the admin's `overlay` of it that
     installed netattach, then until netattach's pods and (when `clean`: no pod it
     attached is left) its files are gone (`uninstalling`)."""
+    remove_stopped_sandboxes(node)
     with uninstalling(node, clean, timeout):
         node.kubectl("delete", "-k", str(overlay or OVERLAYS[mode]), "--ignore-not-found",
                      "--wait=true", timeout=timeout)
+
+
+def remove_stopped_sandboxes(node: RealNode) -> None:
+    """RemovePodSandbox of every sandbox the kubelet stopped (its pod deleted), as the
+    kubelet's garbage collection does within a minute or so. The runtime DELs a sandbox
+    again when it removes it; done before an uninstall, that DEL meets the netattach
+    that DELed it first (its tombstone: quiet) rather than, a test later, an uninstall
+    under way (a dying token: a DEL pending) or another install (no tombstone: rebuilt)."""
+    for sandbox in node.cri.sandboxes():
+        if sandbox.get("state") != "SANDBOX_NOTREADY":
+            continue
+        try:
+            node.cri.remove_sandbox(sandbox["id"])
+        except rt.CriError as e:
+            if e.code != "NotFound":
+                raise
 
 
 def wait_gone(node: RealNode, timeout: float = 120) -> None:
