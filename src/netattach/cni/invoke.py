@@ -36,7 +36,10 @@ multi-threaded daemon (Python's subprocess docs)."""
 MAX_SYMLINKS = 40
 """Symlinks one path lookup may follow before ELOOP (Linux's MAXSYMLINKS)."""
 
-META_PLUGIN_TYPES = frozenset({"netattach", "netattach-shim", "multus", "multus-shim"})
+OWN_TYPES = frozenset({"netattach", "netattach-shim"})
+"""netattach's executables in the bin dir (thin mode's plugin, thick mode's shim)."""
+
+META_PLUGIN_TYPES = OWN_TYPES | {"multus", "multus-shim"}
 """Plugin types of delegating meta-plugins: a config with one of them attaches more than
 its own network (netattach's in thin and thick mode, Multus' in thin and thick mode).
 No delegate is ever one of them (check_plugin_type, MetaPluginRefused): a nested

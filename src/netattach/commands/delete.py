@@ -307,14 +307,14 @@ def _added_without_netattach(orch: Orchestrator, req: CniRequest,
     The rule's source: libcni caches every successful ADD under the network name of the
     conflist it ran, and the runtime DELs with the conflist it has now (netattach's), so
     an entry under another name is an ADD by another conflist."""
-    from ..cni.invoke import META_PLUGIN_TYPES
+    from ..cni.invoke import META_PLUGIN_TYPES, OWN_TYPES
     from ..node.libcni_cache import cached_adds
     entries = cached_adds(req.container_id, req.ifname, orch.libcni_cache_dir)
     if len(entries) == 1:
         retired = _retired_add(entries[0])
         if retired is not None:
             return retired, repr(entries[0].network)
-    own_types = {"netattach", "netattach-shim", conf.raw.get("type")}
+    own_types = OWN_TYPES | {conf.raw.get("type")}
     if not entries or any(e.network == conf.name or e.plugin_types & own_types
                           for e in entries):
         return None, ""

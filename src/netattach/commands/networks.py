@@ -54,15 +54,11 @@ class PodNotFound(TryAgain):
     not be visible yet)."""
 
 
-OWN_TYPES = frozenset({"netattach", "netattach-shim"})
-"""netattach's executables in the bin dir (thin mode's plugin, thick mode's shim)."""
-
-
 def is_own(config: NetworkConfig, conf: NetConf) -> bool:
     """True when a plugin of `config` is netattach itself: its own `type`, or either of
-    its executables (OWN_TYPES) whatever the mode: a config file of netattach's in a
+    its executables (invoke.OWN_TYPES) whatever the mode: a config file of netattach's in a
     conf dir, which is never the cluster default network."""
-    own = OWN_TYPES | {conf.raw.get("type", "netattach")}
+    own = invoke.OWN_TYPES | {conf.raw.get("type", "netattach")}
     return any(p.get("type") in own for p in config.plugins)
 
 
