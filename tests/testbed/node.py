@@ -823,20 +823,25 @@ def uninstall(node: RealNode, mode: str, overlay: Path | str | None = None,
                      "--wait=true", timeout=timeout)
 
 
-def remove_stopped_sandboxes(node: RealNode) -> None:
+def remove_stopped_sandboxes(node: RealNode, timeout: float = 120) -> None:
     """RemovePodSandbox of every sandbox the kubelet stopped (its pod deleted), as the
     kubelet's garbage collection does within a minute or so. The runtime DELs a sandbox
     again when it removes it; done before an uninstall, that DEL meets the netattach
     that DELed it first (its tombstone: quiet) rather than, a test later, an uninstall
-    under way (a dying token: a DEL pending) or another install (no tombstone: rebuilt)."""
-    for sandbox in node.cri.sandboxes():
-        if sandbox.get("state") != "SANDBOX_NOTREADY":
-            continue
+    under way (a dying token: a DEL pending) or another install (no tombstone: rebuilt).
+    `timeout` is a hang guard: until then, a sandbox the kubelet is removing meanwhile is
+    waited for."""
+    stopped = {s["id"] for s in node.cri.sandboxes() if s.get("state") == "SANDBOX_NOTREADY"}
+    for sandbox_id in stopped:
         try:
-            node.cri.remove_sandbox(sandbox["id"])
-        except rt.CriError as e:
-            if e.code != "NotFound":
-                raise
+            node.cri.remove_sandbox(sandbox_id)
+        except rt.CriError:
+            pass  # gone, or the kubelet is removing it now: waited for below
+    deadline = time.monotonic() + timeout
+    while (left := stopped & {s["id"] for s in node.cri.sandboxes()}):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"stopped sandboxes not removed in {timeout:.0f} s: {left}")
+        time.sleep(0.5)
 
 
 def wait_gone(node: RealNode, timeout: float = 120) -> None:
