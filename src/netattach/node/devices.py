@@ -85,7 +85,7 @@ class DeviceInfoError(IOFailure):
 # --- NAD annotation ---------------------------------------------------------------
 
 
-def nad_resource_name(nad: dict) -> str | None:
+def nad_resource_name(nad: dict[str, Any]) -> str | None:
     """The NAD's `k8s.v1.cni.cncf.io/resourceName` annotation, or None when it has none.
 
     An empty (or blank) value counts as none. Surrounding blanks are dropped.
@@ -397,7 +397,7 @@ def cni_device_info_path(container_id: str, ifname: str, base_dir: str = DEVINFO
     return os.path.join(base_dir, "cni", name)
 
 
-def _load(path: str) -> dict | None:
+def _load(path: str) -> dict[str, Any] | None:
     """The device-info object in `path`; None when absent, or (with a warning) invalid."""
     try:
         # O_NONBLOCK: a FIFO planted there must not hang the ADD; checked below.
@@ -428,7 +428,7 @@ def _load(path: str) -> dict | None:
         log.warning("device-info file %s is not valid JSON (%s); ignored", path, e)
         return None
     problem = _invalid(info)
-    if problem:
+    if problem or not isinstance(info, dict):
         log.warning("device-info file %s is not device information: %s; ignored", path, problem)
         return None
     return info
@@ -451,7 +451,7 @@ def _invalid(info: Any) -> str | None:
 
 
 def read_device_info(resource_name: str | None, device_id: str | None, container_id: str,
-                     ifname: str, base_dir: str = DEVINFO_DIR) -> dict | None:
+                     ifname: str, base_dir: str = DEVINFO_DIR) -> dict[str, Any] | None:
     """The attachment's device information for network-status "device-info" (§6.1.1).
 
     The attachment's CNI file first (what the plugin chain left, or our copy of
@@ -465,7 +465,7 @@ def read_device_info(resource_name: str | None, device_id: str | None, container
     return info
 
 
-def save_device_info(container_id: str, ifname: str, info: dict,
+def save_device_info(container_id: str, ifname: str, info: dict[str, Any],
                      base_dir: str = DEVINFO_DIR) -> str:
     """Write `info` as the attachment's CNI device-info file (creating `cni/`) and
     return its path. Atomic: plugins never see half a file.
@@ -486,7 +486,7 @@ def save_device_info(container_id: str, ifname: str, info: dict,
 
 
 def copy_device_info(resource_name: str, device_id: str, container_id: str, ifname: str,
-                     base_dir: str = DEVINFO_DIR) -> dict | None:
+                     base_dir: str = DEVINFO_DIR) -> dict[str, Any] | None:
     """Before the attachment's chain runs: copy the device plugin's file for the device
     into the attachment's CNI file (device-info spec §4.2.1). Returns the copied
     information, or None when the device plugin left none (or an invalid one):

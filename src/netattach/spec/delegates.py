@@ -51,6 +51,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from netattach.cni.chain import NetworkConfig
 from netattach.cni.errors import CniError, ConfigError
@@ -102,9 +103,9 @@ def _cni_error_message(exc: CniError, source: str) -> str:
     return text if source in text else f"invalid CNI config {source}: {text}"
 
 
-def _with_name(data: dict, name: str) -> dict:
+def _with_name(data: dict[str, Any], name: str) -> dict[str, Any]:
     """*data* with ``name`` set, placed after ``cniVersion`` like the §3.4.2.1 example."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     if "cniVersion" in data:
         out["cniVersion"] = data["cniVersion"]
     out["name"] = name
@@ -114,7 +115,7 @@ def _with_name(data: dict, name: str) -> dict:
     return out
 
 
-def _nad_ref(nad: dict, default_name: str) -> str:
+def _nad_ref(nad: dict[str, Any], default_name: str) -> str:
     meta = nad.get("metadata") if isinstance(nad, dict) else None
     meta = meta if isinstance(meta, dict) else {}
     name = meta["name"] if isinstance(meta.get("name"), str) and meta.get("name") else default_name
@@ -122,7 +123,7 @@ def _nad_ref(nad: dict, default_name: str) -> str:
     return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
 
 
-def config_from_nad(nad: dict, *, default_name: str) -> NetworkConfig | None:
+def config_from_nad(nad: dict[str, Any], *, default_name: str) -> NetworkConfig | None:
     """The CNI config held in a NAD's ``spec.config`` (§3.4.1 step 1, §3.4.2).
 
     Args:
@@ -220,7 +221,7 @@ def list_conf_files(conf_dir: str) -> list[str]:
     return [os.path.join(conf_dir, n) for n in names]
 
 
-def _read_json_object(path: str) -> dict:
+def _read_json_object(path: str) -> dict[str, Any]:
     """The JSON object in *path*; DelegateError if unreadable or not an object."""
     try:
         with open(path, "rb") as fh:
@@ -238,7 +239,7 @@ def _read_json_object(path: str) -> dict:
     return data
 
 
-def _read_bool(data: dict, key: str, path: str) -> bool:
+def _read_bool(data: dict[str, Any], key: str, path: str) -> bool:
     """libcni's readBool: a JSON boolean or the strings "true"/"false" (any case)."""
     value = data.get(key, False)
     if isinstance(value, bool):
@@ -253,7 +254,7 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def side_plugins(conf_dir: str, name: object, path: str) -> list[dict]:
+def side_plugins(conf_dir: str, name: object, path: str) -> list[dict[str, Any]]:
     """Plugin configs in ``<conf_dir>/<name>/*.conf``, in name order (libcni >= 1.2
     NetworkPluginConfsFromFiles); [] when there is no such dir. *path* names the config
     they belong to in errors. Raises DelegateError (7) naming the unreadable file."""
@@ -277,7 +278,7 @@ def side_plugins(conf_dir: str, name: object, path: str) -> list[dict]:
     return plugins
 
 
-def _config_from_file_data(path: str, data: dict) -> NetworkConfig:
+def _config_from_file_data(path: str, data: dict[str, Any]) -> NetworkConfig:
     """Validate the parsed content of the CNI config file *path*."""
     if _ext(path) == _LIST_EXT:
         load_only_inlined = _read_bool(data, "loadOnlyInlinedPlugins", path)
@@ -385,7 +386,7 @@ def find_on_disk(conf_dirs: str | Sequence[str], name: str) -> NetworkConfig | N
     return config
 
 
-def resolve_delegate(nad: dict | None, namespace: str, name: str,
+def resolve_delegate(nad: dict[str, Any] | None, namespace: str, name: str,
                      conf_dirs: str | Sequence[str]) -> NetworkConfig:
     """The CNI config to delegate to for the NAD *namespace*/*name* (§3.4.1).
 
