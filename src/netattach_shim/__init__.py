@@ -17,12 +17,8 @@ protocol below is plain bytes, stdin is decoded only when it may hold
 uses (`_decode`). Only the shim's own errors import `json`, to write the document.
 docs/architecture.md has the numbers.
 
-The wire protocol (daemon/server.py, `read_request` and `answer`, is the other end):
-* request: each CNI variable the shim has, as `NAME=value` followed by a NUL byte (an
-  environment entry holds no NUL), then one more NUL, then stdin's bytes as they came;
-  then the shim shuts down its sending side;
-* answer: the exit status in decimal, a newline, then exactly the bytes for stdout (a
-  CNI result or error document, or nothing); the daemon then closes.
+The wire protocol (request, answer, limits) is netattach_shim.wire, which the daemon
+(daemon/server.py) imports too.
 
 The shim waits for the answer at most `answer_timeout` seconds once connected (the
 conf's readiness wait, apiTimeout and delegateTimeout for the networks the conf names
@@ -50,11 +46,12 @@ import os
 import sys
 import time
 
+from .wire import DEFAULT_SOCKET_DIR, MAX_ANSWER, decode_answer, encode_request
+from .wire import socket_path as _in_dir
+
 SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 """netattach.cni.version.SUPPORTED_VERSIONS, repeated because the shim imports nothing
 of the package (tests/unit/test_thick_units.py keeps the two equal)."""
-DEFAULT_SOCKET_DIR = "/run/netattach"
-SOCKET_NAME = "netattach.sock"
 ADD_WAIT_SECONDS = 10.0
 """How long an ADD waits for the daemon's socket to accept before failing with code 11:
 a daemon restarting (DaemonSet rollout, a crash) is back within seconds, and the kubelet
@@ -62,9 +59,6 @@ retries a failed sandbox anyway."""
 ANSWER_MARGIN = 10.0
 """Seconds of answer_timeout beyond the conf's budgets: the daemon's queue, its state
 writes and the API reads its caches miss."""
-MAX_ANSWER = 64 << 20
-CNI_ENV = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS",
-           "CNI_PATH")
 FROM_STATE = ("DEL", "GC", "CHECK")
 TRY_AGAIN, NOT_AVAILABLE, INTERNAL = 11, 50, 999
 
@@ -83,7 +77,7 @@ def socket_path(config: object) -> str:
     """`<daemonSocketDir>/netattach.sock` of the decoded stdin (the default dir when the
     key is absent, not a non-empty string, or stdin is no JSON object)."""
     d = config.get("daemonSocketDir") if isinstance(config, dict) else None
-    return os.path.join(d if isinstance(d, str) and d else DEFAULT_SOCKET_DIR, SOCKET_NAME)
+    return _in_dir(d if isinstance(d, str) and d else DEFAULT_SOCKET_DIR)
 
 
 def _seconds(config: dict, key: str, default: float) -> float:
@@ -130,7 +124,7 @@ def settings_of(stdin: bytes) -> tuple[str, float]:
     SETTINGS_KEYS: a JSON object key spells one either literally or with a `\\u`
     escape, so stdin holding neither has none, whatever else it holds."""
     if b"\\u" not in stdin and not any(key in stdin for key in SETTINGS_KEYS):
-        return os.path.join(DEFAULT_SOCKET_DIR, SOCKET_NAME), answer_timeout(None)
+        return _in_dir(DEFAULT_SOCKET_DIR), answer_timeout(None)
     config = _decode(stdin)
     return socket_path(config), answer_timeout(config)
 
@@ -177,13 +171,6 @@ def _decode(stdin: bytes) -> object:
         return None
 
 
-def request_bytes(environ: dict[str, str], stdin: bytes) -> bytes:
-    """The request of the wire protocol (module doc): the CNI variables of `environ`,
-    then stdin. Names and values are encoded as the OS gave them (os.fsencode)."""
-    env = b"".join(os.fsencode(f"{k}={environ[k]}") + b"\0" for k in CNI_ENV if k in environ)
-    return env + b"\0" + stdin
-
-
 def ask(path: str, environ: dict[str, str], stdin: bytes, wait: float = 0.0,
         timeout: float = 135.0) -> tuple[int, bytes]:
     """Send one CNI call to the daemon at `path`; returns (exit status, stdout bytes).
@@ -210,7 +197,7 @@ def ask(path: str, environ: dict[str, str], stdin: bytes, wait: float = 0.0,
     answer_by = time.monotonic() + timeout
     try:
         try:
-            s.sendall(request_bytes(environ, stdin))
+            s.sendall(encode_request(environ, stdin))
             s.shutdown(_socket.SHUT_WR)
             chunks = []
             size = 0
@@ -233,12 +220,11 @@ def ask(path: str, environ: dict[str, str], stdin: bytes, wait: float = 0.0,
                            True) from None
     finally:
         s.close()
-    answer = b"".join(chunks)
-    status, newline, out = answer.partition(b"\n")
-    if not newline or status not in (b"0", b"1"):
+    try:
+        return decode_answer(b"".join(chunks))
+    except ValueError:
         raise NoAnswer(f"netattach daemon at {path} closed the connection without a whole "
-                       "answer (it stopped or was killed)", True)
-    return int(status), out
+                       "answer (it stopped or was killed)", True) from None
 
 
 def thin_plugin() -> str | None:

@@ -22,6 +22,7 @@ from netattach.daemon import cache, podapi, server
 from netattach.kube.client import KubeError
 from netattach.node.state import PendingStatus, SavedState, StateStore
 from netattach.spec.pod import PodRef
+from netattach_shim import wire
 
 
 def test_shim_versions_are_the_plugins():
@@ -72,12 +73,12 @@ def test_shim_finds_the_socket_dir_decoding_only_when_needed(stdin, path):
     assert shim.socket_path_of(stdin) == path
 
 
-@given(st.dictionaries(st.sampled_from(shim.CNI_ENV),
+@given(st.dictionaries(st.sampled_from(wire.CNI_ENV),
                        st.text(st.characters(blacklist_characters="\0",
                                              blacklist_categories=("Cs",)))),
        st.binary())
 def test_wire_request_round_trip(environ, stdin):
-    assert server.parse_request(shim.request_bytes(environ, stdin)) == (environ, stdin)
+    assert wire.decode_request(wire.encode_request(environ, stdin)) == (environ, stdin)
 
 
 @pytest.mark.parametrize("data", [
@@ -86,12 +87,16 @@ def test_wire_request_round_trip(environ, stdin):
 ])
 def test_wire_request_refused(data):
     with pytest.raises(ValueError):
-        server.parse_request(data)
+        wire.decode_request(data)
 
 
 def test_wire_answer():
     assert server.answer(0, {"cniVersion": "1.1.0"}) == b'0\n{"cniVersion": "1.1.0"}'
     assert server.answer(1, None) == b"1\n"
+    assert wire.decode_answer(server.answer(1, None)) == (1, b"")
+    for partial in (b"", b"0", b"2\n{}", b"x\n"):
+        with pytest.raises(ValueError):
+            wire.decode_answer(partial)
 
 
 def test_unfrozen_environment():

@@ -38,6 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from netattach_shim import wire
+
 from ..cni import invoke
 from ..cni.errors import CniError, TryAgain
 from ..cni.request import parse_cni_args
@@ -57,9 +59,6 @@ from .unixsock import SocketError, clear_stale, socket_dir
 
 log = logging.getLogger("netattach.daemon")
 
-SOCKET_NAME = "netattach.sock"
-MAX_REQUEST = 16 << 20
-"""Bytes of one request at most (a CNI config with its prevResult is a few KiB)."""
 READ_TIMEOUT = 30.0
 """Seconds a client may take to send its request (the shim sends it at once)."""
 READERS = 4
@@ -112,11 +111,6 @@ class SharedClient:
         return Kube(self.kubeconfig, timeout, setting, shared=shared, rbac=DAEMON_RBAC)
 
 
-CNI_ENV = frozenset(("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS",
-                     "CNI_PATH"))
-"""The variables a request may carry (netattach_shim.CNI_ENV)."""
-
-
 def read_request(conn: socket.socket) -> tuple[dict[str, str], bytes]:
     """One request of the shim's wire protocol (netattach_shim's module doc), read to
     the end of its stream: (CNI variables, stdin bytes). Raises ValueError for a
@@ -127,31 +121,14 @@ def read_request(conn: socket.socket) -> tuple[dict[str, str], bytes]:
     while chunk := conn.recv(1 << 16):
         chunks.append(chunk)
         size += len(chunk)
-        if size > MAX_REQUEST:
-            raise ValueError(f"request larger than {MAX_REQUEST} bytes")
-    return parse_request(b"".join(chunks))
-
-
-def parse_request(data: bytes) -> tuple[dict[str, str], bytes]:
-    """The bytes of one request -> (CNI variables, stdin). Raises ValueError."""
-    environ: dict[str, str] = {}
-    pos = 0
-    while True:
-        end = data.find(b"\0", pos)
-        if end < 0:
-            raise ValueError("the request ends inside its variables")
-        if end == pos:
-            return environ, data[end + 1:]
-        name, eq, value = os.fsdecode(data[pos:end]).partition("=")
-        if not eq or name not in CNI_ENV or name in environ:
-            raise ValueError(f"unexpected variable {name[:40]!r} in the request")
-        environ[name] = value
-        pos = end + 1
+        if size > wire.MAX_REQUEST:
+            raise ValueError(f"request larger than {wire.MAX_REQUEST} bytes")
+    return wire.decode_request(b"".join(chunks))
 
 
 def answer(code: int, doc: dict[str, Any] | None) -> bytes:
     """The answer of the wire protocol: exit status, newline, the stdout document."""
-    return b"%d\n" % code + (json.dumps(doc).encode() if doc is not None else b"")
+    return wire.encode_answer(code, json.dumps(doc).encode() if doc is not None else b"")
 
 
 def peer_gone(conn: socket.socket) -> bool:
@@ -268,7 +245,7 @@ class Daemon:
         self.cni_dir = cni_dir
         self._other_dirs: set[str] = set()
         self.socket_dir = socket_dir
-        self.socket_path = os.path.join(socket_dir, SOCKET_NAME)
+        self.socket_path = wire.socket_path(socket_dir)
         self.max_parallel = max_parallel
         self.stats = Stats()
         self.client = SharedClient(kubeconfig)
