@@ -46,7 +46,7 @@ from tests.e2e.test_dra_claims import (
 )
 from tests.testbed import netns as tb
 from tests.testbed import scenario as sc
-from tests.unit.test_validate_claims import dra_class_example
+from tests.unit.test_tools_validate_claims import dra_class_example
 
 pytestmark = pytest.mark.e2e
 

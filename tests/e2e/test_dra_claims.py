@@ -543,11 +543,11 @@ def test_status_devices_needs_the_drivers_rule_and_a_token_of_the_claims_node(
 def test_the_dra_example_is_accepted_by_the_api_server(admin_api, k8s_namespace):
     """docs/dra.md's complete example (DeviceClass, ResourceClaimTemplate, Pod): the API
     server admits each object as written (dry run; its CEL selectors compile);
-    tests/unit/test_validate_claims.py checks that `netattach validate` passes it and
+    tests/unit/test_tools_validate_claims.py checks that `netattach validate` passes it and
     what its selectors pick."""
     import yaml
 
-    from tests.unit.test_validate_claims import dra_example
+    from tests.unit.test_tools_validate_claims import dra_example
     for doc in yaml.safe_load_all(dra_example()):
         doc["metadata"].pop("namespace", None)
         if doc["kind"] == "Pod":

@@ -1,0 +1,84 @@
+"""The test tree's own layout (docs/architecture.md, "The repository's layout"),
+checked from the files:
+
+* every test module's file name is unique across the tiers (tests/unit, integration,
+  e2e, node, image): pytest imports a test file of a folder without `__init__.py` by
+  its bare name, so two `test_x.py` in two tiers collide as soon as one run collects
+  both, and a name found in a doc or a log names one file;
+* no test file is named after a module path that no longer exists: `test_<m>.py`
+  where `src/netattach/<m>.py` is gone but `src/netattach/<layer>/<m>.py` exists is
+  named after the flat module before the layer folders, and is `test_<layer>_<m>.py`.
+  Only the whole name is checked: `test_dra_claims.py` or `test_state_upgrade.py` name
+  a behaviour, not the module `daemon/dra.py` or `node/state.py`.
+
+Standard library only: the files are listed, nothing is imported.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests"
+PACKAGE = ROOT / "src" / "netattach"
+# files pytest gives a meaning by name, one per folder
+PER_FOLDER = {"conftest.py", "__init__.py"}
+
+
+def tier_modules() -> list[Path]:
+    """Every Python file under tests/ but the per-folder ones and the test data."""
+    return sorted(p for p in TESTS.rglob("*.py")
+                  if p.name not in PER_FOLDER and "__pycache__" not in p.parts
+                  and p.relative_to(TESTS).parts[0] != "data")
+
+
+def test_test_file_names_are_unique_across_tiers():
+    by_name: dict[str, list[str]] = defaultdict(list)
+    for path in tier_modules():
+        by_name[path.name].append(str(path.relative_to(ROOT)))
+    repeated = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert not repeated, f"test files sharing a name across tiers: {repeated}"
+
+
+def test_the_uniqueness_check_sees_every_tier():
+    tiers = {p.relative_to(TESTS).parts[0] for p in tier_modules() if p.name.startswith("test_")}
+    assert {"unit", "integration", "e2e", "node", "image"} <= tiers
+
+
+def _layer_modules() -> dict[str, list[str]]:
+    """module name -> the layer folders holding a module of that name."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for path in PACKAGE.glob("*/*.py"):
+        if path.name != "__init__.py" and not path.stem.startswith("_"):
+            out[path.stem].append(path.parent.name)
+    return out
+
+
+def stale_names(names: list[str], flat: set[str],
+                layered: dict[str, list[str]]) -> dict[str, list[str]]:
+    """test file name -> the names it should have instead (one per layer holding the
+    module), for each `test_<m>.py` named after a module only a layer folder holds."""
+    out = {}
+    for name in names:
+        stem = name.removeprefix("test_").removesuffix(".py")
+        if stem not in flat and stem in layered:
+            out[name] = [f"test_{layer}_{stem}.py" for layer in sorted(layered[stem])]
+    return out
+
+
+def test_no_test_file_is_named_after_a_module_that_moved_into_a_layer():
+    flat = {p.stem for p in PACKAGE.glob("*.py")} | {
+        p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    names = [p.name for p in tier_modules() if p.name.startswith("test_")]
+    stale = stale_names(names, flat, _layer_modules())
+    assert not stale, f"test files named after a module path that no longer exists: {stale}"
+
+
+def test_the_stale_name_rule():
+    layered = {"state": ["node"], "hotplug": ["daemon", "spec"], "client": ["kube"]}
+    flat = {"cli", "install"}
+    assert stale_names(["test_state.py", "test_hotplug.py", "test_node_state.py",
+                        "test_state_upgrade.py", "test_cli.py", "test_install.py",
+                        "test_hotplug_e2e.py"], flat, layered) == {
+        "test_state.py": ["test_node_state.py"],
+        "test_hotplug.py": ["test_daemon_hotplug.py", "test_spec_hotplug.py"]}
