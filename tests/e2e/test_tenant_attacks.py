@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed import scenario as sc
+from netattach_testbed import scenario as sc
 
 DEFAULT_NETWORK = "v1.multus-cni.io/default-network"
 

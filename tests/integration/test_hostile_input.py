@@ -20,8 +20,8 @@ import pytest
 
 from netattach.cni.jsonutil import MAX_DEPTH
 from netattach.spec.selection import MAX_ANNOTATION_BYTES, NETWORKS_ANNOTATION
-from tests.testbed.scenario import netattach_command
-from tests.testbed.statefiles import live
+from netattach_testbed.scenario import netattach_command
+from netattach_testbed.statefiles import live
 from tests.unit.test_kube_client import Stub, kubeconfig
 
 NAD_PATH = "/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions/{name}"

@@ -10,11 +10,16 @@ checked from the files:
   named after the flat module before the layer folders, and is `test_<layer>_<m>.py`.
   Only the whole name is checked: `test_dra_claims.py` or `test_state_upgrade.py` name
   a behaviour, not the module `daemon/dra.py` or `node/state.py`.
+* the test bed is a package of its own, `netattach_testbed` (testbed/, installed by
+  `make venv`), outside src/ so that netattach's wheel and bundle never carry it; it,
+  hack/ (the demo, the bench) and the bench's library import nothing of `tests`.
 
 Standard library only: the files are listed, nothing is imported.
 """
 from __future__ import annotations
 
+import ast
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 
@@ -82,3 +87,47 @@ def test_the_stale_name_rule():
                         "test_hotplug_e2e.py"], flat, layered) == {
         "test_state.py": ["test_node_state.py"],
         "test_hotplug.py": ["test_daemon_hotplug.py", "test_spec_hotplug.py"]}
+
+
+def imports_of_tests(path: Path) -> list[str]:
+    """`import tests...` and `from tests... import` anywhere in `path` (inside
+    functions too), as `line: module`."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        out += [f"{node.lineno}: {n}" for n in names if n == "tests" or n.startswith("tests.")]
+    return out
+
+
+def test_the_test_bed_hack_and_the_bench_import_nothing_of_tests():
+    files = sorted((ROOT / "hack").rglob("*.py")) + sorted((ROOT / "testbed").rglob("*.py"))
+    assert ROOT / "hack" / "bench.py" in files and ROOT / "hack" / "demo.py" in files
+    assert ROOT / "hack" / "benchlib" / "subjects.py" in files
+    assert ROOT / "testbed" / "netattach_testbed" / "cluster.py" in files
+    found = {str(p.relative_to(ROOT)): i for p in files if (i := imports_of_tests(p))}
+    assert not found, f"imports of tests.* outside tests/: {found}"
+
+
+def test_the_import_check_sees_every_form(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import tests.testbed.cluster\nfrom tests import x\nimport testsuite\n"
+                 "from . import tests\ndef f():\n    from tests.unit.test_x import y\n")
+    assert sorted(imports_of_tests(f)) == ["1: tests.testbed.cluster", "2: tests",
+                                           "6: tests.unit.test_x"]
+
+
+def test_the_test_bed_is_not_part_of_netattachs_distribution():
+    """The wheel finds packages under src/ only; the bundle collects `netattach`'s
+    submodules (netattach.spec), and nothing of netattach imports the test bed."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["tool"]["setuptools"]["packages"]["find"]["where"] == ["src"]
+    assert (ROOT / "testbed" / "netattach_testbed" / "__init__.py").exists()
+    assert not list((ROOT / "src").glob("*testbed*"))
+    testbed = tomllib.loads((ROOT / "testbed" / "pyproject.toml").read_text())
+    assert testbed["tool"]["setuptools"]["packages"] == ["netattach_testbed"]
+    assert not [p for p in (ROOT / "src").rglob("*.py") if "netattach_testbed" in p.read_text()]

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from netattach.tools.validate import Finding, format_text, lint_sources
-from tests.testbed.scenario import netattach_command
+from netattach_testbed.scenario import netattach_command
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC_EXAMPLES = REPO / "tests" / "data" / "spec_examples"
