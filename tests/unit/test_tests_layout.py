@@ -51,11 +51,12 @@ def test_the_uniqueness_check_sees_every_tier():
 
 
 def _layer_modules() -> dict[str, list[str]]:
-    """module name -> the layer folders holding a module of that name."""
+    """module name -> the folders holding a module of that name, as a test name spells
+    them (`node`, or `node_netns` for node/netns/)."""
     out: dict[str, list[str]] = defaultdict(list)
-    for path in PACKAGE.glob("*/*.py"):
+    for path in PACKAGE.glob("*/**/*.py"):
         if path.name != "__init__.py" and not path.stem.startswith("_"):
-            out[path.stem].append(path.parent.name)
+            out[path.stem].append("_".join(path.parent.relative_to(PACKAGE).parts))
     return out
 
 
