@@ -23,11 +23,13 @@ sysdeps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(DEBS) >/dev/null; \
 	fi
 
+# netattach and its test bed (testbed/, a distribution of its own that the tests, the
+# demo and the bench import as netattach_testbed), both editable.
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml testbed/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -U pip
-	$(VENV)/bin/pip install -q -e '.[test]'
+	$(VENV)/bin/pip install -q -e '.[test]' -e ./testbed
 	touch $@
 
 # The single binary (docs/build.md): PyInstaller's onedir bundle dist/netattach/,
@@ -88,7 +90,7 @@ include mk/image.mk
 # Static checks (configured in pyproject.toml): ruff on the code and tests, mypy on the
 # package (strict on the CNI protocol and the orchestrator's core).
 lint: venv
-	$(VENV)/bin/ruff check src tests hack
+	$(VENV)/bin/ruff check src tests testbed hack
 	$(VENV)/bin/mypy
 
 # Every test: the static checks, then unit, integration (real plugins in real netns)

@@ -46,16 +46,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "hack"))
 
 from benchlib import measure, multus, report  # noqa: E402
 from benchlib.subjects import Attachment, Bed, Pod, Subject, all_subjects  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 
-from tests.testbed import cluster as cl  # noqa: E402
-from tests.testbed import netns as tb  # noqa: E402
-from tests.testbed import scenario as sc  # noqa: E402
+# the test bed (testbed/), installed into .venv by `make venv`
+from netattach_testbed import cluster as cl  # noqa: E402
+from netattach_testbed import netns as tb  # noqa: E402
+from netattach_testbed import scenario as sc  # noqa: E402
 
 NAMESPACE = "bench"
 LOAD_NAMESPACE = "bench-load"

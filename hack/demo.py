@@ -3,7 +3,7 @@
 `make demo NODE=real` (--node real) shows it as an admin sees it on a cluster: a real
 single-node Kubernetes (kubelet, scheduler, controller-manager, containerd) on this
 machine, netattach's image (`make image`) installed with `kubectl apply -k deploy/`,
-the pod created and deleted with kubectl (tests/testbed/node.py).
+the pod created and deleted with kubectl (testbed/netattach_testbed/node.py).
 
 `make demo RUNTIME=containerd` (--runtime containerd) shows the same pod under a real
 container runtime: netattach installed on a node by its own installer, containerd
@@ -28,14 +28,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.testbed import cluster as cl  # noqa: E402
-from tests.testbed import netns as tb  # noqa: E402
-from tests.testbed import runtime as rt  # noqa: E402
-from tests.testbed import scenario as sc  # noqa: E402
-from tests.testbed.statefiles import tombstones  # noqa: E402
+# the test bed (testbed/), installed into .venv by `make venv`
+from netattach_testbed import cluster as cl
+from netattach_testbed import netns as tb
+from netattach_testbed import runtime as rt
+from netattach_testbed import scenario as sc
+from netattach_testbed.statefiles import tombstones
 
 NAMESPACE = "demo"
 
@@ -63,7 +61,7 @@ def main() -> int:
 
 
 def main_real_node() -> int:
-    from tests.testbed import node as nd
+    from netattach_testbed import node as nd
     workdir = Path(tempfile.mkdtemp(prefix="netattach-demo-node-"))
     env = tb.new_host_env()
     try:

@@ -4,7 +4,7 @@ The exec'd ADD/DEL/STATUS validate netattach's own configuration on every call;
 importing jsonschema for that cost about 0.1 s per call (issue 11). fastjsonschema
 turns the schema into plain Python once, here; the generated module needs only the
 standard library (`re`), so the schema in netconf.py stays the single source and the
-exec'd path imports neither library. tests/unit/test_netconf_validator.py fails when
+exec'd path imports neither library. tests/unit/test_spec_netconf_validator.py fails when
 the committed file is not what this script generates from the current schema, and
 checks that it accepts exactly what jsonschema accepts.
 

@@ -1,6 +1,6 @@
 # Go-built test bed: etcd + kube-apiserver (the real control plane the e2e tests,
 # `make demo` and `make bench` run against), kube-controller-manager, kube-scheduler,
-# kubelet and kubectl (the real node of tests/testbed/node.py), cnitool + the CNI reference plugins, and
+# kubelet and kubectl (the real node of testbed/netattach_testbed/node.py), cnitool + the CNI reference plugins, and
 # containerd (the real container runtime, with its runc shim, ctr, the tests' CRI
 # client and the sandbox image's pause program; runc itself is Debian's), and Multus
 # CNI (thin plugin, thick-mode shim and daemon: what `make bench` measures netattach
@@ -35,7 +35,7 @@ ifeq ($(and $(K8S_VERSION),$(ETCD_VERSION),$(CNI_PLUGINS_VERSION),$(CONTAINERD_V
 $(error cannot read the test-bed versions from $(TESTBIN_SRC)/*/go.mod)
 endif
 
-# Keep these names in sync with tests/testbed/cluster.py (default_k8s_bin_dir),
+# Keep these names in sync with testbed/netattach_testbed/cluster.py (default_k8s_bin_dir),
 # which derives the same key from the same go.mod.
 TESTBIN_K8S_DIR := $(TESTBIN_DIR)/k8s-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 # The Kubernetes commands of the tools module (etcd, built apart, is not one of them).
@@ -44,7 +44,7 @@ K8S_BINS := $(addprefix $(TESTBIN_K8S_DIR)/,$(notdir $(K8S_PKGS)))
 TESTBIN_CNI_DIR := $(TESTBIN_DIR)/cni-$(CNI_PLUGINS_VERSION)
 CNI_PKGS := $(call gomod_tools,$(TESTBIN_SRC)/cni/go.mod)
 CNI_BINS := $(addprefix $(TESTBIN_CNI_DIR)/,$(notdir $(CNI_PKGS)))
-# Keep in sync with tests/testbed/runtime.py (default_bin_dir, BINARIES).
+# Keep in sync with testbed/netattach_testbed/runtime.py (default_bin_dir, BINARIES).
 TESTBIN_CONTAINERD_DIR := $(TESTBIN_DIR)/containerd-$(CONTAINERD_VERSION)
 CONTAINERD_PKGS := $(call gomod_tools,$(TESTBIN_SRC)/containerd/go.mod)
 CONTAINERD_RELEASE_BINS := $(addprefix $(TESTBIN_CONTAINERD_DIR)/,$(notdir $(CONTAINERD_PKGS)))

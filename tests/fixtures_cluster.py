@@ -1,4 +1,4 @@
-"""The test control plane (etcd + kube-apiserver, see tests/testbed/cluster.py) as fixtures.
+"""The test control plane (etcd + kube-apiserver, see testbed/netattach_testbed/cluster.py) as fixtures.
 
 One cluster per session, started on first use (so unit-only runs never start it),
 with deploy/ applied as `kubectl apply -k deploy/` applies it (thin mode: the CRD,
@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from tests.testbed import cluster as cl
-from tests.testbed.daemon import NODE_NAME
+from netattach_testbed import cluster as cl
+from netattach_testbed.daemon import NODE_NAME
 
 
 @pytest.fixture(scope="session")

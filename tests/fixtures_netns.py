@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed import netns as tb
-from tests.testbed import runtime as rt
+from netattach_testbed import netns as tb
+from netattach_testbed import runtime as rt
 
 
 @pytest.fixture
@@ -23,8 +23,8 @@ def host_env():
 @pytest.fixture(scope="session", autouse=True)
 def no_leaks_at_end():
     """Proves at the end of the session that tests left nothing behind: netns, links,
-    dirs, processes (tests/testbed/netns.py), and what a test-owned containerd may
-    leave (tests/testbed/runtime.py: shims, mounts, cgroups, libcni cache entries)."""
+    dirs, processes (testbed/netattach_testbed/netns.py), and what a test-owned containerd may
+    leave (testbed/netattach_testbed/runtime.py: shims, mounts, cgroups, libcni cache entries)."""
     yield
     left = tb.leaks() + rt.leaks()
     assert not left, f"tests left these behind: {sorted(left)}"

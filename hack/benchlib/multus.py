@@ -28,7 +28,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from tests.testbed import cluster as cl
+from netattach_testbed import cluster as cl
 
 ROOT = Path(__file__).resolve().parents[2]
 GOMOD = ROOT / "hack" / "testbin" / "multus" / "go.mod"

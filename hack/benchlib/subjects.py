@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.testbed import cluster as cl
-from tests.testbed import runtime as rt
-from tests.testbed import scenario as sc
-from tests.testbed import statefiles
-from tests.testbed.netns import HostEnv
+from netattach_testbed import cluster as cl
+from netattach_testbed import runtime as rt
+from netattach_testbed import scenario as sc
+from netattach_testbed import statefiles
+from netattach_testbed.netns import HostEnv
 
 from . import multus
 from .measure import Exec, spawn
@@ -165,7 +165,7 @@ class NetattachThin(_Plugin):
 class NetattachThick(_Daemonised):
     """netattach's thick mode: `netattach daemon` and its shim. Skipped, with the reason,
     while the build has no `netattach daemon` or the test bed no way to run it
-    (tests/testbed/daemon.py)."""
+    (testbed/netattach_testbed/daemon.py)."""
     key, label = "netattach_thick", "netattach thick"
 
     def __init__(self) -> None:
@@ -176,10 +176,10 @@ class NetattachThick(_Daemonised):
                             "this build has no thick mode yet")
             return
         try:
-            from tests.testbed import daemon as node_daemon
+            from netattach_testbed import daemon as node_daemon
         except ImportError:
             self.skipped = ("the build has `netattach daemon`, the test bed no "
-                            "tests/testbed/daemon.py to run it")
+                            "testbed/netattach_testbed/daemon.py to run it")
             return
         self.node_daemon = node_daemon
 

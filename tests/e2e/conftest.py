@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed import scenario as sc
-from tests.testbed.artifact import required_artifact
-from tests.testbed.daemon import NodeDaemon
+from netattach_testbed import scenario as sc
+from netattach_testbed.artifact import required_artifact
+from netattach_testbed.daemon import NodeDaemon
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -39,7 +39,7 @@ def make_scenario(admin_api, plugin_kubeconfig, daemon_kubeconfig, host_env, k8s
     In thick mode the first call starts the test's daemon (after the NADs exist, so its
     first LIST holds them); it is stopped at teardown. Later calls (more pods) share it.
     `daemon_kubeconfig_path=PATH` (thick, first call): the daemon's kubeconfig instead of its
-    ServiceAccount's direct one (e.g. through tests/testbed/apiproxy.py); `daemon_flags`
+    ServiceAccount's direct one (e.g. through testbed/netattach_testbed/apiproxy.py); `daemon_flags`
     (thick, first call): its flags instead of NodeDaemon's."""
     daemons: list[NodeDaemon] = []
 

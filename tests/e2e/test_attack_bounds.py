@@ -18,8 +18,8 @@ import json
 
 import pytest
 
+from netattach_testbed import scenario as sc
 from tests.e2e.test_faults_children import del_twice
-from tests.testbed import scenario as sc
 
 ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 

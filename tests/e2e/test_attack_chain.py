@@ -12,7 +12,7 @@ cause, until it succeeds.
 Both modes (the `mode` fixture): the runtime execs `netattach` (thin), or
 `netattach-shim`, whose daemon runs the children (thick). Real plugins in a real netns
 against the real kube-apiserver; the bridge runs through a recording wrapper
-(tests/testbed/faults.py, fault "none") so the test sees its ADD and DELs and the address
+(testbed/netattach_testbed/faults.py, fault "none") so the test sees its ADD and DELs and the address
 it was given. Nothing here depends on timing.
 """
 from __future__ import annotations
@@ -22,10 +22,10 @@ import json
 
 import pytest
 
-from tests.testbed import faults
-from tests.testbed import netns as tb
-from tests.testbed import scenario as sc
-from tests.testbed.statefiles import tombstones
+from netattach_testbed import faults
+from netattach_testbed import netns as tb
+from netattach_testbed import scenario as sc
+from netattach_testbed.statefiles import tombstones
 
 pytestmark = pytest.mark.e2e
 

@@ -30,6 +30,8 @@ import yaml
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 from kubernetes.client.rest import ApiException
 
+from netattach_testbed import netns as tb
+from netattach_testbed import scenario as sc
 from tests.e2e.test_dra_claims import (
     CLAIM_SUBNET,
     DRIVER,
@@ -44,9 +46,7 @@ from tests.e2e.test_dra_claims import (
     subnets_configmap,
     wait_devices,
 )
-from tests.testbed import netns as tb
-from tests.testbed import scenario as sc
-from tests.unit.test_validate_claims import dra_class_example
+from tests.unit.test_tools_validate_claims import dra_class_example
 
 pytestmark = pytest.mark.e2e
 

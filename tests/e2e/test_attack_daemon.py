@@ -1,6 +1,6 @@
 """Tenants must not cost the node daemon unbounded work or memory (issue 21), on the real
 API server, real plugins and a real netns, against the built artifact's `netattach
-daemon` (tests/testbed/daemon.py):
+daemon` (testbed/netattach_testbed/daemon.py):
 
 * a hot-plug element that keeps failing, with its pod's annotation edited 20 times in
   a row: its ADD is tried far fewer than 20 times (its backoff), every edit is looked
@@ -29,12 +29,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from netattach_testbed import cluster as cl
+from netattach_testbed import faults
+from netattach_testbed import scenario as sc
+from netattach_testbed.daemon import NodeDaemon
 from tests.e2e.test_faults_children import del_twice, with_fault_network
 from tests.e2e.test_hotplug_e2e import FULL, add, hotplug, select, wait_event
-from tests.testbed import cluster as cl
-from tests.testbed import faults
-from tests.testbed import scenario as sc
-from tests.testbed.daemon import NodeDaemon
 
 pytestmark = pytest.mark.e2e
 

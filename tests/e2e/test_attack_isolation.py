@@ -14,7 +14,7 @@ pod, the annotation, the NAD and the cause, with a Warning event on the pod, and
 ran: no child (no bridge on the host, no recorder call), no link or address in the pod's
 netns, no IP allocated, no state saved. Real API server, real plugins, the built
 artifact in thin and thick mode; the kubelet's PodResources API is the stand-in gRPC
-server (tests/testbed/kubelet.py). No assertion is about time.
+server (testbed/netattach_testbed/kubelet.py). No assertion is about time.
 """
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pytest
 
+from netattach_testbed import kubelet
+from netattach_testbed import netns as tb
+from netattach_testbed import scenario as sc
 from tests.e2e.test_dra_devices_e2e import recorded_adds, write_dp_info
 from tests.e2e.test_hotplug_e2e import NET_A, hotplug, snapshot, wait_attached, wait_event
 from tests.e2e.test_spec_e2e import recorder
-from tests.testbed import kubelet
-from tests.testbed import netns as tb
-from tests.testbed import scenario as sc
 
 pytestmark = pytest.mark.e2e
 

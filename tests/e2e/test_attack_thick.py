@@ -1,7 +1,7 @@
 """Bounded work per pod in thick mode (issue 21): one pod must not be able to exhaust the
-node daemon. The built artifact's `netattach daemon` (tests/testbed/daemon.py) serves
+node daemon. The built artifact's `netattach daemon` (testbed/netattach_testbed/daemon.py) serves
 shims exec'd as a runtime execs them, with real plugins in real netns and the real API
-server; a child that the test holds (tests/testbed/faults.py "hold": the real bridge,
+server; a child that the test holds (testbed/netattach_testbed/faults.py "hold": the real bridge,
 then a wait until the test removes a file) stands for a slow or hung plugin.
 
 * the runtime killing the shim mid-ADD: once the held child returns, the daemon runs
@@ -29,10 +29,10 @@ import uuid
 
 import pytest
 
+from netattach_testbed import faults
+from netattach_testbed import scenario as sc
 from tests.e2e.test_faults_children import sigkill, start_add, with_fault_network
 from tests.e2e.test_thick_mode import thin_calls
-from tests.testbed import faults
-from tests.testbed import scenario as sc
 
 pytestmark = pytest.mark.e2e
 

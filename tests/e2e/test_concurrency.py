@@ -21,8 +21,8 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.testbed import netns as tb
-from tests.testbed import scenario as sc
+from netattach_testbed import netns as tb
+from netattach_testbed import scenario as sc
 
 POOL = 20
 FULL = "net-a,other/net-b@data0"

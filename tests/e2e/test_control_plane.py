@@ -11,7 +11,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from tests.testbed import cluster as cl
+from netattach_testbed import cluster as cl
 
 pytestmark = pytest.mark.e2e
 

@@ -37,10 +37,10 @@ from kubernetes.client.rest import ApiException
 
 from netattach.daemon import dra
 from netattach.draplugin import dra_v1_pb2, dra_v1_pb2_grpc
+from netattach_testbed import netns as tb
+from netattach_testbed import scenario as sc
+from netattach_testbed.daemon import NodeDaemon
 from tests.e2e.test_dra_node import CALL_TIMEOUT, SLICE, host_veth, register, wait_socket
-from tests.testbed import netns as tb
-from tests.testbed import scenario as sc
-from tests.testbed.daemon import NodeDaemon
 
 pytestmark = pytest.mark.e2e
 

@@ -22,7 +22,7 @@ from kubernetes import client as k8s
 
 from netattach import __version__, daemon, install
 from netattach.install import conf_keys
-from tests.testbed import cluster as cl
+from netattach_testbed import cluster as cl
 
 CONTAINERFILE = cl.REPO_ROOT / "Containerfile"
 IMAGE = "ghcr.io/netattach/netattach"

@@ -15,9 +15,9 @@ import pytest
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 from kubernetes.client.rest import ApiException
 
-from tests.testbed import cluster as cl
-from tests.testbed import netns as tb
-from tests.testbed import scenario as sc
+from netattach_testbed import cluster as cl
+from netattach_testbed import netns as tb
+from netattach_testbed import scenario as sc
 
 pytestmark = pytest.mark.e2e
 
@@ -481,8 +481,8 @@ def test_status_devices_needs_the_drivers_rule_and_a_token_of_the_claims_node(
     token naming no node or another node is refused (no arbitrary-node), and so is an
     entry of another driver (resourceNames)."""
     from netattach.kube.client import Kube, KubeError
+    from netattach_testbed import faults
     from tests.e2e.test_faults_api import _delete_cluster_role, _service_account
-    from tests.testbed import faults
     pool = resource_slice("eth9")
     _claim_of_two_drivers(admin_api, k8s_namespace, pool)
     ours, theirs = _entry(DRIVER, pool, "cni"), _entry(OTHER_DRIVER, "gpus", "gpu-0")
@@ -543,11 +543,11 @@ def test_status_devices_needs_the_drivers_rule_and_a_token_of_the_claims_node(
 def test_the_dra_example_is_accepted_by_the_api_server(admin_api, k8s_namespace):
     """docs/dra.md's complete example (DeviceClass, ResourceClaimTemplate, Pod): the API
     server admits each object as written (dry run; its CEL selectors compile);
-    tests/unit/test_validate_claims.py checks that `netattach validate` passes it and
+    tests/unit/test_tools_validate_claims.py checks that `netattach validate` passes it and
     what its selectors pick."""
     import yaml
 
-    from tests.unit.test_validate_claims import dra_example
+    from tests.unit.test_tools_validate_claims import dra_example
     for doc in yaml.safe_load_all(dra_example()):
         doc["metadata"].pop("namespace", None)
         if doc["kind"] == "Pod":

@@ -5,7 +5,7 @@ PodResources API reports under dynamic_resources (Multus v4.2.3's rule, devices.
 Real API server (the pod references a real resource.k8s.io/v1 ResourceClaim, allocated
 and reserved as the scheduler writes it), real netns, real plugins (macvlan, host-local),
 the built artifact. The kubelet's PodResources API is the stand-in gRPC server
-(tests/testbed/kubelet.py) answering from those API objects in kubelet 1.34's shape.
+(testbed/netattach_testbed/kubelet.py) answering from those API objects in kubelet 1.34's shape.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from pathlib import Path
 from kubernetes.client import CoreV1Api, ResourceV1Api
 from kubernetes.client.exceptions import ApiException
 
+from netattach_testbed import kubelet
+from netattach_testbed import scenario as sc
 from tests.e2e.test_spec_e2e import assert_clean, recorder
-from tests.testbed import kubelet
-from tests.testbed import scenario as sc
 
 DRIVER = "net.example.com"
 POOL = "test-node"

@@ -34,11 +34,11 @@ from netattach.draplugin import (
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
-from tests.testbed import cluster as cl
-from tests.testbed import faults
-from tests.testbed import netns as tb
-from tests.testbed import scenario as sc
-from tests.testbed.daemon import NODE_NAME, NodeDaemon
+from netattach_testbed import cluster as cl
+from netattach_testbed import faults
+from netattach_testbed import netns as tb
+from netattach_testbed import scenario as sc
+from netattach_testbed.daemon import NODE_NAME, NodeDaemon
 
 pytestmark = pytest.mark.e2e
 

@@ -1,7 +1,7 @@
 """Issue 5, the API server's faults (1, 2, 8, 9), and issue 9's defects 2 and 10 (an
 answer 200 that is not JSON; 429/5xx retried within the budget): the built artifact,
 real child plugins in a real netns, the real kube-apiserver, reached directly or
-through tests/testbed/apiproxy.py, which makes it slow, silent, gone, throttling or
+through testbed/netattach_testbed/apiproxy.py, which makes it slow, silent, gone, throttling or
 replaced by an HTML page while netattach runs.
 
 After each fault: no interface is left in the pod's netns, no host-local allocation,
@@ -34,12 +34,12 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from netattach.kube.client import Kube, KubeError
-from tests.testbed import cluster as cl
-from tests.testbed import faults
-from tests.testbed import netns as tb
-from tests.testbed import scenario as sc
-from tests.testbed.apiproxy import ApiProxy
-from tests.testbed.serviceaccount import wait_for
+from netattach_testbed import cluster as cl
+from netattach_testbed import faults
+from netattach_testbed import netns as tb
+from netattach_testbed import scenario as sc
+from netattach_testbed.apiproxy import ApiProxy
+from netattach_testbed.serviceaccount import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -1,7 +1,7 @@
 """Failure modes of issue 5 around the children and the node (faults 3, 4 and 6).
 
 Each test runs scenario 1's real plugins in a real netns against the real
-kube-apiserver, plus a fault plugin (tests/testbed/faults.py) that really runs the
+kube-apiserver, plus a fault plugin (testbed/netattach_testbed/faults.py) that really runs the
 reference `bridge` and then misbehaves. Each proves that nothing is left: no
 interface in the netns but lo, no host-local allocation, no state or lock file
 once the runtime's DEL ran, and that the error or log says what happened.
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed import faults
-from tests.testbed import netns as tb
-from tests.testbed import scenario as sc
+from netattach_testbed import faults
+from netattach_testbed import netns as tb
+from netattach_testbed import scenario as sc
 
 pytestmark = pytest.mark.e2e
 

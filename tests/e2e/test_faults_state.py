@@ -23,9 +23,9 @@ import pytest
 from kubernetes import client as k8s
 
 from netattach.commands.delete import DEL_RETRY_WINDOW
-from tests.testbed import cluster as cl
-from tests.testbed import faults
-from tests.testbed import scenario as sc
+from netattach_testbed import cluster as cl
+from netattach_testbed import faults
+from netattach_testbed import scenario as sc
 
 
 def state_path(s: sc.Scenario) -> Path:

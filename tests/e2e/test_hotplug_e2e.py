@@ -31,6 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from netattach.node.state import StateStore
+from netattach_testbed import faults
+from netattach_testbed import netns as tb
+from netattach_testbed import scenario as sc
 from tests.e2e.test_concurrency import make_pods, run_all
 from tests.e2e.test_faults_children import (
     FAULT_SUBNET,
@@ -39,9 +42,6 @@ from tests.e2e.test_faults_children import (
     saved_state,
     with_fault_network,
 )
-from tests.testbed import faults
-from tests.testbed import netns as tb
-from tests.testbed import scenario as sc
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tests.testbed import scenario as sc
+from netattach_testbed import scenario as sc
 
 # Standard-library packages the exec'd path never needs (each costs from a few to tens
 # of ms, or starts machinery): asynchronous I/O, process pools, XML, decimal

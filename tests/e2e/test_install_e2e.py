@@ -21,10 +21,10 @@ from kubernetes.client.rest import ApiException
 
 from netattach.install.kubeconfig import KUBECONFIG_SUBDIR
 from netattach.install.primary import CONF_NAME
-from tests.testbed import cluster as cl
-from tests.testbed import scenario as sc
-from tests.testbed.scenario import netattach_command
-from tests.testbed.serviceaccount import wait_for, write_sa
+from netattach_testbed import cluster as cl
+from netattach_testbed import scenario as sc
+from netattach_testbed.scenario import netattach_command
+from netattach_testbed.serviceaccount import wait_for, write_sa
 
 SA_NS, SA_NAME = "kube-system", "netattach"
 

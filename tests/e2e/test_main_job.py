@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed import netns as tb
-from tests.testbed import scenario as sc
+from netattach_testbed import netns as tb
+from netattach_testbed import scenario as sc
 
 
 @pytest.fixture

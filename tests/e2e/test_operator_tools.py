@@ -13,8 +13,8 @@ import yaml
 from kubernetes import client as k8s
 
 from netattach.spec.status import NETWORK_STATUS_ANNOTATION, encode_status, status_entry
-from tests.testbed import cluster as cl
-from tests.testbed.scenario import netattach_command
+from netattach_testbed import cluster as cl
+from netattach_testbed.scenario import netattach_command
 
 pytestmark = pytest.mark.e2e
 

@@ -36,9 +36,9 @@ from kubernetes.client.rest import ApiException
 from netattach.cni.names import ifname_problem
 from netattach.kube.client import Kube, KubeError
 from netattach.tools.validate import ERROR, lint_sources
+from netattach_testbed import cluster as cl
+from netattach_testbed import faults
 from tests.fixtures_cluster import _delete_namespace
-from tests.testbed import cluster as cl
-from tests.testbed import faults
 
 pytestmark = pytest.mark.e2e
 

@@ -1,5 +1,5 @@
 """netattach under a real container runtime: containerd 2.x, driven through the CRI as
-the kubelet drives it (tests/testbed/runtime.py), against the real API server.
+the kubelet drives it (testbed/netattach_testbed/runtime.py), against the real API server.
 
 The node is set up as the DaemonSet sets it up: `netattach install --once` puts the
 built artifact in the node's CNI bin dir and writes 00-netattach.conflist (the only
@@ -18,10 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.testbed import runtime as rt
-from tests.testbed import scenario as sc
-from tests.testbed.daemon import NodeDaemon
-from tests.testbed.serviceaccount import wait_for
+from netattach_testbed import runtime as rt
+from netattach_testbed import scenario as sc
+from netattach_testbed.daemon import NodeDaemon
+from netattach_testbed.serviceaccount import wait_for
 
 pytestmark = pytest.mark.runtime
 

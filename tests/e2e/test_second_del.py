@@ -17,8 +17,8 @@ import re
 import pytest
 from kubernetes import client as k8s
 
-from tests.testbed import faults
-from tests.testbed import scenario as sc
+from netattach_testbed import faults
+from netattach_testbed import scenario as sc
 
 
 def counters(s: sc.Scenario) -> tuple[float, ...]:

@@ -29,8 +29,8 @@ import pytest
 import yaml
 
 from netattach.node.state import StateStore
-from tests.testbed import cluster as cl
-from tests.testbed import scenario as sc
+from netattach_testbed import cluster as cl
+from netattach_testbed import scenario as sc
 
 
 def mode(path: Path) -> int:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from kubernetes.client import CoreV1Api
 
-from tests.testbed import netns as tb
-from tests.testbed import scenario as sc
+from netattach_testbed import netns as tb
+from netattach_testbed import scenario as sc
 
 
 def links(s):
@@ -178,7 +178,7 @@ def two_device_attachments(admin_api, plugin_kubeconfig, host_env, k8s_namespace
     devices, the device plugin's device-info files in place. Yields (scenario, netattach
     conf, devinfo dir, recorder log)."""
     from netattach.node import devices
-    from tests.testbed import kubelet
+    from netattach_testbed import kubelet
 
     s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace, networks="dev-net,dev-net")
     log = host_env.root / "recorder.log"

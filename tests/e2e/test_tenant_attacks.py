@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed import scenario as sc
+from netattach_testbed import scenario as sc
 
 DEFAULT_NETWORK = "v1.multus-cni.io/default-network"
 
@@ -92,7 +92,7 @@ def test_the_default_network_annotation_cannot_name_a_meta_plugin(
 def test_a_link_to_netattach_under_another_name_is_refused(
         admin_api, make_scenario, k8s_namespace, tmp_path, canary, host_env):
     """A name in the plugin dirs that is netattach's file (here a symlink; a hard link
-    is refused the same way, tests/unit/test_policy.py)."""
+    is refused the same way, tests/unit/test_spec_policy.py)."""
     bin_dir = sc.install_bin_dir(host_env)
     (bin_dir / "innocent").symlink_to(bin_dir / "netattach")
     s, run = _attack(admin_api, make_scenario, k8s_namespace, tmp_path,

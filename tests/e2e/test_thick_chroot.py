@@ -14,8 +14,8 @@ import shlex
 
 import pytest
 
-from tests.testbed import scenario as sc
-from tests.testbed.daemon import NodeDaemon
+from netattach_testbed import scenario as sc
+from netattach_testbed.daemon import NodeDaemon
 
 pytestmark = pytest.mark.e2e
 

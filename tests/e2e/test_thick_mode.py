@@ -1,6 +1,6 @@
 """Thick mode's own guarantees (issue 11), on the real API server, real plugins and a
 real netns: the runtime execs `netattach-shim`, which asks the test's `netattach
-daemon` (the built artifact, tests/testbed/daemon.py).
+daemon` (the built artifact, testbed/netattach_testbed/daemon.py).
 
 * the daemon killed mid-ADD, or down during DEL: the shim runs the DEL in thin mode
   from the saved state, and everything is freed;
@@ -22,9 +22,9 @@ import subprocess
 
 import pytest
 
+from netattach_testbed import faults
+from netattach_testbed import scenario as sc
 from tests.e2e.test_faults_children import del_twice, saved_state, with_fault_network
-from tests.testbed import faults
-from tests.testbed import scenario as sc
 
 pytestmark = pytest.mark.e2e
 

@@ -1,5 +1,5 @@
 """Uninstall under a real container runtime: containerd 2.x driven through the CRI
-(tests/testbed/runtime.py), the installer a host process asked by the real API server
+(testbed/netattach_testbed/runtime.py), the installer a host process asked by the real API server
 (tests/e2e/test_uninstall_e2e.py's identity). What this adds to test_uninstall_e2e.py:
 containerd itself reloads the conf dir when the installer retires the conflist and
 removes it, and DELs each sandbox with the conf dir as it is then."""
@@ -12,10 +12,10 @@ import subprocess
 
 import pytest
 
+from netattach_testbed import runtime as rt
+from netattach_testbed import scenario as sc
+from netattach_testbed.serviceaccount import wait_for, write_sa
 from tests.e2e.test_uninstall_e2e import identity  # noqa: F401 (a fixture)
-from tests.testbed import runtime as rt
-from tests.testbed import scenario as sc
-from tests.testbed.serviceaccount import wait_for, write_sa
 
 pytestmark = pytest.mark.runtime
 

@@ -27,11 +27,11 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from netattach.node.nodefiles import CONFLIST_NAME, KUBECONFIG_DIR_NAME
-from tests.testbed import cluster as cl
-from tests.testbed import scenario as sc
-from tests.testbed.daemon import NodeDaemon
-from tests.testbed.netns import addresses_by_link
-from tests.testbed.serviceaccount import wait_for, write_sa
+from netattach_testbed import cluster as cl
+from netattach_testbed import scenario as sc
+from netattach_testbed.daemon import NodeDaemon
+from netattach_testbed.netns import addresses_by_link
+from netattach_testbed.serviceaccount import wait_for, write_sa
 
 NS = "kube-system"
 HOLD = "netattach.test/hold"  # a finalizer: the DaemonSet stays, being deleted

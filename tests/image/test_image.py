@@ -19,7 +19,7 @@ import pytest
 from hack.startup import api_refused_add
 from netattach import __version__
 from netattach.cni.version import SUPPORTED_VERSIONS
-from tests.testbed import image as im
+from netattach_testbed import image as im
 
 DIST = "opt/netattach"
 # the image runs the installer (deploy/daemonset.yaml execs the same path)

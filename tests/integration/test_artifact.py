@@ -22,9 +22,9 @@ import pytest
 
 from netattach import __version__
 from netattach.cli import SUBCOMMANDS
-from tests.testbed import netns as tb
-from tests.testbed.artifact import required_artifact
-from tests.testbed.scenario import DEBIAN_CNI_DIR, bridge_conf, netattach_conf, venv_command
+from netattach_testbed import netns as tb
+from netattach_testbed.artifact import required_artifact
+from netattach_testbed.scenario import DEBIAN_CNI_DIR, bridge_conf, netattach_conf, venv_command
 
 pytestmark = pytest.mark.integration
 

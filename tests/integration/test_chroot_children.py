@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed import netns as tb
+from netattach_testbed import netns as tb
 
 pytestmark = pytest.mark.integration
 

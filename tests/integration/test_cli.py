@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.testbed.scenario import netattach_command
+from netattach_testbed.scenario import netattach_command
 
 CONF = {"cniVersion": "1.0.0", "name": "na", "type": "netattach",
         "clusterNetwork": "/nonexistent/10-x.conf", "logToStderr": False}

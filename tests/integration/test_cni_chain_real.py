@@ -18,7 +18,7 @@ import pytest
 from netattach.cni import chain
 from netattach.cni.chain import NetworkConfig, RuntimeConf
 from netattach.cni.errors import ChildError, CniError
-from tests.testbed import netns as tb
+from netattach_testbed import netns as tb
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from netattach.node.state import StateStore
-from tests.testbed import netns as tb
-from tests.testbed.netns import HostEnv
-from tests.testbed.scenario import PluginRun, install_bin_dir, netattach_conf
+from netattach_testbed import netns as tb
+from netattach_testbed.netns import HostEnv
+from netattach_testbed.scenario import PluginRun, install_bin_dir, netattach_conf
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ child plugin run, no state written, no API request built from it.
 The executable runs as a runtime runs it (CNI env + stdin). A loopback stub stands in
 for the API server and records every request; the cluster default network's plugin
 is a canary script that records every call. Parsing alone is covered in tests/unit
-(test_selection, test_delegates, test_cni_errors_request; hostile container IDs and
+(test_spec_selection, test_spec_delegates, test_cni_errors_request; hostile container IDs and
 ifnames on ADD in test_cli.py): here is what the whole ADD or DEL does with the value.
 """
 from __future__ import annotations
@@ -20,9 +20,9 @@ import pytest
 
 from netattach.cni.jsonutil import MAX_DEPTH
 from netattach.spec.selection import MAX_ANNOTATION_BYTES, NETWORKS_ANNOTATION
-from tests.testbed.scenario import netattach_command
-from tests.testbed.statefiles import live
-from tests.unit.test_kube import Stub, kubeconfig
+from netattach_testbed.scenario import netattach_command
+from netattach_testbed.statefiles import live
+from tests.unit.test_kube_client import Stub, kubeconfig
 
 NAD_PATH = "/apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions/{name}"
 CANARY = """#!/bin/sh
@@ -35,7 +35,7 @@ fi
 
 
 class FakeApi(Stub):
-    """The loopback stub of test_kube.py, answering by path: `objects` maps a request
+    """The loopback stub of test_kube_client.py, answering by path: `objects` maps a request
     path to the JSON object served; any other GET is 404, any POST (an event) 201."""
 
     def __init__(self, objects: dict[str, dict]):

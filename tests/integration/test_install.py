@@ -1,7 +1,7 @@
 """`netattach install` as the DaemonSet runs it: real files in temp dirs stand for the
 host's CNI bin and conf dirs and the pod's ServiceAccount volume; the installer is a
 real subprocess (the console script, or the PyInstaller artifact when NETATTACH_EXE is
-set, see tests.testbed.scenario.netattach_command). Waits poll with deadlines."""
+set, see netattach_testbed.scenario.netattach_command). Waits poll with deadlines."""
 from __future__ import annotations
 
 import argparse
@@ -28,8 +28,8 @@ from netattach.install import primary as install_primary
 from netattach.node import atomicfile
 from netattach.node.logsetup import LOG_LEVELS
 from netattach.spec.netconf import parse_netconf
-from tests.testbed.scenario import netattach_command
-from tests.testbed.serviceaccount import CA, wait_for, write_sa
+from netattach_testbed.scenario import netattach_command
+from netattach_testbed.serviceaccount import CA, wait_for, write_sa
 
 POLL = "0.1"
 # netattach's own capability in every conflist it writes (networks.runtime_pod_annotations)

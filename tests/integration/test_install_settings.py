@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from netattach.spec.netconf import DEFAULT_CONF_DIR, MULTUS_CONF_DIR, parse_netconf
+from netattach_testbed.scenario import netattach_command
+from netattach_testbed.serviceaccount import wait_for
 from tests.integration.test_install import PRIMARY, Node, write_atomically
 from tests.integration.test_install import node as node  # noqa: F401 (the fixture)
-from tests.testbed.scenario import netattach_command
-from tests.testbed.serviceaccount import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ import pytest
 
 from netattach.node.devices import DeviceError, assign_device_ids, pod_devices
 from netattach.podresources import api_pb2, api_pb2_grpc
-from tests.testbed.kubelet import containers, serve
+from netattach_testbed.kubelet import containers, serve
 
 SRIOV = "intel.com/sriov_netdevice"
 RDMA = "nvidia.com/rdma"
@@ -132,7 +132,7 @@ def test_all_resources_in_one_request(kubelet):
 
 
 def test_the_stand_in_sends_what_kubelet_1_34_sends():
-    """The shape the DRA tests rest on (tests/testbed/kubelet.dynamic_resources)."""
+    """The shape the DRA tests rest on (testbed/netattach_testbed/kubelet.dynamic_resources)."""
     nics = THE_POD.containers[0].dynamic_resources[0]
     assert (nics.claim_name, nics.claim_namespace) == ("nics", NS)
     assert [(r.driver_name, r.pool_name, r.device_name, [c.name for c in r.cdi_devices])

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed import netns as tb
-from tests.testbed.netns import HostEnv
-from tests.testbed.scenario import (
+from netattach_testbed import netns as tb
+from netattach_testbed.netns import HostEnv
+from netattach_testbed.scenario import (
     DEBIAN_CNI_DIR,
     PluginRun,
     bridge_conf,

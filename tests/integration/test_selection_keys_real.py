@@ -36,7 +36,7 @@ from netattach.spec.selection import (
     SelectionError,
     parse_network_selection,
 )
-from tests.testbed import netns as tb
+from netattach_testbed import netns as tb
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ import sys
 import threading
 from pathlib import Path
 
-from tests.testbed.scenario import netattach_command
-from tests.testbed.statefiles import live
+from netattach_testbed.scenario import netattach_command
+from netattach_testbed.statefiles import live
 
 HOLD_LIMIT = 30  # seconds
 

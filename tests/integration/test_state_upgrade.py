@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from netattach.cni import chain
-from tests.testbed import netns as tb
-from tests.testbed.scenario import DEBIAN_CNI_DIR, PluginRun, install_bin_dir, netattach_conf
+from netattach_testbed import netns as tb
+from netattach_testbed.scenario import DEBIAN_CNI_DIR, PluginRun, install_bin_dir, netattach_conf
 
 pytestmark = pytest.mark.integration
 

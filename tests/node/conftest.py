@@ -1,4 +1,4 @@
-"""The real node tier (tests/testbed/node.py): one single-node cluster per session,
+"""The real node tier (testbed/netattach_testbed/node.py): one single-node cluster per session,
 started on first use; its tests install netattach on it as admins do."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.testbed import cluster as cl
-from tests.testbed import node as nd
+from netattach_testbed import cluster as cl
+from netattach_testbed import node as nd
 
 
 @pytest.fixture(scope="session")

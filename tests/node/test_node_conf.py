@@ -10,9 +10,9 @@ import os
 
 import yaml
 
-from tests.testbed import cluster as cl
-from tests.testbed import node as nd
-from tests.testbed.serviceaccount import wait_for
+from netattach_testbed import cluster as cl
+from netattach_testbed import node as nd
+from netattach_testbed.serviceaccount import wait_for
 
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
 CONFLIST = "/etc/cni/net.d/00-netattach.conflist"

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import yaml
 
-from tests.testbed import cluster as cl
-from tests.testbed import node as nd
+from netattach_testbed import cluster as cl
+from netattach_testbed import node as nd
 
 DRA_DOC = cl.REPO_ROOT / "docs" / "dra.md"
 NETWORKS = "k8s.v1.cni.cncf.io/networks"

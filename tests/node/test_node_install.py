@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from tests.testbed import node as nd
-from tests.testbed.serviceaccount import wait_for
+from netattach_testbed import node as nd
+from netattach_testbed.serviceaccount import wait_for
 
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
 

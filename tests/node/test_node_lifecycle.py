@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.testbed import node as nd
+from netattach_testbed import node as nd
 
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
 SELECTION = "net-a,other/net-b@data0"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.testbed import node as nd
+from netattach_testbed import node as nd
 
 MARKERS = ("readme-install-thin", "readme-install-thick", "readme-install-own-image",
            "readme-uninstall")

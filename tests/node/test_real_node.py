@@ -6,8 +6,8 @@ import ipaddress
 import json
 import subprocess
 
-from tests.testbed import node as nd
-from tests.testbed.serviceaccount import wait_for
+from netattach_testbed import node as nd
+from netattach_testbed.serviceaccount import wait_for
 
 
 def _running(node: nd.RealNode, namespace: str, name: str) -> dict:

@@ -1,12 +1,12 @@
-"""The e2e guard (tests/testbed/artifact.py): NETATTACH_EXE required, stale builds refused."""
+"""The e2e guard (testbed/netattach_testbed/artifact.py): NETATTACH_EXE required, stale builds refused."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from tests.testbed import artifact
-from tests.testbed.scenario import netattach_command
+from netattach_testbed import artifact
+from netattach_testbed.scenario import netattach_command
 
 
 def make_tree(tmp_path):

@@ -10,7 +10,7 @@ import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.testbed import image as im
+from netattach_testbed import image as im
 
 README = im.ROOT / "README.md"
 CONTAINERFILE = im.ROOT / "Containerfile"

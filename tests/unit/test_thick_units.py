@@ -221,7 +221,7 @@ def test_the_daemons_calls_share_one_client_reloaded_each_minute(tmp_path):
     """SharedClient: one loaded client (one connection) for every live read and queued
     write, each Kube with its own budget; the token file read again after
     CLIENT_REUSE_SECONDS, so a rotated token is used."""
-    from tests.unit.test_transport import write
+    from tests.unit.test_kube_transport import write
     (tmp_path / "token").write_text("first")
     now = [100.0]
     shared = server.SharedClient(write(tmp_path, {"server": "http://127.0.0.1:1"},

@@ -25,7 +25,7 @@ selects, the plugins their NADs run), so one sandbox must not take the pool. The
   says for how long, and the daemon's /readyz turns false past `--saturation-timeout`
   (server.Daemon.readiness), true again as soon as no call waits for a worker.
 
-Pure logic under one lock; the clock is injected (tests/unit/test_admission.py).
+Pure logic under one lock; the clock is injected (tests/unit/test_daemon_admission.py).
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Which kubeconfigs the standard-library transport serves (transport.load), and which
 it leaves to lightkube (None): a kubeconfig it misread would send the plugin's
 requests somewhere else or without credentials, so each rule is pinned here. The
-requests themselves run against a loopback stub (test_kube.py) and the real API
-server (tests/e2e/test_kube_client.py)."""
+requests themselves run against a loopback stub (test_kube_client.py) and the real API
+server (tests/e2e/test_kube_client_e2e.py)."""
 from __future__ import annotations
 
 import json

@@ -236,7 +236,7 @@ def scenario_sandbox(api, env, namespace: str, networks: str = "net-a,other/net-
                      name: str | None = None, nads: bool = True,
                      resource_claims: list[dict[str, Any]] | None = None,
                      ) -> tuple[str, dict[str, Any]]:
-    """Scenario 1 (tests/testbed/scenario.py) for the runtime: its NADs unless `nads` is
+    """Scenario 1 (testbed/netattach_testbed/scenario.py) for the runtime: its NADs unless `nads` is
     False (scenario.apply_nads), a Pod selecting `networks` with BANDWIDTH annotations,
     and the PodSandboxConfig the kubelet builds for that Pod (same metadata and
     annotations, a TCP hostPort HOST_PORT on 127.0.0.1); `resource_claims`: the Pod's

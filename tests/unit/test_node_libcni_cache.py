@@ -1,4 +1,4 @@
-"""cni.libcni_cache: reading libcni's result cache (libcni api.go cacheAdd's format) for
+"""node.libcni_cache: reading libcni's result cache (libcni api.go cacheAdd's format) for
 one container and interface, and nothing else of what may lie in that dir."""
 from __future__ import annotations
 

@@ -110,7 +110,7 @@ class ApiProxy:
 
     @classmethod
     def for_cluster(cls, cluster) -> ApiProxy:
-        """A proxy in front of a tests.testbed.cluster.Cluster, with its serving cert."""
+        """A proxy in front of a netattach_testbed.cluster.Cluster, with its serving cert."""
         return cls(cluster.server, cluster.pki["apiserver.crt"], cluster.pki["apiserver.key"],
                    cluster.ca_file)
 

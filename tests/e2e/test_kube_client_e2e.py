@@ -18,8 +18,8 @@ import yaml
 
 from netattach.kube import client as kube_mod
 from netattach.kube.client import Kube, KubeError
-from tests.testbed import cluster as cl
-from tests.testbed import scenario as sc
+from netattach_testbed import cluster as cl
+from netattach_testbed import scenario as sc
 
 pytestmark = pytest.mark.e2e
 

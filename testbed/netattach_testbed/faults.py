@@ -174,7 +174,7 @@ def tcp_peers(pid: int) -> set[int]:
 
 
 def apiserver_pid(cluster) -> int:
-    """The pid of the test cluster's kube-apiserver (tests/testbed/cluster.py starts it
+    """The pid of the test cluster's kube-apiserver (testbed/netattach_testbed/cluster.py starts it
     through `setpriv`, which execs, so the Popen pid is the server's)."""
     proc = cluster._apiserver.popen
     assert proc is not None and proc.poll() is None, "kube-apiserver is not running"

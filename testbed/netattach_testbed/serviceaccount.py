@@ -16,7 +16,7 @@ CA = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 def wait_for(predicate, what: str, timeout: float = 60.0):
     """Poll `predicate` every 20 ms until it returns something truthy; fail naming `what`.
 
-    The timeout is a hang guard (see tests.testbed.faults.wait_for): generous, so that
+    The timeout is a hang guard (see netattach_testbed.faults.wait_for): generous, so that
     a loaded machine makes a wait longer, never a failure."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

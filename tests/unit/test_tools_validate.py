@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from netattach.tools.validate import Finding, format_text, lint_sources
-from tests.testbed.scenario import netattach_command
+from netattach_testbed.scenario import netattach_command
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC_EXAMPLES = REPO / "tests" / "data" / "spec_examples"
@@ -637,7 +637,7 @@ def test_the_nodes_allowlist_and_nested_meta_plugins():
 def test_cli_claim_config_sources(tmp_path):
     """--claim-config-sources class: a claim's own CNI config is an error (exit 1); by
     default a note (exit 0)."""
-    from tests.unit.test_validate_claims import claim
+    from tests.unit.test_tools_validate_claims import claim
     (tmp_path / "claim.yaml").write_text(yaml.safe_dump(claim()))
     done = run_cli("claim.yaml", cwd=tmp_path)
     assert done.returncode == 0 and b"note" in done.stdout, done.stdout

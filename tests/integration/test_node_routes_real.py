@@ -20,7 +20,7 @@ from netattach.cni import chain
 from netattach.cni.errors import CniError
 from netattach.node.netnsinfo import link_mtus
 from netattach.node.routes import RouteError, RouteTarget, apply_default_routes
-from tests.testbed import netns as tb
+from netattach_testbed import netns as tb
 
 pytestmark = pytest.mark.integration
 

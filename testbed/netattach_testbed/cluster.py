@@ -459,7 +459,7 @@ class Cluster:
         started and raises ClusterError (TestbinMissing if binaries are missing).
         audit: the API server writes an audit log (see audit_events).
         service_cidr: the Service IP range (its first IP is in the serving cert).
-        nodes: configured for real nodes (tests/testbed/node.py), as a kubeadm cluster
+        nodes: configured for real nodes (testbed/netattach_testbed/node.py), as a kubeadm cluster
         is: Node and RBAC authorization, the NodeRestriction and ServiceAccount admission
         plugins, a client certificate for the API server's calls to kubelets."""
         return started(cls(workdir, bin_dir, audit, service_cidr, nodes), timeout)

@@ -684,7 +684,7 @@ def unique_name(prefix: str) -> str:
 
 # ---------------------------------------------------------------- scenario 1 on the node
 
-# Scenario 1's secondary networks on the real node (tests/testbed/scenario.py has the
+# Scenario 1's secondary networks on the real node (testbed/netattach_testbed/scenario.py has the
 # same shape on 198.18/15 for the tiers without a kubelet).
 NODE_SUBNETS = {"net-a": "198.19.194.0/24", "net-b": "198.19.195.0/24"}
 NET_A_MTU = 1420

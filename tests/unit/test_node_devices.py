@@ -191,7 +191,7 @@ def test_one_name_for_both_kinds_merges_container_by_container():
 
 def test_kubelets_cumulative_cdi_devices_give_each_device_once():
     """kubelet 1.34 lists under a driver's k-th device the CDI devices of devices 1..k
-    (tests/testbed/kubelet.dynamic_resources shows the shape); Multus would give vf-0
+    (testbed/netattach_testbed/kubelet.dynamic_resources shows the shape); Multus would give vf-0
     to the first two attachments. The allocation order is kept."""
     claim = [dev("vf-2", "example.com/net=vf-2"),
              dev("vf-0", "example.com/net=vf-2", "example.com/net=vf-0"),
