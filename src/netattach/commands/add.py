@@ -209,7 +209,7 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
         raise
     hotplug = conf.hotplug and pod is not None and api is not None and writes_after_answer(api)
     state = plan.saved(state, identity=hotplug)
-    if hotplug:  # the node daemon may change this sandbox later (daemon/hotplug.py)
+    if hotplug:  # the node daemon may change this sandbox later (commands/hotplug.py)
         state.hotplug = HotplugContext(dict(conf.raw), ":".join(req.path),
                                        plan.default_network)
     store.save_plan(state)  # before any child runs

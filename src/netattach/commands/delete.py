@@ -222,7 +222,7 @@ def _drop_pending(req: CniRequest, pod: PodRef | None, state: SavedState,
         log.info("%s: the network-status of container %s was not published yet; the DEL "
                  "drops it", where(pod), req.container_id)
     state.status_pending = None
-    state.hotplug = None  # nor is the sandbox changed any more (daemon/hotplug.py)
+    state.hotplug = None  # nor is the sandbox changed any more (commands/hotplug.py)
     store.save(state, durable=False)  # after a power loss, its netns is gone: not re-sent
 
 
