@@ -1,13 +1,16 @@
 """The node daemon's hot-plug worker (daemon/hotplug.py), its pure parts: which pod
-changes wake it, the per-pod rate limit that coalesces edits, and the network-status a
-change leaves (kept entries in order, removed ones dropped, new ones appended). The
-change itself runs real plugins in a real netns: tests/e2e/test_hotplug_e2e.py."""
+changes wake it, the per-pod rate limit that coalesces edits, the backoff of failed
+steps, and the network-status a change leaves (kept entries in order, removed ones
+dropped, new ones appended; commands/hotplug.py). The change itself, the command, is
+table-tested with fakes in tests/unit/test_hotplug_command.py, and runs real plugins in
+a real netns in tests/e2e/test_hotplug_e2e.py."""
 from __future__ import annotations
 
 import json
 import threading
 import time
 
+from netattach.commands.hotplug import synced_status
 from netattach.daemon import hotplug as hp
 from netattach.node.state import HotplugContext, SavedAttachment, SavedState
 from netattach.spec.pod import PodRef
@@ -157,7 +160,7 @@ def test_network_status_keeps_the_entries_it_had_drops_the_removed_appends_the_n
                      att("ns/net-c", "net3", "10.3.0.2/24"),
                      att("ns/net-d", "net4", None, change="add")],
         hotplug=HotplugContext({}, "", "", encode_status(recorded)))
-    entries = json.loads(hp._synced_status(state))
+    entries = json.loads(synced_status(state))
     assert [(e["name"], e["interface"]) for e in entries] == [
         ("cluster-net", "eth0"), ("other/net-b", "data0"), ("ns/net-c", "net3")]
     assert entries[0] == recorded[0] and entries[1] == recorded[2]
@@ -166,10 +169,10 @@ def test_network_status_keeps_the_entries_it_had_drops_the_removed_appends_the_n
     # entry is the old attachment's, and is made anew
     state.hotplug = HotplugContext({}, "", "", encode_status(
         recorded + [entry("ns/net-c", "net3", "10.3.0.99/24")]))
-    entries = json.loads(hp._synced_status(state, {("ns/net-c", "net3")}))
+    entries = json.loads(synced_status(state, {("ns/net-c", "net3")}))
     assert [e["ips"] for e in entries if e["name"] == "ns/net-c"] == [["10.3.0.2/24"]]
     state.hotplug = HotplugContext({}, "", "", "")
-    assert hp._synced_status(state) is None
+    assert synced_status(state) is None
 
 
 # ---------------------------------------------------------------- bounded work (issue 21)
@@ -216,7 +219,9 @@ def test_a_failed_step_waits_for_its_backoff_whatever_the_edits():
     key = ("c1", "add", "ns/net-fault")
     start, tries = clock.now, []
     for _ in range(20):  # one look per edit, a second apart
-        if not w._deferred("c1", key):
+        if key[1:] in w._waiting("c1"):
+            w._defer("c1", key)  # the command skipped it
+        else:
             tries.append(clock.now - start)
             w._outcome("c1", key, False)
         clock.now += 1.0
@@ -227,12 +232,12 @@ def test_a_failed_step_waits_for_its_backoff_whatever_the_edits():
     waits = []
     for _ in range(5):
         clock.now = w.backoff.due(key)
-        assert not w._deferred("c1", key)
+        assert key[1:] not in w._waiting("c1")
         w._outcome("c1", key, False)
         waits.append(w.backoff.due(key) - clock.now)
     assert waits == [40.0] * 5  # capped
     w._outcome("c1", key, True)
-    assert w.backoff.due(key) is None and not w._deferred("c1", key)
+    assert w.backoff.due(key) is None and w._waiting("c1") == set()
 
 
 def test_the_pod_is_looked_at_again_when_a_backoff_ends(tmp_path):

@@ -46,6 +46,8 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..cni import chain, invoke
@@ -59,6 +61,7 @@ from ..node.state import (
     CorruptState,
     HotplugContext,
     PendingStatus,
+    SavedAttachment,
     SavedState,
     StateError,
     StateStore,
@@ -71,6 +74,7 @@ from .networks import InvalidSelection, Plan, build_plan, empty_result
 
 if TYPE_CHECKING:
     from ..spec.claims import ClaimRef
+    from ..spec.plan import Attachment
     from .orchestrator import Orchestrator
 
 log = logging.getLogger("netattach")
@@ -205,7 +209,7 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
         raise
     hotplug = conf.hotplug and pod is not None and api is not None and writes_after_answer(api)
     state = plan.saved(state, identity=hotplug)
-    if hotplug:  # the node daemon may change this sandbox later (daemon/hotplug.py)
+    if hotplug:  # the node daemon may change this sandbox later (commands/hotplug.py)
         state.hotplug = HotplugContext(dict(conf.raw), ":".join(req.path),
                                        plan.default_network)
     store.save_plan(state)  # before any child runs
@@ -311,23 +315,16 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
     for i, att in enumerate(plan.attachments):
         _abandon_step(orch, pod, state, f"before network {att.network} (interface {att.ifname})")
         saved = state.attachments[i]
-        saved.attempted = True
         try:
-            # this mark, with the result of the attachment before
-            store.record_progress(state, [i - 1, i] if i else [i])
-            if i in plan.devices:
-                devices.copy_device_info(*plan.devices[i], req.container_id, att.ifname,
-                                         conf.device_info_dir)
-            result = chain.add(att.config, orch.runtime_conf(req, conf, att.ifname,
-                                                             att.capability_args),
-                               empty_result(att.config.cni_version) if att.auxiliary else None)
+            # its mark, with the result of the attachment before
+            result = attach_one(orch, req, conf, att, saved,
+                                partial(store.record_progress, state, [i - 1, i] if i else [i]),
+                                plan.devices.get(i))
         except CniError as e:
             log.error("%s: ADD of network %s (%s) failed: %s", where(pod), att.network,
                       att.ifname, e)
-            saved.mark_add_failed(e)
             raise _AttachFailed(e.within(where(pod, f"{att.network} (interface {att.ifname})"))) \
                 from None
-        assert result is not None  # chain.add raises when a plugin prints no result
         results.append(result)
         saved.result = result
         log.info("%s: attached network %s as %s", where(pod), att.network, att.ifname)
@@ -339,6 +336,41 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
             log.warning("%s: cannot save result of %s: %s", where(pod),
                         plan.attachments[-1].network, e)
     return results
+
+
+def attach_one(orch: Orchestrator, req: CniRequest, conf: NetConf, att: Attachment,
+               saved: SavedAttachment, record: Callable[[], None],
+               device: tuple[str, str] | None = None) -> dict[str, Any]:
+    """One attachment's ADD, the steps every ADD of netattach takes for one attachment:
+    the runtime's ADD for each attachment of its plan (`_attach_all`), a hot-plug change
+    for one element's (commands/hotplug.py).
+
+    1. `saved` (the attachment's record in the container's state) marked attempted and
+       `record`ed before anything of it runs (module doc, 3.: the caller's save: an ADD
+       appends a progress record to its saved plan, a hot-plug change saves the whole
+       state with its change mark), so that a DEL after a crash from here on undoes it;
+    2. its device-info copied (`device`: (resourceName, deviceID) from the kubelet);
+    3. its conf or conflist ADDed (chain.add, every plugin in order with prevResult) in
+       the request's netns as `att.ifname`, with its runtimeConfig; the auxiliary chain
+       from an empty prevResult (spec §7.1, Multus' auxiliary chain).
+    Returns the attachment's CNI result, not saved (the caller saves it with its next
+    step). Raises CniError (the record's StateError, a device-info failure, the child's
+    own error): `saved` then says where its ADD stopped (mark_add_failed), which its DEL
+    needs (delete.delete_attachment), and the caller undoes it (spec §7.2)."""
+    saved.attempted = True
+    try:
+        record()
+        if device is not None:
+            devices.copy_device_info(*device, req.container_id, att.ifname,
+                                     conf.device_info_dir)
+        result = chain.add(att.config, orch.runtime_conf(req, conf, att.ifname,
+                                                         att.capability_args),
+                           empty_result(att.config.cni_version) if att.auxiliary else None)
+    except CniError as e:
+        saved.mark_add_failed(e)
+        raise
+    assert result is not None  # chain.add raises when a plugin prints no result
+    return result
 
 
 def _abandon_step(orch: Orchestrator, pod: PodRef | None, state: SavedState, step: str) -> None:

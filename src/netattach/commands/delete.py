@@ -65,35 +65,56 @@ the API answers; after that it succeeds with what it could do (docs/architecture
 
 def delete_attachments(orch: Orchestrator, req: CniRequest, conf: NetConf,
                        state: SavedState) -> list[str]:
-    """DEL every attempted attachment in reverse order, past failures (spec §7.2), and
-    every plugin of each one's conf or conflist in reverse order, past failures
-    (chain.delete: every plugin's DEL is attempted, unlike libcni's DelNetworkList).
+    """DEL every attempted attachment in reverse order, past failures (spec §7.2), each
+    as `delete_attachment` does.
 
     Returns one message per attachment whose DEL failed ("network N (interface I):
     plugin type='T' name='N' failed (del): cause"); [] means nothing of `state` is
-    allocated any more. A plugin's DEL failure is logged only (WARNING) when it
-    leaves nothing of the ADD allocated (chain.AddFailure.excuse, from where the
-    attachment's failed ADD stopped): a plugin whose ADD never ran, or the failing one
-    failing as its ADD did (e.g. macvlan's master is missing), which would otherwise
-    fail every DEL of the sandbox forever. A netns already gone is passed as "" so
-    children release IPAM and skip the namespace (CNI SPEC.md: DEL must succeed when
-    resources are already gone).
+    allocated any more. A netns already gone is passed as "" so children release IPAM
+    and skip the namespace (CNI SPEC.md: DEL must succeed when resources are already
+    gone).
     """
     netns = "" if is_missing_netns(req.netns) else req.netns
     errors = []
     for att in reversed(state.attempted()):
-        what = f"network {att.network} (interface {att.ifname})"
-        try:
-            excused = chain.delete(chain.NetworkConfig.from_dict(att.config, att.source),
-                                   orch.saved_runtime_conf(req, conf, att, netns), att.result,
-                                   att.failed_add())
-            for x in excused:
-                log.warning("DEL of %s: %s; ignored: %s", what, x.error, x.why)
-            if att.device:
-                devices.remove_device_info(req.container_id, att.ifname, conf.device_info_dir)
-        except CniError as e:
-            errors.append(f"{what}: {e}")
+        error = delete_attachment(orch, req, conf, att, netns)
+        if error is not None:
+            errors.append(error)
     return errors
+
+
+def delete_attachment(orch: Orchestrator, req: CniRequest, conf: NetConf,
+                      att: SavedAttachment, netns: str | None = None) -> str | None:
+    """DEL one attachment, the step every DEL of netattach takes for one: the runtime's
+    DEL and an ADD's rollback (`delete_attachments`, each attempted attachment in
+    reverse), a hot-plug change's removal or undo (commands/hotplug.py).
+
+    Every plugin of its conf or conflist in reverse order, past failures (chain.delete:
+    every plugin's DEL is attempted, unlike libcni's DelNetworkList), with its saved
+    result as prevResult and its saved runtimeConfig; then its device-info file removed.
+    A plugin's DEL failure is logged only (WARNING) when it leaves nothing of the ADD
+    allocated (chain.AddFailure.excuse, from where the attachment's failed ADD stopped,
+    SavedAttachment.failed_add): a plugin whose ADD never ran, or the failing one
+    failing as its ADD did (e.g. macvlan's master is missing), which would otherwise
+    fail every DEL of the sandbox forever.
+    netns: the CNI_NETNS children get; None: the request's, or "" when it is gone.
+    Returns None when nothing of the attachment is allocated any more, else what is
+    left: "network N (interface I): <the CniError>". Never raises CniError.
+    """
+    if netns is None:
+        netns = "" if is_missing_netns(req.netns) else req.netns
+    what = f"network {att.network} (interface {att.ifname})"
+    try:
+        excused = chain.delete(chain.NetworkConfig.from_dict(att.config, att.source),
+                               orch.saved_runtime_conf(req, conf, att, netns), att.result,
+                               att.failed_add())
+        for x in excused:
+            log.warning("DEL of %s: %s; ignored: %s", what, x.error, x.why)
+        if att.device:
+            devices.remove_device_info(req.container_id, att.ifname, conf.device_info_dir)
+    except CniError as e:
+        return f"{what}: {e}"
+    return None
 
 
 def cmd_del(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
@@ -201,7 +222,7 @@ def _drop_pending(req: CniRequest, pod: PodRef | None, state: SavedState,
         log.info("%s: the network-status of container %s was not published yet; the DEL "
                  "drops it", where(pod), req.container_id)
     state.status_pending = None
-    state.hotplug = None  # nor is the sandbox changed any more (daemon/hotplug.py)
+    state.hotplug = None  # nor is the sandbox changed any more (commands/hotplug.py)
     store.save(state, durable=False)  # after a power loss, its netns is gone: not re-sent
 
 

@@ -23,7 +23,9 @@ Thin mode (`thin()`) hands it the live client and the process executor; unit tes
 hand it fakes and table-test ADD rollback and DEL recovery without root.
 
 The commands live in `add`, `delete`, `check` and `garbage`; each takes the
-orchestrator as its first argument.
+orchestrator as its first argument. Hot-plug's change of a running sandbox (`hotplug`,
+run by the node daemon, not by a runtime) takes a function making the orchestrator of
+that sandbox's operation from the CNI variables of its ADD.
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_INITIAL = 10.0
 """Seconds of the first wait (the kubelet's container restart backoff, backOffPeriod)."""
@@ -69,6 +70,12 @@ class Backoff:
     def reset(self, key: Hashable) -> None:
         """`key` succeeded (or is gone): its next failure waits `initial` again."""
         self._entries.pop(key, None)
+
+    def waiting_keys(self, match: object, now: float) -> list[tuple[Any, ...]]:
+        """The keys that are tuples starting with `match` (a sandbox's container ID) and
+        are `waiting` at `now`."""
+        return [k for k, e in self._entries.items() if isinstance(k, tuple) and k
+                and k[0] == match and now - e.last < e.delay]
 
     def forget(self, match: object) -> None:
         """Drop every key that is a tuple starting with `match` (a sandbox DELed: its

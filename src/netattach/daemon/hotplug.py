@@ -27,64 +27,33 @@ backoff ends. The key is the container and the element's NAD (for a DEL, the
 attachment's NAD and interface), so renaming the interface does not start it anew; a
 success forgets it, and so does the sandbox's DEL.
 
-What (`Hotplugger.reconcile`, under the container's lock, spec §7.3, so it never
-races the runtime's calls): `hotplug.diff` of the saved attachments and the elements
-selected now gives what to remove, add and refuse. Removed attachments are DELed in
-reverse order, then new ones ADDed in the pod's netns with the same delegate
-resolution, name injection, runtimeConfig and capability checks as ADD
-(networks.resolve_element, plan.element_attachment). Each step is recorded in the
-state before its child runs (SavedAttachment.change, fsync'ed): a daemon killed
-mid-change leaves a state the runtime's DEL fully cleans (the attachment is in it,
-attempted), and the restarted daemon undoes the interrupted step, then applies the
-annotation anew. A child that fails rolls back that attachment only (its DEL), and a
-Warning event names the network and the child's message. Refused, with a Warning
-event: a changed `v1.multus-cni.io/default-network` (the cluster default network is
-the runtime's interface), an element whose parameters changed in place, an interface
-name already in use, a NAD with a device resource (devices are given at pod creation),
-an element naming a `deviceID` (it is checked against the kubelet's allocation at pod
-creation only).
-Afterwards the network-status is brought in line with the state (`_synced_status`)
-and PATCHed through the daemon's queue, as an ADD's (recorded pending first), and
-each interface gets an `AddedInterface` or `RemovedInterface` event.
+What a change does (under the container's lock, each step recorded before its child
+runs, an interrupted one undone at the next look, the network-status synced): the
+command, commands/hotplug.py (`cmd_hotplug`), which returns its `Outcome`; this worker
+acts on it: each step's backoff, the metrics, the Events (a standing refusal reported
+once), forgetting a sandbox found gone. The command never calls back into the worker.
 """
 from __future__ import annotations
 
 import heapq
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
-from ..cni import chain, invoke
-from ..cni.errors import CniError
-from ..cni.request import CniRequest, parse_request
-from ..commands import networks
-from ..commands.delete import delete_attachments
+from ..cni import invoke
+from ..commands.hotplug import OPT_OUT_ANNOTATION, Outcome, StepKey, cmd_hotplug
 from ..commands.orchestrator import Orchestrator
 from ..kube.api import PodApi
-from ..node import netnsinfo
-from ..node.devices import nad_resource_name
-from ..node.state import (
-    PendingStatus,
-    SavedAttachment,
-    SavedState,
-    StateError,
-    StateStore,
-    is_missing_netns,
-)
-from ..spec import hotplug, policy, status
-from ..spec import plan as planning
-from ..spec.netconf import NetConf, parse_netconf
+from ..node.state import StateError, StateStore
+from ..spec.netconf import NetConf
 from ..spec.selection import DEFAULT_NETWORK_ANNOTATION, NETWORKS_ANNOTATION
 from .backoff import Backoff
 from .cache import WatchCache
 
 log = logging.getLogger("netattach.daemon")
 
-OPT_OUT_ANNOTATION = "netattach.io/hotplug"
-"""A pod with this annotation "false" is never changed by hot-plug."""
 WATCHED = (NETWORKS_ANNOTATION, DEFAULT_NETWORK_ANNOTATION, OPT_OUT_ANNOTATION)
 """The annotations whose change makes the pod's sandboxes be looked at."""
 
@@ -93,55 +62,6 @@ PodKey = tuple[str, str]
 
 def _annotations(obj: dict[str, Any] | None) -> dict[str, Any]:
     return ((obj or {}).get("metadata") or {}).get("annotations") or {}
-
-
-def _identity(att: SavedAttachment) -> hotplug.Attached:
-    """What hotplug.diff knows of a saved element attachment."""
-    assert att.selection is not None
-    return hotplug.Attached(att.network, att.ifname, att.selection["requested"],
-                            att.selection["params"])
-
-
-def _request(state: SavedState) -> tuple[dict[str, str], CniRequest, NetConf]:
-    """The runtime's ADD of `state`'s sandbox as it was: (its CNI variables, the request
-    and configuration parsed from them and the saved stdin as the ADD parsed them).
-    Raises CniError."""
-    assert state.hotplug is not None
-    environ = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": state.container_id,
-               "CNI_NETNS": state.netns, "CNI_IFNAME": state.ifname,
-               "CNI_ARGS": ";".join(f"{k}={v}" for k, v in state.cni_args),
-               "CNI_PATH": state.hotplug.cni_path}
-    req = parse_request(environ, json.dumps(state.hotplug.netconf).encode())
-    assert req.config is not None
-    return environ, req, parse_netconf(req.config)
-
-
-def _synced_status(state: SavedState, fresh: Collection[tuple[str, str]] = ()) -> str | None:
-    """The network-status of `state` after a change: the entries the sandbox had (as
-    last recorded) of attachments it still has, in order, then one per element
-    attachment it has without an entry (hot-plugged; MTU read from the netns).
-    `fresh`: (network, interface) of attachments added by this change: an entry
-    recorded under the same key is an earlier attachment's (removed, then added again
-    before the status was sent) and is made anew. None when nothing was recorded (the
-    ADD could not record it: there is nothing to edit)."""
-    assert state.hotplug is not None
-    if not state.hotplug.network_status:
-        return None
-    try:
-        entries = json.loads(state.hotplug.network_status)
-    except ValueError:
-        return None
-    present = [a for a in state.attachments
-               if a.attempted and a.result is not None and not a.change and not a.add_failed]
-    keys = {(a.network, a.ifname) for a in present}
-    kept = [e for e in entries if isinstance(e, dict)
-            and (e.get("name"), e.get("interface")) in keys - set(fresh)]
-    have = {(e.get("name"), e.get("interface")) for e in kept}
-    new = [a for a in present if a.selection is not None and (a.network, a.ifname) not in have]
-    mtus = netnsinfo.link_mtus(state.netns, [a.ifname for a in new]) if new else {}
-    kept += [status.status_entry(a.network, a.result, ifname=a.ifname, default=False,
-                                 mtu=mtus.get(a.ifname)) for a in new]
-    return status.encode_status(kept)
 
 
 class Hotplugger:
@@ -308,17 +228,20 @@ class Hotplugger:
         with self.lock:
             self.changes[result] += n
 
-    def _deferred(self, container_id: str, key: tuple[str, ...]) -> bool:
-        """True when the step `key` of the container is in backoff (skipped now, counted
-        "deferred"); the pod is then looked at again when the backoff ends."""
+    def _waiting(self, container_id: str) -> set[StepKey]:
+        """The steps of the container in backoff now (Step.key: the key without the
+        container ID), which the command skips."""
         with self.lock:
-            if not self.backoff.waiting(key, self.clock()):
-                return False
+            return {key[1:] for key in self.backoff.waiting_keys(container_id, self.clock())}
+
+    def _defer(self, container_id: str, key: tuple[str, ...]) -> None:
+        """The command skipped the step `key` (the container's, in backoff): counted
+        "deferred"; the pod is looked at again when the backoff ends."""
+        with self.lock:
             self.changes["deferred"] += 1
             self._retry_at(container_id, key)
         log.debug("hot-plug: container %s: %s not tried before its backoff ends", container_id,
                   " ".join(key[1:]))
-        return True
 
     def _outcome(self, container_id: str, key: tuple[str, ...], ok: bool) -> None:
         """Record the step `key` succeeded (its backoff forgotten) or failed (its backoff
@@ -338,147 +261,58 @@ class Hotplugger:
             self._retry[container_id] = min(due, self._retry.get(container_id, due))
 
     def reconcile(self, store: StateStore, container_id: str) -> None:
-        """Bring the sandbox `container_id` in line with its pod's selection now (module
-        doc), under the container's lock (and `exclusive`). A child's failure is
-        logged and reported as an event; a state that cannot be read or written raises
-        StateError (the worker logs it)."""
-        with self.exclusive, store.lock(container_id):
-            state = store.load(container_id)
-            if state is None:
-                self.untrack(container_id)  # DELed (GC's, or before it was tracked)
-                return
-            if (state.hotplug is None or not state.hotplug.network_status or state.pod is None
-                    or state.del_pending is not None or is_missing_netns(state.netns)):
-                # not a sandbox whose ADD completed (network_status is recorded last), or
-                # one whose DEL began (it drops the context first)
-                return
-            ref = state.pod
-            obj = self.pods.get(ref.namespace, ref.name)
-            meta = (obj or {}).get("metadata") or {}
-            if obj is None or (ref.uid and meta.get("uid") != ref.uid) \
-                    or meta.get("deletionTimestamp"):
-                log.debug("pod %s: not hot-plugged: not in the cache with UID %s (a static "
-                          "pod's mirror has another), or being deleted", ref, ref.uid)
-                return  # the pod is gone, re-created or being deleted: its DEL comes
-            log.debug("hot-plug: pod %s (resourceVersion %s): looking at container %s", ref,
-                      meta.get("resourceVersion"), container_id)
-            environ, req, conf = _request(state)
-            api = self.make_api(environ, conf)
-            orch = Orchestrator(api=lambda _conf: api, executor=self.executor,
-                                drop_writes=self.drop_writes)
-            pod_doc = {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid}
+        """Bring the sandbox `container_id` in line with its pod's selection now: the
+        command (commands/hotplug.py, `cmd_hotplug`) under `exclusive`, with this
+        daemon's seams (the API seam of one operation, the executor, drop_writes) and
+        the steps in backoff, then act on its Outcome (`_act`). A child's failure is
+        logged and reported as an event; what stopped the command (a state that cannot
+        be read or written: StateError; a bug) is raised after its steps are acted on
+        (the worker logs it)."""
+        apis: list[PodApi] = []
 
-            def event(type_: str, reason: str, message: str) -> None:
-                api.create_event(pod_doc, type_, reason, message)
+        def orchestrator(environ: dict[str, str]) -> Orchestrator:
+            def api(conf: NetConf) -> PodApi:
+                apis.append(self.make_api(environ, conf))
+                return apis[-1]
+            return Orchestrator(api=api, executor=self.executor, drop_writes=self.drop_writes)
 
-            self._finish_interrupted(orch, req, conf, store, state)
-            annotations = _annotations(obj)
-            fresh: set[tuple[str, str]] = set()
-            if str(annotations.get(OPT_OUT_ANNOTATION, "")).strip().lower() == "false":
-                log.debug("pod %s: %s is \"false\": not hot-plugged", ref, OPT_OUT_ANNOTATION)
-            else:
-                fresh = self._apply(orch, req, conf, store, state, api, annotations, event)
-            self._publish(store, state, api, meta.get("uid") or ref.uid, fresh, event)
+        waiting = self._waiting(container_id)
+        with self.exclusive:
+            outcome = cmd_hotplug(orchestrator, store, container_id, self.pods.get, waiting)
+        self._act(container_id, outcome, apis[-1] if apis else None)
+        if outcome.error is not None:
+            raise outcome.error
 
-    def _finish_interrupted(self, orch: Orchestrator, req: CniRequest, conf: NetConf,
-                            store: StateStore, state: SavedState) -> None:
-        """Undo each step a killed daemon left recorded (an ADD or a DEL begun): DEL it and
-        drop it from the state."""
-        for att in [a for a in state.attachments if a.change]:
-            key = (state.container_id, "undo", att.network, att.ifname)
-            if self._deferred(state.container_id, key):
-                continue
-            log.info("pod %s: hot-plug %s of %s (%s) was interrupted: undoing it", state.pod,
-                     att.change, att.network, att.ifname)
-            self._outcome(state.container_id, key,
-                          self._delete(orch, req, conf, store, state, att, keep_mark=True))
+    def _act(self, container_id: str, outcome: Outcome, api: PodApi | None) -> None:
+        """What the worker does with a command's Outcome: forget a sandbox gone; each
+        deferred step counted, each step's backoff reset or grown; the metrics; the
+        Events through `api` (the seam the change went through): the steps', each
+        refusal not reported at the sandbox's last look, the AddedInterface ones."""
+        if outcome.gone:
+            self.untrack(container_id)  # DELed (GC's, or before it was tracked)
+            return
+        for key in outcome.deferred:
+            self._defer(container_id, (container_id, *key))
+        for step in outcome.steps:
+            self._outcome(container_id, (container_id, *step.key), step.ok)
+        for result, n in (("removed", len(outcome.removed)), ("added", len(outcome.added)),
+                          ("failed", len(outcome.failed))):
+            if n:
+                self._count(result, n)
+        pod = outcome.pod
+        if pod is None or api is None:
+            return
+        pod_doc = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
 
-    def _delete(self, orch: Orchestrator, req: CniRequest, conf: NetConf, store: StateStore,
-                state: SavedState, att: SavedAttachment, keep_mark: bool = False) -> bool:
-        """DEL one attachment and drop it from the state (saved). False when its DEL
-        failed: it stays for the runtime's DEL, without its change mark (a removal
-        refused by its child: the attachment is as it was), or with it (`keep_mark`: an
-        interrupted step, undone again at the next look)."""
-        errors = delete_attachments(orch, req, conf, state.with_attachments([att]))
-        if errors:
-            if not keep_mark:
-                att.change = None
-            store.save(state)
-            log.error("pod %s: hot-plug DEL of %s failed: %s", state.pod, att.network,
-                      "; ".join(errors))
-            return False
-        state.attachments.remove(att)
-        store.save(state)
-        return True
+        def event(type_: str, reason: str, message: str) -> None:
+            api.create_event(pod_doc, type_, reason, message)
 
-    def _apply(self, orch: Orchestrator, req: CniRequest, conf: NetConf, store: StateStore,
-               state: SavedState, api: PodApi, annotations: dict[str, Any],
-               event: Callable[[str, str, str], None]) -> set[tuple[str, str]]:
-        """The change itself (module doc). Returns (network, interface) of each
-        attachment it added."""
-        assert state.hotplug is not None and state.pod is not None
-        pod = state.pod
-        refused: list[str] = []
-        default_now = str(annotations.get(DEFAULT_NETWORK_ANNOTATION, "")).strip()
-        if default_now != state.hotplug.default_network:
-            refused.append(f"{DEFAULT_NETWORK_ANNOTATION} changed (from "
-                           f"{state.hotplug.default_network or 'none'!r} to "
-                           f"{default_now or 'none'!r}): the cluster default network of a "
-                           "running pod is not changed")
-        try:
-            # the caps (networks.check_caps) count the sandbox's claim networks too
-            elements, _ = networks.selected_elements(
-                conf, pod, annotations, claims=sum(1 for a in state.attachments if a.claim))
-        except CniError as e:
-            self._refuse(state.container_id, refused + [e.msg], pod, event)
-            return set()
-        saved = [a for a in state.attachments if a.selection is not None and not a.change]
-        change = hotplug.diff([_identity(a) for a in saved], elements,
-                              [a.ifname for a in state.attachments if a.selection is None])
-        refused += change.refused
-        for index in change.remove:
-            att = saved[index]
-            if "default_route" in _identity(att).params:
-                refused.append(f"network {att.network} (interface {att.ifname}): its element "
-                               "chose the pod's default route (default-route), which "
-                               "removing it would leave without one; it is not removed")
-                continue
-            key = (state.container_id, "remove", att.network, att.ifname)
-            if self._deferred(state.container_id, key):
-                continue
-            att.change = "remove"
-            store.save(state)  # recorded before the child runs
-            removed = self._delete(orch, req, conf, store, state, att)
-            self._outcome(state.container_id, key, removed)
-            if removed:
-                self._count("removed")
-                event("Normal", "RemovedInterface", f"Remove {att.ifname} from {att.network}")
-            else:
-                self._count("failed")
-                event("Warning", "ErrorRemovingNetwork",
-                      f"network {att.network} (interface {att.ifname}) could not be removed; "
-                      "it stays until the pod's sandbox is deleted")
-        fresh = set()
-        for element, ifname in change.add:
-            holder = next((a for a in state.attachments if a.ifname == ifname), None)
-            if holder is not None:  # a removal above failed: the name is still in use
-                refused.append(f"network {element.ref}: interface {ifname} is still held by "
-                               f"{holder.network}, whose removal failed")
-            elif element.default_route is not None:
-                refused.append(f"network {element.ref}: default-route is chosen when the pod "
-                               "is created; add the element without it")
-            else:
-                add_key: tuple[str, ...] = (state.container_id, "add", element.ref)
-                if self._deferred(state.container_id, add_key):
-                    continue
-                outcome = self._add(orch, req, conf, store, state, api, element, ifname, event,
-                                    refused)
-                if outcome != "refused":
-                    self._outcome(state.container_id, add_key, outcome == "added")
-                if outcome == "added":
-                    fresh.add((element.ref, ifname))
-        self._refuse(state.container_id, refused, pod, event)
-        return fresh
+        for e in outcome.events:
+            event(*e)
+        if outcome.refused is not None:
+            self._refuse(container_id, outcome.refused, pod, event)
+        for e in outcome.status_events:
+            event(*e)
 
     def _refuse(self, container_id: str, reasons: list[str], pod: Any,
                 event: Callable[[str, str, str], None]) -> None:
@@ -494,79 +328,3 @@ class Hotplugger:
             log.warning("pod %s: hot-plug refused: %s", pod, reason)
             self._count("refused")
             event("Warning", "HotplugRefused", reason)
-
-    def _add(self, orch: Orchestrator, req: CniRequest, conf: NetConf, store: StateStore,
-             state: SavedState, api: PodApi, element: Any, ifname: str,
-             event: Callable[[str, str, str], None], refused: list[str]) -> str:
-        """ADD one element's attachment as `ifname`, recorded first; a failure DELs it. A
-        refusal is appended to `refused`. Returns "added", "failed" (its NAD or config
-        could not be resolved, or its child failed: a Warning event says why) or
-        "refused"."""
-        pod = state.pod
-        try:
-            nad, config = networks.resolve_element(conf, pod, api, element)
-            if element.device_id is not None:
-                # checked against the kubelet's allocation when the sandbox is created
-                # (networks._assign_devices), never here: refused, not run unchecked
-                refused.append(f"network {element.ref}: {NETWORKS_ANNOTATION}: deviceID "
-                               f"{element.device_id!r} is honoured at pod creation only, "
-                               "where it is checked against the devices the kubelet "
-                               "allocated to the pod")
-                return "refused"
-            if nad is not None and nad_resource_name(nad):
-                refused.append(f"network {element.ref}: its NetworkAttachmentDefinition asks "
-                               f"for device resource {nad_resource_name(nad)}, which the "
-                               "kubelet allocates at pod creation only")
-                return "refused"
-            att = planning.element_attachment(element, config, ifname)
-            policy.check_delegate(att.config, conf, policy.from_tenant(att.config),
-                                  orch.executor, (conf.bin_dir, *req.path))
-        except CniError as e:
-            self._count("failed")
-            event("Warning", "ErrorAddingNetwork", f"hot-plug of {element.ref}: {e.msg}")
-            return "failed"
-        saved = SavedAttachment(network=att.network, ifname=ifname, config=att.config.raw,
-                                source=att.config.source, capability_args=att.capability_args,
-                                attempted=True, selection=networks.saved_selection(att),
-                                change="add")
-        state.attachments.append(saved)
-        store.save(state)  # recorded before the child runs
-        try:
-            result = chain.add(att.config, orch.runtime_conf(req, conf, ifname,
-                                                             att.capability_args), None)
-        except CniError as e:
-            log.error("pod %s: hot-plug ADD of %s (%s) failed: %s", pod, att.network, ifname, e)
-            saved.mark_add_failed(e)
-            self._delete(orch, req, conf, store, state, saved)
-            self._count("failed")
-            event("Warning", "ErrorAddingNetwork",
-                  f"hot-plug of {att.network} (interface {ifname}) failed: {e.msg}")
-            return "failed"
-        saved.result, saved.change = result, None
-        store.save(state)
-        self._count("added")
-        log.info("pod %s: hot-plug attached network %s as %s", pod, att.network, ifname)
-        return "added"
-
-    def _publish(self, store: StateStore, state: SavedState, api: PodApi, uid: str,
-                 fresh: set[tuple[str, str]], event: Callable[[str, str, str], None]) -> None:
-        """network-status in line with the state (recorded pending, then queued), PATCHed
-        onto the pod of UID `uid` only, and an AddedInterface event per interface it
-        gained (`fresh`: (network, interface) added now, whose recorded entry, if any,
-        is an earlier attachment's)."""
-        assert state.hotplug is not None and state.pod is not None
-        text = _synced_status(state, fresh)
-        if text is None or text == state.hotplug.network_status:
-            return
-        before = {(e.get("name"), e.get("interface"))
-                  for e in json.loads(state.hotplug.network_status)}
-        annotations = {status.NETWORK_STATUS_ANNOTATION: text}
-        state.hotplug.network_status = text
-        state.status_pending = PendingStatus(uid, annotations)
-        store.save(state, durable=False)
-        api.patch_pod_annotations(state.pod.namespace, state.pod.name, annotations, uid)
-        for entry in json.loads(text):
-            key = (entry.get("name"), entry.get("interface"))
-            if key not in before or key in fresh:
-                event("Normal", "AddedInterface", status.added_interface_message(
-                    entry.get("interface"), entry, entry.get("name")))
