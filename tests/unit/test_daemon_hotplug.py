@@ -2,7 +2,7 @@
 changes wake it, the per-pod rate limit that coalesces edits, the backoff of failed
 steps, and the network-status a change leaves (kept entries in order, removed ones
 dropped, new ones appended; commands/hotplug.py). The change itself, the command, is
-table-tested with fakes in tests/unit/test_hotplug_command.py, and runs real plugins in
+table-tested with fakes in tests/unit/test_commands_hotplug.py, and runs real plugins in
 a real netns in tests/e2e/test_hotplug_e2e.py."""
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ never calls back into the daemon, which then records the steps' backoff, the met
 and the Events. The change goes through the orchestrator's seams as ADD and DEL do
 (the API seam of the sandbox's ADD, the executor, the state store), with their
 one-attachment steps (add.attach_one, delete.delete_attachment), so its recovery is
-table-tested with fakes (tests/unit/test_hotplug_command.py).
+table-tested with fakes (tests/unit/test_commands_hotplug.py).
 
 Which sandboxes: those whose ADD the daemon served with `hotplug` true in netattach's
 configuration; that ADD saved what a later change needs (state.HotplugContext: the
