@@ -289,16 +289,20 @@ MATRIX = {
                         [("DEL", "fake-ptp", "data0"), ("ADD", "fake-ptp", "data0")],
                         [ETH0, NET1, DATA0], [("undo", "data0", True), ("add", "data0", True)],
                         ["AddedInterface"]),
-    # failed undo of a failed ADD: the attachment stays, marked failed and without a change
-    # mark, for the runtime's DEL; the element counts as attached: nothing is retried
+    # failed undo of a failed ADD: the attachment stays with its "add" mark, so the next
+    # look undoes it again (an interrupted ADD), then adds the element anew
     "add-fails-undo-fails": Row("b-only", "other/net-b@data0,net-a",
                                 [("ADD", "fake-macvlan", "net2"), ("ADD", "fake-tuning", "net2"),
                                  ("DEL", "fake-tuning", "net2"), ("DEL", "fake-macvlan", "net2")],
-                                [ETH0, DATA0, (A, "net2", None, "failed")],
+                                [ETH0, DATA0, (A, "net2", "add", "failed")],
                                 [("add", "net2", False)], ["ErrorAddingNetwork"],
                                 fail={("ADD", "fake-tuning"), ("DEL", "fake-macvlan")}),
-    "add-fails-undo-fails-next-look": Row("add-failed-undo-failed", "other/net-b@data0,net-a",
-                                          [], [ETH0, DATA0, (A, "net2", None, "failed")], []),
+    "add-fails-undo-fails-next-look": Row(
+        "add-failed-undo-failed", "other/net-b@data0,net-a",
+        [("DEL", "fake-tuning", "net2"), ("DEL", "fake-macvlan", "net2"),
+         ("ADD", "fake-macvlan", "net2"), ("ADD", "fake-tuning", "net2")],
+        [ETH0, DATA0, (A, "net2", None, "up")], [("undo", "net2", True), ("add", "net2", True)],
+        ["AddedInterface"]),
     # a step in backoff is skipped, whatever the selection says
     "add-in-backoff": Row("attached", "net-a,other/net-b@data0", [], [ETH0, NET1], [],
                           deferred=[("add", B)], waiting=(("add", B),)),

@@ -312,9 +312,9 @@ class _Change:
     def delete(self, att: SavedAttachment, keep_mark: bool = False) -> bool:
         """DEL one attachment (delete.delete_attachment) and drop it from the state
         (saved). False when its DEL failed: it stays for the runtime's DEL, without its
-        change mark (a removal refused by its child: the attachment is as it was; a
-        failed ADD's undo), or with it (`keep_mark`: an interrupted step, undone again at
-        the next look)."""
+        change mark (a removal refused by its child: the attachment is as it was), or
+        with it (`keep_mark`: an interrupted step or a failed ADD's undo, undone again
+        at the next look)."""
         error = delete_attachment(self.orch, self.req, self.conf, att) if att.attempted \
             else None
         if error is not None:
@@ -422,7 +422,9 @@ class _Change:
                                 lambda: self.store.save(state))  # recorded before the child runs
         except CniError as e:
             log.error("pod %s: hot-plug ADD of %s (%s) failed: %s", pod, att.network, ifname, e)
-            self.delete(saved)
+            # an undo that fails keeps the "add" mark: the next look undoes it again, as
+            # an interrupted ADD, rather than taking the half-made attachment for one made
+            self.delete(saved, keep_mark=True)
             self.outcome.steps.append(Step("add", element.ref, ifname, False))
             self._event("Warning", "ErrorAddingNetwork",
                         f"hot-plug of {att.network} (interface {ifname}) failed: {e.msg}")
