@@ -56,8 +56,8 @@ Decisions (each is tested):
   left out of that result.  ``ips[].gateway`` is left as is: CNI defines it
   as the subnet's gateway, not as a route.  A ``None`` result stays ``None``.
 * **Namespace entry.**  The netlink socket is created inside the pod netns
-  by switching only the calling thread there (``setns``) for the time it
-  takes to open the socket, then switching back; the socket stays bound to
+  by switching only the calling thread there (``netns.inside``) for the time
+  it takes to open the socket, then switching back; the socket stays bound to
   the pod netns.  No helper process is forked (pyroute2's ``netns=`` mode
   forks one per socket), and a missing netns path is an error, never created.
 """
@@ -75,6 +75,7 @@ from typing import Any
 
 from ..cni.errors import ConfigError
 from ..cni.version import is_legacy_result
+from . import netns
 
 __all__ = [
     "RouteError",
@@ -300,40 +301,24 @@ def with_default_routes(result: dict | None, gateways: Sequence[str] = (),
 def _rtnl(netns_path: str) -> Iterator[Any]:
     """A pyroute2 IPRoute whose netlink socket lives in the netns at `netns_path`.
 
-    Only the calling thread enters the netns, and only while the socket is
-    created. Raises RouteError when the path cannot be opened or is no netns.
+    Only the calling thread enters the netns (`netns.inside`), and only while the
+    socket is created. Raises RouteError when the path cannot be opened or is no netns.
     """
     from pyroute2 import IPRoute
-    from pyroute2.netns import setns
 
     try:
-        target = os.open(netns_path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as e:
-        raise RouteError(f"cannot open network namespace {netns_path}: "
-                         f"{e.strerror or e}") from e
-    try:
-        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            try:
-                setns(target)
-            except OSError as e:
-                raise RouteError(f"cannot enter network namespace {netns_path}: "
-                                 f"{_netlink_reason(e)}; is it a network namespace?") from e
+        with netns.inside(netns_path):
             try:
                 ipr = IPRoute()
             except OSError as e:
                 raise RouteError(f"cannot open a netlink socket in {netns_path}: "
                                  f"{_netlink_reason(e)}") from e
-            finally:
-                try:
-                    setns(own)
-                except OSError as e:  # pragma: no cover - setns to our own netns
-                    raise RuntimeError("cannot return to the original network namespace "
-                                       f"after opening {netns_path}: {e}") from e
-        finally:
-            os.close(own)
-    finally:
-        os.close(target)
+    except netns.NetnsOpenError as e:
+        raise RouteError(f"cannot open network namespace {netns_path}: "
+                         f"{e.strerror or e}") from e
+    except netns.NetnsEnterError as e:
+        raise RouteError(f"cannot enter network namespace {netns_path}: "
+                         f"{_netlink_reason(e)}; is it a network namespace?") from e
     try:
         yield ipr
     finally:
