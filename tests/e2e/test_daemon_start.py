@@ -36,7 +36,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from netattach.daemon import dra
-from netattach.draplugin import dra_v1_pb2, dra_v1_pb2_grpc
+from netattach.daemon.draplugin import dra_v1_pb2, dra_v1_pb2_grpc
 from tests.e2e.test_dra_node import CALL_TIMEOUT, SLICE, host_veth, register, wait_socket
 from tests.testbed import netns as tb
 from tests.testbed import scenario as sc

@@ -20,14 +20,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("netattach", "netattach._dataclass_code"),  # the package's face, the startup hook
     ("netattach.cni",),
     ("netattach.spec",),
-    ("netattach.kube", "netattach.node", "netattach.podresources"),
+    ("netattach.kube", "netattach.node"),
     ("netattach.commands",),
-    ("netattach.daemon", "netattach.install", "netattach.tools", "netattach.draplugin"),
+    ("netattach.daemon", "netattach.install", "netattach.tools"),
     ("netattach.cli",),
 ]
-# generated gRPC modules that belong with their only user
-SAME_FOLDER = {"netattach.podresources": "netattach.node",
-               "netattach.draplugin": "netattach.daemon"}
 
 
 def modules() -> dict[str, tuple[Path, str]]:
@@ -74,14 +71,14 @@ def graph() -> dict[str, set[str]]:
 
 def layer_of(module: str) -> tuple[int, str]:
     """(rank, folder) of `module`: the longest prefix in LAYERS."""
-    best = (-1, "", "")
+    best = (-1, "")
     for rank, folders in enumerate(LAYERS):
         for folder in folders:
             if (module == folder or module.startswith(folder + ".")) and \
-                    len(folder) > len(best[2]):
-                best = (rank, SAME_FOLDER.get(folder, folder), folder)
+                    len(folder) > len(best[1]):
+                best = (rank, folder)
     assert best[0] >= 0, f"{module} is in no layer: add its folder to LAYERS"
-    return best[0], best[1]
+    return best
 
 
 def cycles(g: dict[str, set[str]]) -> list[list[str]]:
