@@ -125,6 +125,6 @@ def _log_timing(command: str, started: float) -> None:
     """One INFO line per invocation: wall time, time inside children, API requests (read
     by `make bench`)."""
     from ..cni.invoke import child_seconds
-    from ..kube.client import requests_made
+    from ..kube.session import requests_made
     _log().info("timing: %s took %.4f s, children %.4f s, api_requests %d", command,
                 time.monotonic() - started, child_seconds(), requests_made())

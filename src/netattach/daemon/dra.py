@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..cni.names import is_dns1123_label, is_dns1123_subdomain
-from ..kube.client import RESOURCE_GROUP, RESOURCE_VERSION, Kube, KubeError
+from ..kube.client import Kube, KubeError
+from ..kube.reads import RESOURCE_GROUP, RESOURCE_VERSION
 from ..spec.claims import DRIVER as DRIVER_NAME
 from .unixsock import SocketError, clear_stale, socket_dir
 

@@ -21,7 +21,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ..kube.client import Kube, KubeError, event_time
+from ..kube.client import Kube, KubeError
+from ..kube.events import event_time
 
 MAX_ENTRIES = 4096
 """Distinct Events remembered (client-go's maxLruCacheEntries)."""

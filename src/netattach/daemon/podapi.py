@@ -55,7 +55,7 @@ log = logging.getLogger("netattach.daemon")
 
 RETRY_PAUSES = (1.0, 2.0, 4.0, 8.0, 16.0)
 """Seconds before each retry of a queued write that failed (about half a minute in
-all, beyond each try's own apiTimeout and its 429/5xx retries: kube.py)."""
+all, beyond each try's own apiTimeout and its 429/5xx retries: kube/session.py)."""
 FINAL_STATUSES = frozenset({401, 403, 404, 409, 422})
 """Answers no retry can change: credentials or RBAC, the pod gone, re-created."""
 POD_GONE = frozenset({404, 422})

@@ -44,7 +44,8 @@ from ..cni.request import parse_cni_args
 from ..cni.version import LATEST, SUPPORTED_VERSIONS
 from ..commands.call import cni_main
 from ..commands.orchestrator import Orchestrator
-from ..kube.client import NAD_GROUP, NAD_VERSION, Kube
+from ..kube.client import Kube
+from ..kube.reads import NAD_GROUP, NAD_VERSION
 from ..node.state import StateError, StateStore
 from ..spec.netconf import DEFAULT_CNI_DIR, NetConf
 from .admission import CallQueue, Refused
