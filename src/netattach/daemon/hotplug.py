@@ -134,8 +134,9 @@ def _synced_status(state: SavedState, fresh: Collection[tuple[str, str]] = ()) -
     present = [a for a in state.attachments
                if a.attempted and a.result is not None and not a.change and not a.add_failed]
     keys = {(a.network, a.ifname) for a in present}
-    kept = [e for e in entries if isinstance(e, dict)
-            and (e.get("name"), e.get("interface")) in keys - set(fresh)]
+    kept: list[dict[str, Any] | status.NetworkStatusEntry] = [
+        e for e in entries if isinstance(e, dict)
+        and (e.get("name"), e.get("interface")) in keys - set(fresh)]
     have = {(e.get("name"), e.get("interface")) for e in kept}
     new = [a for a in present if a.selection is not None and (a.network, a.ifname) not in have]
     mtus = netnsinfo.link_mtus(state.netns, [a.ifname for a in new]) if new else {}

@@ -45,6 +45,7 @@ from ..cni.version import LATEST, SUPPORTED_VERSIONS
 from ..commands.call import cni_main
 from ..commands.orchestrator import Orchestrator
 from ..kube.client import Kube
+from ..kube.events import InvolvedObject
 from ..kube.reads import NAD_GROUP, NAD_VERSION
 from ..node.state import StateError, StateStore
 from ..spec.netconf import DEFAULT_CNI_DIR, NetConf
@@ -570,8 +571,9 @@ class Daemon:
                 (old.get("metadata") or {}).get("resourceVersion") == meta.get("resourceVersion"):
             return
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
-        involved = {"apiVersion": f"{NAD_GROUP}/{NAD_VERSION}", "kind": NADS,
-                    "namespace": namespace, "name": name, "uid": meta.get("uid", "")}
+        involved: InvolvedObject = {"apiVersion": f"{NAD_GROUP}/{NAD_VERSION}", "kind": NADS,
+                                    "namespace": namespace, "name": name,
+                                    "uid": meta.get("uid", "")}
         refused = new[REFUSED]
         message = (f"spec.config is {refused['bytes']} bytes, more than the bound of "
                    f"{refused['limit']} bytes of netattach's node daemon "

@@ -3,10 +3,21 @@ event recorder does (the node daemon aggregates them: daemon/events.py)."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 from .errors import KubeError
 from .session import Session
+
+
+class InvolvedObject(TypedDict):
+    """The object an Event is about (core/v1 ObjectReference, the keys netattach sets):
+    a Pod (`apiVersion` "v1", `kind` "Pod") or a NetworkAttachmentDefinition; `uid` ""
+    when unknown."""
+    apiVersion: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
 
 
 class EventWrites(Session):
@@ -26,7 +37,7 @@ class EventWrites(Session):
                          "name": pod["name"], "uid": pod.get("uid", "")},
                         type_, reason, message)
 
-    def post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str,
+    def post_event(self, involved: InvolvedObject, type_: str, reason: str, message: str,
                    count: int = 1, first_timestamp: str | None = None) -> str:
         """`create_event` on any object; returns the Event's name.
 
