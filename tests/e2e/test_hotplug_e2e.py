@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from netattach.node.state import StateStore
+from netattach.node.statestore import StateStore
 from tests.e2e.test_concurrency import make_pods, run_all
 from tests.e2e.test_faults_children import (
     FAULT_SUBNET,

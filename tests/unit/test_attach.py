@@ -21,7 +21,8 @@ from netattach.commands.call import run_command
 from netattach.commands.delete import DEL_RETRY_WINDOW
 from netattach.commands.orchestrator import Orchestrator
 from netattach.kube.client import KubeError
-from netattach.node.state import PendingStatus, StateError, StateStore
+from netattach.node.state import PendingStatus, StateError
+from netattach.node.statestore import StateStore
 from netattach.spec.netconf import parse_netconf
 
 NS, POD, UID, CID = "ns1", "web-0", "uid-1", "c0ffee"

@@ -61,8 +61,8 @@ from ..node.state import (
     PendingStatus,
     SavedState,
     StateError,
-    StateStore,
 )
+from ..node.statestore import StateStore
 from ..spec import status
 from ..spec.netconf import NetConf
 from ..spec.pod import PodRef

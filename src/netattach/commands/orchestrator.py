@@ -38,7 +38,8 @@ from ..cni import chain, invoke
 from ..cni.request import CniRequest
 from ..kube.api import PodApi
 from ..node.libcni_cache import CACHE_DIR
-from ..node.state import SavedAttachment, StateStore
+from ..node.state import SavedAttachment
+from ..node.statestore import StateStore
 from ..spec.netconf import NetConf
 
 

@@ -71,9 +71,8 @@ from ..node.state import (
     SavedAttachment,
     SavedState,
     StateError,
-    StateStore,
-    is_missing_netns,
 )
+from ..node.statestore import StateStore, is_missing_netns
 from ..spec import hotplug, policy, status
 from ..spec import plan as planning
 from ..spec.netconf import NetConf, parse_netconf

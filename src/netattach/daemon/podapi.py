@@ -46,7 +46,8 @@ from typing import Any
 
 from ..kube.api import MIRROR_POD_ANNOTATION
 from ..kube.client import Kube, KubeError
-from ..node.state import PendingStatus, SavedState, StateError, StateStore, is_missing_netns
+from ..node.state import PendingStatus, SavedState, StateError
+from ..node.statestore import StateStore, is_missing_netns
 from ..spec.delegates import DelegateError
 from .cache import DEFAULT_MAX_NAD_CONFIG, NADS, PODS, REFUSED, WatchCache, config_size
 from .events import EventRecorder, pod_object
