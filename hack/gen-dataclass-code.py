@@ -14,10 +14,11 @@ import importlib
 import marshal
 import sys
 
-# every module an exec'd CNI command may import (cli.py, commands/orchestrator.py's commands)
-MODULES = ("netattach.cli", "netattach.commands.orchestrator", "netattach.commands.add",
-           "netattach.commands.delete", "netattach.commands.check", "netattach.commands.garbage",
-           "netattach.kube.transport", "netattach.commands.networks", "netattach.node.routes",
+# every module an exec'd CNI command may import (cli.py, the commands commands/call.py chooses)
+MODULES = ("netattach.cli", "netattach.commands.call", "netattach.commands.orchestrator",
+           "netattach.commands.add", "netattach.commands.delete", "netattach.commands.check",
+           "netattach.commands.garbage", "netattach.kube.transport",
+           "netattach.commands.networks", "netattach.spec.routes", "netattach.node.routes",
            "netattach.node.devices")
 
 

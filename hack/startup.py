@@ -5,8 +5,8 @@ Usage: hack/startup.py [--runs N] [--add] EXECUTABLE...
 Default: CNI VERSION (a config on stdin, no files, no children): the cost of
 starting the executable and importing cli.py. --add: a CNI ADD for a pod whose API
 server refuses connections (https://127.0.0.1:1, kubeconfig with inline CA data),
-answered with error 11: the whole ADD import path (jsonschema, lightkube, httpx2,
-ssl) plus the refused requests, with no netns or children.
+answered with error 11: the whole ADD import path (lightkube, httpx2, ssl) plus
+the refused requests, with no netns or children.
 
 Wall time from fork to exit is measured here; the executables take turns (run 1 of
 each, then run 2 of each, ...) so a slow moment of the machine hits all alike.

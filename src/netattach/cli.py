@@ -27,7 +27,7 @@ def _emit(doc: dict[str, Any] | None, code: int) -> NoReturn:
     handlers are flushed and closed (logging.shutdown). What `sys.exit` would add
     is the interpreter's teardown (module and thread cleanup, garbage collection),
     about 95 ms of every exec'd command (issue 11); os._exit skips it. An
-    abandoned API request thread (kube.py: a request past its deadline) dies
+    abandoned API request thread (kube/session.py: a request past its deadline) dies
     with the process instead of being waited for.
     """
     try:

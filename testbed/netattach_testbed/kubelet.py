@@ -8,7 +8,7 @@ from concurrent import futures
 
 import grpc
 
-from netattach.podresources import api_pb2, api_pb2_grpc
+from netattach.node.podresources import api_pb2, api_pb2_grpc
 
 
 def dynamic_resources(namespace: str, claims) -> list:

@@ -36,7 +36,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from netattach.daemon import dra
-from netattach.draplugin import dra_v1_pb2, dra_v1_pb2_grpc
+from netattach.daemon.draplugin import dra_v1_pb2, dra_v1_pb2_grpc
 from netattach_testbed import netns as tb
 from netattach_testbed import scenario as sc
 from netattach_testbed.daemon import NodeDaemon

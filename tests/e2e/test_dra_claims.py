@@ -389,7 +389,7 @@ def test_rbac_grants_what_claims_need_and_nothing_more(request, sa_api, admin_ap
     ResourceSlices and get a ConfigMap, as netattach does; not change or delete a claim,
     list claims or ConfigMaps; the thin plugin's may not publish a ResourceSlice (the
     daemon's may, for `--dra`: tests/e2e/test_dra_node.py)."""
-    from netattach.kube.client import CLAIM_FIELD_MANAGER
+    from netattach.kube.writes import CLAIM_FIELD_MANAGER
     pool = resource_slice("eth9")
     device_class(admin_api)
     pod = sc.pod(k8s_namespace, "rbac", None)

@@ -26,7 +26,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from netattach.daemon import dra
-from netattach.draplugin import (
+from netattach.daemon.draplugin import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,

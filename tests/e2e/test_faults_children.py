@@ -79,7 +79,7 @@ def saved_state(s: sc.Scenario) -> dict:
     """The pod's state file as DEL reads it (StateStore.load: an ADD's plan with the
     progress records appended after it, state.py "Progress", taken as those records
     say), in the keys of the file. Fails when there is no state file."""
-    from netattach.node.state import StateStore
+    from netattach.node.statestore import StateStore
     state = StateStore(str(s.env.state_dir)).load(s.container_id)
     assert state is not None, f"no state file for {s.container_id}"
     return state.to_dict()

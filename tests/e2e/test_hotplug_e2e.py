@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from netattach.node.state import StateStore
+from netattach.node.statestore import StateStore
 from netattach_testbed import faults
 from netattach_testbed import netns as tb
 from netattach_testbed import scenario as sc

@@ -22,7 +22,7 @@ from netattach_testbed import scenario as sc
 # Standard-library packages the exec'd path never needs (each costs from a few to tens
 # of ms, or starts machinery): asynchronous I/O, process pools, XML, decimal
 # arithmetic, test frameworks, archives. (ctypes is not here: on Python 3.11, which
-# has no os.setns, netnsinfo.py calls libc's setns through it.)
+# has no os.setns, node/netns.py calls libc's setns through it.)
 HEAVY_STDLIB = {"asyncio", "concurrent", "multiprocessing", "xml", "decimal", "unittest",
                 "sqlite3", "tkinter", "pydoc", "doctest", "zipfile", "tarfile"}
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from netattach.node.state import StateStore
+from netattach.node.statestore import StateStore
 from netattach_testbed import cluster as cl
 from netattach_testbed import scenario as sc
 

@@ -109,7 +109,7 @@ def test_dist_runs_on_the_floors_glibc_in_the_images_root(rootfs):
 
 def test_add_loads_the_api_client_and_tls_on_the_floors_glibc(rootfs):
     """A pod ADD whose API server refuses connections (hack/startup.py's --add case): the
-    whole ADD import path (jsonschema, lightkube, httpx2, ssl with the bundled libssl) on
+    whole ADD import path (lightkube, httpx2, ssl with the bundled libssl) on
     glibc 2.31, answered as a CNI error."""
     work = rootfs / "tmp" / "add"
     work.mkdir(parents=True)

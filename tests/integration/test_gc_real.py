@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from netattach.node.state import StateStore
+from netattach.node.statestore import StateStore
 from netattach_testbed import netns as tb
 from netattach_testbed.netns import HostEnv
 from netattach_testbed.scenario import PluginRun, install_bin_dir, netattach_conf

@@ -19,7 +19,8 @@ import pytest
 from netattach.cni import chain
 from netattach.cni.errors import CniError
 from netattach.node.netnsinfo import link_mtus
-from netattach.node.routes import RouteError, RouteTarget, apply_default_routes
+from netattach.node.routes import RouteTarget, apply_default_routes
+from netattach.spec.routes import RouteError
 from netattach_testbed import netns as tb
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from netattach.node.devices import DeviceError, assign_device_ids, pod_devices
-from netattach.podresources import api_pb2, api_pb2_grpc
+from netattach.node.podresources import api_pb2, api_pb2_grpc
 from netattach_testbed.kubelet import containers, serve
 
 SRIOV = "intel.com/sriov_netdevice"
@@ -268,5 +268,5 @@ def test_importing_devices_does_not_load_grpc():
               if line.startswith("import time:")]
     assert "netattach.node.devices" in loaded
     heavy = [m for m in loaded if m.split(".")[0] in ("grpc", "google")
-             or m.startswith("netattach.podresources")]
+             or m.startswith("netattach.node.podresources")]
     assert heavy == []

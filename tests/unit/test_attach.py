@@ -17,10 +17,12 @@ import pytest
 from netattach.cni.chain import AddFailure
 from netattach.cni.errors import CniError
 from netattach.cni.request import parse_request
+from netattach.commands.call import run_command
 from netattach.commands.delete import DEL_RETRY_WINDOW
 from netattach.commands.orchestrator import Orchestrator
 from netattach.kube.client import KubeError
-from netattach.node.state import PendingStatus, StateError, StateStore
+from netattach.node.state import PendingStatus, StateError
+from netattach.node.statestore import StateStore
 from netattach.spec.netconf import parse_netconf
 
 NS, POD, UID, CID = "ns1", "web-0", "uid-1", "c0ffee"
@@ -174,7 +176,7 @@ class Bed:
                             libcni_cache_dir=str(self.tmp / "libcni"),
                             abandoned=lambda: self.gone_after is not None
                             and len(self.exe.calls) >= self.gone_after)
-        return orch.run(req, parse_netconf(stdin))
+        return run_command(orch, req, parse_netconf(stdin))
 
     def added(self) -> None:
         """A whole ADD of scenario 1, then the fakes' records cleared."""

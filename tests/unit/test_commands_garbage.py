@@ -11,7 +11,8 @@ import pytest
 from netattach.cli import cni_main
 from netattach.cni.errors import CniError
 from netattach.commands.garbage import child_attachments, del_request, valid_attachments
-from netattach.node.state import SavedAttachment, SavedState, StateStore
+from netattach.node.state import SavedAttachment, SavedState
+from netattach.node.statestore import StateStore
 
 RECORDER = """\
 import json, os, sys

@@ -27,7 +27,7 @@ from netattach.cni.errors import CniError
 from netattach.commands.hotplug import OPT_OUT_ANNOTATION, Outcome, StepKey, cmd_hotplug
 from netattach.commands.orchestrator import Orchestrator
 from netattach.node import netnsinfo
-from netattach.node.state import StateStore
+from netattach.node.statestore import StateStore
 from tests.unit.test_attach import CID, NS, POD, UID, AfterAnswerApi, Bed, FakeExecutor
 
 NETWORKS = "k8s.v1.cni.cncf.io/networks"

@@ -25,7 +25,7 @@ H = dra.HostInterface
 def test_protos_keep_the_kubelets_wire_names():
     """The method paths the kubelet calls (package + service + method) and the field
     numbers of the messages it sends and reads, as in k8s.io/kubelet v0.34.4."""
-    from netattach.draplugin import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_v1_pb2
+    from netattach.daemon.draplugin import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_v1_pb2
     reg = pluginregistration_v1_pb2.DESCRIPTOR.services_by_name["Registration"]
     assert reg.full_name == "pluginregistration.Registration"
     assert [m.name for m in reg.methods] == ["GetInfo", "NotifyRegistrationStatus"]
@@ -256,7 +256,7 @@ def test_importing_the_daemon_and_dra_does_not_load_grpc():
             "netattach.daemon.server, netattach.daemon.metrics; "
             "d.add_arguments(argparse.ArgumentParser()); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'google') "
-            "or m.startswith('netattach.draplugin')))")
+            "or m.startswith('netattach.daemon.draplugin')))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=60, check=True)
     assert p.stdout.strip() == "[]", p.stdout

@@ -73,7 +73,7 @@ def test_a_gone_sandbox_is_forgotten_with_its_pods_bookkeeping(tmp_path):
     pod's bookkeeping and its steps' backoff. A NAD event wakes nothing (issue 21: a
     failed step waits for its backoff, not for the next NAD event): the NAD cache has
     no hot-plug listener."""
-    from netattach.node.state import StateStore
+    from netattach.node.statestore import StateStore
     w, _ = worker(60.0, tmp_path)
     assert not hasattr(w, "nad_changed")
     w.track(str(tmp_path), "c1", ("ns", "p"))

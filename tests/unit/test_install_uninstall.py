@@ -23,7 +23,8 @@ from netattach.install import primary as install_primary
 from netattach.install.uninstall import Verdict, decide, judge, retired_conflist
 from netattach.kube.client import KubeError
 from netattach.node import nodefiles
-from netattach.node.state import SavedState, StateStore
+from netattach.node.state import SavedState
+from netattach.node.statestore import StateStore
 from netattach.spec.netconf import parse_netconf
 from tests.unit import test_attach as ta
 from tests.unit.test_attach import (

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from netattach.cni.errors import as_cni_error
-from netattach.kube import client as kube
+from netattach.kube import session as kube  # the budget, the retries, the count
 from netattach.kube.client import Kube, KubeError
 
 TOKEN = "unit-test-token-0123456789abcdef"
@@ -449,4 +449,4 @@ def test_bare_request_is_never_retried(stub, tmp_path, sleeps):
 def test_retry_after_header_forms(value, seconds):
     """RFC 9110 §10.2.3: delay-seconds or an HTTP-date; anything else is no header."""
     now = 784111777.0 - 3  # 1994-11-06 08:49:34 UTC
-    assert kube._retry_after(value, now) == seconds
+    assert kube.retry_after(value, now) == seconds

@@ -2,9 +2,10 @@
 no import cycle inside `netattach`, and no import from a lower layer to a higher one.
 
 An edge is every `import`/`from ... import` of a netattach module, at module level or
-inside a function (a lazy import still ties the two modules together), except those
-under `if TYPE_CHECKING:`, which never run (annotations only). Standard library only:
-the files are parsed, nothing is imported.
+inside a function (a lazy import still ties the two modules together), and those under
+`if TYPE_CHECKING:` too: they never run, but a module that names another's types
+depends on it as much, and mypy reads them. Standard library only: the files are
+parsed, nothing is imported.
 """
 from __future__ import annotations
 
@@ -20,14 +21,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("netattach", "netattach._dataclass_code"),  # the package's face, the startup hook
     ("netattach.cni",),
     ("netattach.spec",),
-    ("netattach.kube", "netattach.node", "netattach.podresources"),
+    ("netattach.kube", "netattach.node"),
     ("netattach.commands",),
-    ("netattach.daemon", "netattach.install", "netattach.tools", "netattach.draplugin"),
+    ("netattach.daemon", "netattach.install", "netattach.tools"),
     ("netattach.cli",),
 ]
-# generated gRPC modules that belong with their only user
-SAME_FOLDER = {"netattach.podresources": "netattach.node",
-               "netattach.draplugin": "netattach.daemon"}
 
 
 def modules() -> dict[str, tuple[Path, str]]:
@@ -40,19 +38,12 @@ def modules() -> dict[str, tuple[Path, str]]:
     return out
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    return "TYPE_CHECKING" in ast.dump(node.test)
-
-
 def imports(path: Path, package: str, known: set[str]) -> set[str]:
-    """The netattach modules `path` imports anywhere but under `if TYPE_CHECKING`."""
+    """The netattach modules `path` imports anywhere, `if TYPE_CHECKING:` included."""
     out: set[str] = set()
     todo: list[ast.AST] = [ast.parse(path.read_text())]
     while todo:
         node = todo.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            todo += node.orelse
-            continue
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -74,14 +65,14 @@ def graph() -> dict[str, set[str]]:
 
 def layer_of(module: str) -> tuple[int, str]:
     """(rank, folder) of `module`: the longest prefix in LAYERS."""
-    best = (-1, "", "")
+    best = (-1, "")
     for rank, folders in enumerate(LAYERS):
         for folder in folders:
             if (module == folder or module.startswith(folder + ".")) and \
-                    len(folder) > len(best[2]):
-                best = (rank, SAME_FOLDER.get(folder, folder), folder)
+                    len(folder) > len(best[1]):
+                best = (rank, folder)
     assert best[0] >= 0, f"{module} is in no layer: add its folder to LAYERS"
-    return best[0], best[1]
+    return best
 
 
 def cycles(g: dict[str, set[str]]) -> list[list[str]]:

@@ -11,15 +11,14 @@ from pathlib import Path
 import pytest
 
 from netattach.node.state import (
-    TOMBSTONE_SECONDS,
     DelPending,
     HotplugContext,
     PendingStatus,
     SavedAttachment,
     SavedState,
     StateError,
-    StateStore,
 )
+from netattach.node.statestore import TOMBSTONE_SECONDS, StateStore
 from netattach.spec.pod import PodRef
 
 FIXTURES = Path(__file__).parent.parent / "data" / "state_v1"

@@ -6,7 +6,8 @@ import stat
 
 import pytest
 
-from netattach.node.state import STATE_FORMAT, CorruptState, SavedAttachment, StateStore, salvage
+from netattach.node.state import STATE_FORMAT, CorruptState, SavedAttachment, salvage
+from netattach.node.statestore import StateStore
 
 CID = "c0ffee"
 ATTACHMENTS = [

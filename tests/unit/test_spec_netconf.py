@@ -54,6 +54,42 @@ def test_bad_value_names_the_key(patch, key):
     assert e.value.code == 7 and repr(key) in e.value.msg
 
 
+@pytest.mark.parametrize("patch,says", [
+    ({"apiTimeout": 0}, "key 'apiTimeout': must be bigger than 0 (got 0)"),
+    ({"logLevel": "loud"}, "key 'logLevel': must be one of ['panic', 'error', 'warning', "
+                           "'info', 'debug', 'verbose'] (got 'loud')"),
+    ({"logOptions": {"maxSize": -1}},
+     "key 'logOptions.maxSize': must be bigger than or equal to 0 (got -1)"),
+    ({"logOptions": {"maxsize": 1}}, "key 'logOptions': must not contain {'maxsize'} properties"),
+    ({"defaultNetworks": ["a", ""]},
+     "key 'defaultNetworks.1': must be longer than or equal to 1 characters (got '')"),
+    ({"globalNamespaces": 5}, "key 'globalNamespaces': must be one of: string, array of string "
+                              "(got 5)"),
+    ({"retired": {}}, "key 'retired': must contain ['conflist'] properties"),
+    ({"maxNetworksPerPod": 1.5}, "key 'maxNetworksPerPod': must be integer (got 1.5)"),
+])
+def test_a_schema_error_says_where_what_is_expected_and_what_was_found(patch, says):
+    """The generated validator words the error itself (no jsonschema at run time)."""
+    with pytest.raises(CniError) as e:
+        parse_netconf({**BASE, **patch})
+    assert e.value.code == 7 and e.value.msg == "invalid netattach configuration: " + says
+
+
+def test_a_long_value_found_is_cut_short():
+    with pytest.raises(CniError) as e:
+        parse_netconf({**BASE, "kubeconfig": "x" * 200 + "\x00"})  # a NUL: refused
+    assert e.value.msg.startswith("invalid netattach configuration: key 'kubeconfig': must "
+                                  "match pattern ")
+    assert e.value.msg.endswith("(got '" + "x" * 76 + "...)") and len(e.value.msg) < 200
+
+
+def test_a_config_missing_a_required_key_is_named_at_the_top_level():
+    with pytest.raises(CniError) as e:
+        parse_netconf({"cniVersion": "1.0.0", "type": "netattach"})
+    assert e.value.msg == ("invalid netattach configuration: key '(top level)': must contain "
+                           "['clusterNetwork'] properties")
+
+
 def test_missing_cluster_network():
     with pytest.raises(CniError, match="clusterNetwork"):
         parse_netconf({k: v for k, v in BASE.items() if k != "clusterNetwork"})

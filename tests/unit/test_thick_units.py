@@ -20,7 +20,8 @@ import netattach_shim as shim
 from netattach.cni.version import SUPPORTED_VERSIONS
 from netattach.daemon import cache, podapi, server
 from netattach.kube.client import KubeError
-from netattach.node.state import PendingStatus, SavedState, StateStore
+from netattach.node.state import PendingStatus, SavedState
+from netattach.node.statestore import StateStore
 from netattach.spec.pod import PodRef
 from netattach_shim import wire
 

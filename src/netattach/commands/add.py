@@ -64,8 +64,8 @@ from ..node.state import (
     SavedAttachment,
     SavedState,
     StateError,
-    StateStore,
 )
+from ..node.statestore import StateStore
 from ..spec import status
 from ..spec.netconf import NetConf
 from ..spec.pod import PodRef
@@ -413,7 +413,7 @@ def _rolled_back(error: CniError, left: list[str]) -> CniError:
 
 
 def _status_entries(req: CniRequest, conf: NetConf, plan: Plan,
-                    results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                    results: list[dict[str, Any]]) -> list[status.NetworkStatusEntry]:
     """network-status entries (spec §5): MTUs read from the pod netns in one visit,
     `default-route` on the chosen attachment, `device-info` for attachments with a device.
     The auxiliary chain has none (it adds no interface)."""

@@ -1,6 +1,7 @@
 """One CNI call, thin mode's and the node daemon's alike: env + stdin -> (the document
 for stdout or None, the exit status). `cli.main` runs it for the exec'd plugin,
-daemon/server.py for each call the shim forwards, with the daemon's orchestrator.
+daemon/server.py for each call the shim forwards, with the daemon's orchestrator;
+`run_command` chooses the command and runs it over the orchestrator's seams.
 
 Imported on every exec'd call, VERSION's included: only the standard library's
 `time` and the CNI protocol's errors and versions at import; the rest when used.
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     import logging
     from typing import Any
 
+    from ..cni.request import CniRequest
+    from ..spec.netconf import NetConf
     from .orchestrator import Orchestrator
 
 # `logging` (~10 ms) is imported by the commands that log, not by VERSION (_log).
@@ -77,10 +80,10 @@ def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator |
                 from ..cni.errors import ConfigError
                 raise ConfigError("the retired configuration (netattach being uninstalled) "
                                   "is run by the thin netattach, not the node daemon")
-            return orchestrator.run(req, conf), 0
+            return run_command(orchestrator, req, conf), 0
         from .orchestrator import thin
         try:
-            return thin().run(req, conf), 0
+            return run_command(thin(), req, conf), 0
         finally:
             _log_timing(req.command, started)
     except Exception as e:  # every failure: the runtime gets one CNI error
@@ -92,10 +95,36 @@ def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator |
         return error.to_dict(cni_version), 1
 
 
+def run_command(orch: Orchestrator, req: CniRequest, conf: NetConf) -> dict[str, Any] | None:
+    """Run `req.command` (ADD, DEL, CHECK, STATUS, GC; parse_request allows no other)
+    over the seams `orch`; returns the document for stdout (ADD's result) or None.
+    Raises CniError. The retired configuration (netattach being uninstalled) runs them
+    as retired.py says. Each command's module is imported only when chosen."""
+    if conf.retired_conflist is not None:
+        from . import retired
+        return retired.run(orch, req, conf)
+    if req.command == "ADD":
+        from . import add
+        return add.cmd_add(orch, req, conf)
+    if req.command == "DEL":
+        from . import delete
+        delete.cmd_del(orch, req, conf)
+    elif req.command == "CHECK":
+        from . import check
+        check.cmd_check(orch, req, conf)
+    elif req.command == "STATUS":
+        from . import check
+        check.cmd_status(orch, req, conf)
+    else:
+        from . import garbage
+        garbage.cmd_gc(orch, req, conf)
+    return None
+
+
 def _log_timing(command: str, started: float) -> None:
     """One INFO line per invocation: wall time, time inside children, API requests (read
     by `make bench`)."""
     from ..cni.invoke import child_seconds
-    from ..kube.client import requests_made
+    from ..kube.session import requests_made
     _log().info("timing: %s took %.4f s, children %.4f s, api_requests %d", command,
                 time.monotonic() - started, child_seconds(), requests_made())

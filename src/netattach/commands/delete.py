@@ -42,11 +42,10 @@ from ..node.state import (
     SavedAttachment,
     SavedState,
     StateError,
-    StateStore,
     boot_id,
-    is_missing_netns,
     salvage,
 )
+from ..node.statestore import StateStore, is_missing_netns
 from ..spec.netconf import NetConf
 from ..spec.pod import PodRef
 

@@ -24,7 +24,7 @@ container is not valid any more it is DEL-ed exactly like a runtime DEL of it
 (set aside as `.corrupt`, whole attachments salvaged, the rest rebuilt from the API
 server when it answers), with the netns, ifname and CNI_ARGS read before the damage;
 when it is still valid, its children's pairs are unknown and no delegate gets GC.
-Tombstones older than state.TOMBSTONE_SECONDS are pruned (StateStore.prune_tombstones).
+Tombstones older than statestore.TOMBSTONE_SECONDS are pruned (StateStore.prune_tombstones).
 
 With the retired configuration (retired.py, netattach being uninstalled) a valid pair
 without saved state is a sandbox netattach did not attach, the cluster default
@@ -49,7 +49,8 @@ from typing import TYPE_CHECKING, Any
 from ..cni import chain, version
 from ..cni.errors import CniError, ConfigError, UnknownContainer, VersionError
 from ..cni.request import CniRequest
-from ..node.state import CorruptState, SavedState, StateError, StateStore, salvage
+from ..node.state import CorruptState, SavedState, StateError, salvage
+from ..node.statestore import StateStore
 from ..spec.netconf import NetConf
 from . import delete
 from .networks import resolve_cluster_network

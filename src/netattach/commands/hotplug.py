@@ -54,7 +54,8 @@ from ..cni.request import CniRequest, parse_request
 from ..kube.api import PodApi
 from ..node import netnsinfo
 from ..node.devices import nad_resource_name
-from ..node.state import PendingStatus, SavedAttachment, SavedState, StateStore, is_missing_netns
+from ..node.state import PendingStatus, SavedAttachment, SavedState
+from ..node.statestore import StateStore, is_missing_netns
 from ..spec import hotplug, policy, status
 from ..spec import plan as planning
 from ..spec.netconf import NetConf, parse_netconf
@@ -230,8 +231,9 @@ def synced_status(state: SavedState, fresh: Collection[tuple[str, str]] = ()) ->
     present = [a for a in state.attachments
                if a.attempted and a.result is not None and not a.change and not a.add_failed]
     keys = {(a.network, a.ifname) for a in present}
-    kept = [e for e in entries if isinstance(e, dict)
-            and (e.get("name"), e.get("interface")) in keys - set(fresh)]
+    kept: list[dict[str, Any] | status.NetworkStatusEntry] = [
+        e for e in entries
+        if isinstance(e, dict) and (e.get("name"), e.get("interface")) in keys - set(fresh)]
     have = {(e.get("name"), e.get("interface")) for e in kept}
     new = [a for a in present if a.selection is not None and (a.network, a.ifname) not in have]
     mtus = netnsinfo.link_mtus(state.netns, [a.ifname for a in new]) if new else {}

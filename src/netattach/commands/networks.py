@@ -29,8 +29,7 @@ from ..spec.netconf import NetConf
 from ..spec.pod import PodRef
 
 if TYPE_CHECKING:
-    from ..node import routes
-    from ..spec import claims
+    from ..spec import claims, routes
 
 log = logging.getLogger("netattach")
 
@@ -455,7 +454,7 @@ def build_plan(req: CniRequest, conf: NetConf, pod: PodRef | None, api: PodApi |
                                                 secondaries, auxiliary, claim_networks)
         route_plan = None  # what plan_default_routes says when no element has the key
         if any(a.default_route is not None for a in attachments if not a.auxiliary):
-            from ..node import routes  # ipaddress and friends: only for a pod asking for it
+            from ..spec import routes  # ipaddress and friends: only for a pod asking for it
             route_plan = routes.plan_default_routes(
                 [(a.ifname, a.default_route, a.network) for a in attachments if not a.auxiliary])
     except CniError as e:

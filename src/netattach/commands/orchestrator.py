@@ -1,6 +1,6 @@
-"""The orchestrator: ADD, DEL, CHECK, STATUS and GC over the pieces, given its seams.
+"""The orchestrator's seams: what ADD, DEL, CHECK, STATUS and GC are given, not built.
 
-It receives what it must not build itself, as libcni's CNIConfig receives its
+The commands receive what they must not build themselves, as libcni's CNIConfig receives its
 invoke.Exec:
 * `api`: NetConf -> PodApi, a client for one operation (thin mode: `kube.Kube`, live
   requests within one apiTimeout budget; the node daemon: its watch caches);
@@ -22,10 +22,12 @@ invoke.Exec:
 Thin mode (`thin()`) hands it the live client and the process executor; unit tests
 hand it fakes and table-test ADD rollback and DEL recovery without root.
 
-The commands live in `add`, `delete`, `check` and `garbage`; each takes the
-orchestrator as its first argument. Hot-plug's change of a running sandbox (`hotplug`,
-run by the node daemon, not by a runtime) takes a function making the orchestrator of
-that sandbox's operation from the CNI variables of its ADD.
+The commands live in `add`, `delete`, `check`, `garbage` and `retired`; each takes the
+orchestrator as its first argument, and `call.run_command` chooses one. Hot-plug's
+change of a running sandbox (`hotplug`, run by the node daemon, not by a runtime) takes
+a function making the orchestrator of that sandbox's operation from the CNI variables
+of its ADD. This module imports none of them (they import it, for annotations only),
+so the commands and their seams form no import cycle.
 """
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ from ..cni import chain, invoke
 from ..cni.request import CniRequest
 from ..kube.api import PodApi
 from ..node.libcni_cache import CACHE_DIR
-from ..node.state import SavedAttachment, StateStore
+from ..node.state import SavedAttachment
+from ..node.statestore import StateStore
 from ..spec.netconf import NetConf
 
 
@@ -93,31 +96,6 @@ class Orchestrator:
         return chain.RuntimeConf(container_id="", netns="", ifname="", cni_path=req.path,
                                  bin_dirs=(conf.bin_dir,), timeout=conf.delegate_timeout,
                                  executor=self.executor)
-
-    def run(self, req: CniRequest, conf: NetConf) -> dict[str, Any] | None:
-        """Run `req.command` (ADD, DEL, CHECK, STATUS, GC; parse_request allows no other);
-        returns the document for stdout (ADD's result) or None. Raises CniError. The
-        retired configuration (netattach being uninstalled) runs them as retired.py
-        says."""
-        if conf.retired_conflist is not None:
-            from . import retired
-            return retired.run(self, req, conf)
-        if req.command == "ADD":
-            from . import add
-            return add.cmd_add(self, req, conf)
-        if req.command == "DEL":
-            from . import delete
-            delete.cmd_del(self, req, conf)
-        elif req.command == "CHECK":
-            from . import check
-            check.cmd_check(self, req, conf)
-        elif req.command == "STATUS":
-            from . import check
-            check.cmd_status(self, req, conf)
-        else:
-            from . import garbage
-            garbage.cmd_gc(self, req, conf)
-        return None
 
 
 def thin() -> Orchestrator:

@@ -45,7 +45,7 @@ from ..cni.request import CniRequest
 from ..cni.result import convert_result
 from ..kube.api import pod_ref, where
 from ..node import nodefiles
-from ..node.state import StateStore, is_missing_netns
+from ..node.statestore import StateStore, is_missing_netns
 from ..spec.netconf import NetConf
 
 if TYPE_CHECKING:

@@ -234,7 +234,7 @@ def _import_before_threads(dra: bool) -> None:
       LIST is parsed as it streams in (cache.parse_list);
     * with `--dra`: grpc and the DRA plugin's generated modules (grpc loads asyncio
       too), whose server threads answer the kubelet as soon as the sockets exist;
-    * the CNI workers: ctypes, through which netnsinfo enters the pod's netns (its
+    * the CNI workers: ctypes, through which node/netns.py enters the pod's netns (the
       "netns-mtu" thread) on Python < 3.12.
 
     When two threads import one module graph that has a cycle at once, CPython hands

@@ -7,7 +7,7 @@ selects, the plugins their NADs run), so one sandbox must not take the pool. The
 * **One call per sandbox at a time.** A call of a sandbox (its CNI_CONTAINERID: ADD,
   DEL, CHECK) runs on a worker only while no other call of that sandbox runs; the
   others wait here, without a worker. They would wait anyway: the container's lock
-  (state.StateStore.lock, spec §7.3) serializes them, but a call blocked on that lock
+  (statestore.StateStore.lock, spec §7.3) serializes them, but a call blocked on that lock
   held one of the `workers`, so a runtime retrying the calls of one slow sandbox could
   take every worker and starve every other pod of the node. Calls without a sandbox
   (GC, STATUS) each run on their own.

@@ -6,7 +6,7 @@ resourceVersion seen; 410 Gone, "too old resource version", relists).
 
 The HTTP client is lightkube's (config.kubeconfig.KubeConfig + config.client_adapter:
 an httpx2 client with the kubeconfig's server, CA, client certificate and bearer token
-or token file) used for raw REST, as kube.py uses it: objects stay JSON dicts, and only
+or token file) used for raw REST, as kube/ uses it: objects stay JSON dicts, and only
 the fields the orchestrator reads are kept (`trim`, `nad_trimmer`), so a node's cache
 stays small. Each LIST and WATCH re-reads the kubeconfig, so a rotated token is picked
 up by the next reconnect (a watch ends at least every WATCH_SECONDS).
@@ -31,7 +31,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..kube.client import NAD_GROUP, NAD_PLURAL, NAD_VERSION, lightkube_client
+from ..kube.kubeconfig import lightkube_client
+from ..kube.reads import NAD_GROUP, NAD_PLURAL, NAD_VERSION
 from ..node.devices import RESOURCE_NAME_ANNOTATION
 
 log = logging.getLogger("netattach.daemon")
@@ -50,7 +51,7 @@ off to 30 s; every node runs a daemon). An answer's Retry-After, when longer, wi
 
 class Refused(RuntimeError):
     """The API server answered a LIST or WATCH with an error status; `retry_after`: the
-    seconds its Retry-After header asks to wait (kube._retry_after), None without one."""
+    seconds its Retry-After header asks to wait (kube.session.retry_after), None without one."""
 
     def __init__(self, message: str, retry_after: float | None = None):
         super().__init__(message)
@@ -59,10 +60,10 @@ class Refused(RuntimeError):
 
 def _refused(what: str, resp: Any) -> Refused:
     """The Refused of a non-200 answer (its body read)."""
-    from ..kube.client import _retry_after
+    from ..kube.session import retry_after
     resp.read()
     return Refused(f"{what}: HTTP {resp.status_code}: {resp.text[:200]}",
-                   _retry_after(resp.headers.get("Retry-After"), time.time()))
+                   retry_after(resp.headers.get("Retry-After"), time.time()))
 
 PODS = "Pod"
 NADS = "NetworkAttachmentDefinition"
@@ -177,7 +178,7 @@ class WatchCache:
 
     kind: PODS or NADS (for logs and metrics); path: the collection's API path;
     selector: a fieldSelector ("spec.nodeName=<node>") or None; connect: returns a new
-    httpx2 client (kube.py's way of loading the kubeconfig) and is called for each
+    httpx2 client (kube/kubeconfig.py's way of loading the kubeconfig) and is called for each
     LIST and WATCH; trimmer: what of each object is kept (`trim`; the NADs':
     `nad_trimmer`).
 

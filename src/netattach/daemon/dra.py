@@ -22,7 +22,7 @@ kubelet 1.34, pkg/kubelet/cm/dra/plugin and pkg/kubelet/pluginmanager):
 * **The ResourceSlice** (`SlicePublisher`): one slice, pool = the node's name, listing
   the devices the scheduler allocates to CNI requests on this node (`slice_devices`).
 
-grpc and the generated modules (netattach.draplugin) are imported here only, and this
+grpc and the generated modules (netattach.daemon.draplugin) are imported here only, and this
 module only by `netattach daemon --dra`: never on the exec'd CNI path.
 """
 from __future__ import annotations
@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..cni.names import is_dns1123_label, is_dns1123_subdomain
-from ..kube.client import RESOURCE_GROUP, RESOURCE_VERSION, Kube, KubeError
+from ..kube.client import Kube, KubeError
+from ..kube.reads import RESOURCE_GROUP, RESOURCE_VERSION
 from ..spec.claims import DRIVER as DRIVER_NAME
 from .unixsock import SocketError, clear_stale, socket_dir
 
@@ -304,7 +305,7 @@ def grpc_modules() -> tuple[Any, ...]:
     registration v1 (draplugin/), importing grpc and protobuf on the first call:
     (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc,
     pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc)."""
-    from ..draplugin import (
+    from .draplugin import (
         dra_v1_pb2,
         dra_v1_pb2_grpc,
         dra_v1beta1_pb2,

@@ -21,7 +21,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ..kube.client import Kube, KubeError, event_time
+from ..kube.client import Kube, KubeError
+from ..kube.events import InvolvedObject, event_time
 
 MAX_ENTRIES = 4096
 """Distinct Events remembered (client-go's maxLruCacheEntries)."""
@@ -34,7 +35,7 @@ class _Seen:
     first: str  # its firstTimestamp
 
 
-def pod_object(pod: dict[str, str]) -> dict[str, str]:
+def pod_object(pod: dict[str, str]) -> InvolvedObject:
     """The involvedObject of an Event on a pod ({"namespace", "name", "uid"})."""
     return {"apiVersion": "v1", "kind": "Pod", "namespace": pod["namespace"],
             "name": pod["name"], "uid": pod.get("uid", "")}
@@ -57,7 +58,7 @@ class EventRecorder:
         with self._lock:
             return len(self._seen)
 
-    def send(self, kube: Kube, involved: dict[str, str], type_: str, reason: str,
+    def send(self, kube: Kube, involved: InvolvedObject, type_: str, reason: str,
              message: str) -> None:
         """Record one occurrence: PATCH the count of the Event recorded before with the
         same key, else (or when it is gone) POST a new one. involved: the

@@ -46,7 +46,8 @@ from ..cni import invoke
 from ..commands.hotplug import OPT_OUT_ANNOTATION, Outcome, StepKey, cmd_hotplug
 from ..commands.orchestrator import Orchestrator
 from ..kube.api import PodApi
-from ..node.state import StateError, StateStore
+from ..node.state import StateError
+from ..node.statestore import StateStore
 from ..spec.netconf import NetConf
 from ..spec.selection import DEFAULT_NETWORK_ANNOTATION, NETWORKS_ANNOTATION
 from .backoff import Backoff

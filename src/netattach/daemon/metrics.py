@@ -68,7 +68,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
 from ..cni.invoke import child_seconds
-from ..kube.client import requests_made
+from ..kube.session import requests_made
 from .server import Daemon
 
 log = logging.getLogger("netattach.daemon")

@@ -46,7 +46,8 @@ from typing import Any
 
 from ..kube.api import MIRROR_POD_ANNOTATION
 from ..kube.client import Kube, KubeError
-from ..node.state import PendingStatus, SavedState, StateError, StateStore, is_missing_netns
+from ..node.state import PendingStatus, SavedState, StateError
+from ..node.statestore import StateStore, is_missing_netns
 from ..spec.delegates import DelegateError
 from .cache import DEFAULT_MAX_NAD_CONFIG, NADS, PODS, REFUSED, WatchCache, config_size
 from .events import EventRecorder, pod_object
@@ -55,7 +56,7 @@ log = logging.getLogger("netattach.daemon")
 
 RETRY_PAUSES = (1.0, 2.0, 4.0, 8.0, 16.0)
 """Seconds before each retry of a queued write that failed (about half a minute in
-all, beyond each try's own apiTimeout and its 429/5xx retries: kube.py)."""
+all, beyond each try's own apiTimeout and its 429/5xx retries: kube/session.py)."""
 FINAL_STATUSES = frozenset({401, 403, 404, 409, 422})
 """Answers no retry can change: credentials or RBAC, the pod gone, re-created."""
 POD_GONE = frozenset({404, 422})

@@ -15,7 +15,7 @@ sandbox's calls run one at a time and wait in the queue without a worker; a call
 the queue's bounds is refused at once with code 11; /readyz turns false while the pool
 has been saturated longer than `saturation_timeout` (admission's module doc). The calls
 of one container are still serialized by its lock in the state dir too (spec §7.3,
-state.StateStore.lock: an flock on a file opened per operation, which excludes threads
+statestore.StateStore.lock: an flock on a file opened per operation, which excludes threads
 of one process as it excludes processes, and the thin-mode fallback's processes).
 An ADD whose shim closed its connection (the runtime gave up or was killed, or the
 shim's answer timeout passed: peer_gone) is abandoned at its next step and rolled back
@@ -46,8 +46,11 @@ from ..cni.request import parse_cni_args
 from ..cni.version import LATEST, SUPPORTED_VERSIONS
 from ..commands.call import cni_main
 from ..commands.orchestrator import Orchestrator
-from ..kube.client import NAD_GROUP, NAD_VERSION, Kube
-from ..node.state import StateError, StateStore
+from ..kube.client import Kube
+from ..kube.events import InvolvedObject
+from ..kube.reads import NAD_GROUP, NAD_VERSION
+from ..node.state import StateError
+from ..node.statestore import StateStore
 from ..spec.netconf import DEFAULT_CNI_DIR, NetConf
 from .admission import CallQueue, Refused
 from .backoff import Backoff
@@ -546,8 +549,9 @@ class Daemon:
                 (old.get("metadata") or {}).get("resourceVersion") == meta.get("resourceVersion"):
             return
         namespace, name = meta.get("namespace", ""), meta.get("name", "")
-        involved = {"apiVersion": f"{NAD_GROUP}/{NAD_VERSION}", "kind": NADS,
-                    "namespace": namespace, "name": name, "uid": meta.get("uid", "")}
+        involved: InvolvedObject = {"apiVersion": f"{NAD_GROUP}/{NAD_VERSION}", "kind": NADS,
+                                    "namespace": namespace, "name": name,
+                                    "uid": meta.get("uid", "")}
         refused = new[REFUSED]
         message = (f"spec.config is {refused['bytes']} bytes, more than the bound of "
                    f"{refused['limit']} bytes of netattach's node daemon "

@@ -91,7 +91,7 @@ def judge(daemonset: dict[str, Any] | None, error: KubeError | None, ref: str) -
 def ask(server: str, sa: ServiceAccount, namespace: str, name: str, budget: float) -> Verdict:
     """One GET of DaemonSet `namespace/name` at `server` with the ServiceAccount's token,
     TLS verified against its CA, within `budget` seconds (429 and 5xx retried within it,
-    kube.py); its verdict (`judge`). Never raises."""
+    kube/session.py); its verdict (`judge`). Never raises."""
     ref = f"{namespace}/{name}"
     try:
         context = None

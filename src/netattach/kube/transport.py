@@ -89,7 +89,7 @@ class StdlibTransport:
                 headers: dict[str, str] | None = None, timeout: float = 10.0) -> Response:
         """One HTTP request; `timeout` s for connecting and for each read. A request on
         a kept-alive connection the server closed meanwhile is sent again once on a
-        new one (every call of the plugin is idempotent: kube.py, "Retries")."""
+        new one (every call of the plugin is idempotent: kube/session.py, "Retries")."""
         body = content.encode() if isinstance(content, str) else content
         all_headers = {**self._headers, **(headers or {})}
         if not self._lock.acquire(blocking=False):

@@ -302,7 +302,7 @@ def _pod_containers(socket_path: str, namespace: str, pod: str, timeout: float,
     try:
         import grpc
 
-        from ..podresources import api_pb2, api_pb2_grpc
+        from .podresources import api_pb2, api_pb2_grpc
     except ImportError as e:  # an install without the runtime dependencies
         raise DeviceError(f"{label}: cannot load the gRPC client: {e}") from None
 

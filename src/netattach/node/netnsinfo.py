@@ -3,24 +3,23 @@
 Results below CNI 1.1.0 carry no MTU, so the status entry (multi-net spec §5.3.5)
 reads it from the pod netns. pyroute2 would do it but costs ~300 ms of import
 on every ADD (measured with `python -X importtime`, see docs/architecture.md);
-this path costs ~1 ms: a short-lived thread enters the netns with setns(2)
-(CLONE_NEWNET changes only the calling thread), opens a socket there and asks
-the kernel with the SIOCGIFMTU ioctl (netdevice(7)). The thread then ends, so
-no other thread's namespace changes. pyroute2 stays the tool for changing
-routes (routes.py).
+this path costs ~1 ms: a short-lived thread enters the netns (netns.run_inside:
+setns(2) changes only the calling thread), opens a socket there and asks the
+kernel with the SIOCGIFMTU ioctl (netdevice(7)). The thread then ends, so no
+other thread's namespace changes. pyroute2 stays the tool for changing routes
+(routes.py).
 """
 from __future__ import annotations
 
 import fcntl
 import logging
-import os
 import socket
 import struct
-import threading
+
+from . import netns
 
 log = logging.getLogger("netattach.netnsinfo")
 
-CLONE_NEWNET = 0x40000000
 SIOCGIFMTU = 0x8921
 _IFREQ = "16si12x"  # struct ifreq: char ifr_name[IFNAMSIZ]; int ifr_mtu; padding to 40 bytes
 
@@ -37,39 +36,14 @@ def _mtus_here(ifnames: list[str]) -> dict[str, int]:
     return out
 
 
-def _setns(fd: int) -> None:
-    """setns(2) of the calling thread into the network namespace `fd`: os.setns from
-    Python 3.12, else libc's through ctypes (imported only then). Raises OSError."""
-    setns = getattr(os, "setns", None)
-    if setns is not None:
-        setns(fd, CLONE_NEWNET)
-        return
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.setns(fd, CLONE_NEWNET) != 0:
-        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-
-
 def link_mtus(netns_path: str, ifnames: list[str]) -> dict[str, int]:
     """MTU (bytes) of each named link inside the netns at `netns_path`.
 
     Returns {ifname: mtu} for the links that exist; {} when the netns cannot be
     entered (logged at WARNING). Never raises: the MTU is informational.
     """
-    found: dict[str, int] = {}
-
-    def worker() -> None:
-        try:
-            fd = os.open(netns_path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                _setns(fd)
-            finally:
-                os.close(fd)
-            found.update(_mtus_here(ifnames))
-        except OSError as e:
-            log.warning("cannot read link MTUs in %s: %s", netns_path, e)
-
-    t = threading.Thread(target=worker, name="netns-mtu")
-    t.start()
-    t.join()
-    return found
+    try:
+        return netns.run_inside(netns_path, lambda: _mtus_here(ifnames), "netns-mtu")
+    except OSError as e:
+        log.warning("cannot read link MTUs in %s: %s", netns_path, e)
+        return {}

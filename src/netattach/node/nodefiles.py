@@ -10,7 +10,7 @@ from here, so the installer and the plugin's removal agree on them):
   `.netattach-<12 hex>/`, the onedir artifact: VERSION_DIR), `netattach-shim`
   (SHIM_NAME, thick mode: a symlink into that dir), and the temp entries of an
   interrupted copy (BIN_TEMP);
-* the state dir (`cniDir`): what ADD saved; state.StateStore owns its layout.
+* the state dir (`cniDir`): what ADD saved; statestore.StateStore owns its layout.
 
 `remove_when_unused` removes all of them, and only when nothing needs them any more
 (docs/install-lifecycle.md): the conflist is still the retired one the installer wrote
@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from ..spec.netconf import CONFLIST_NAME as CONFLIST_NAME  # netattach's files by name
 from . import atomicfile
 from .libcni_cache import CACHE_DIR, remove_network
-from .state import StateError, StateStore
+from .state import StateError
+from .statestore import StateStore
 
 KUBECONFIG_DIR_NAME = "netattach.d"
 """`<conf dir>/netattach.d/`: the plugin's kubeconfig, the CA, the presence lock."""

@@ -38,18 +38,36 @@ Decisions where the spec is silent or loose (each is tested):
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Required, TypedDict, cast
 
 from ..cni.version import is_legacy_result
 
 __all__ = [
     "NETWORK_STATUS_ANNOTATION",
+    "NetworkStatusEntry",
     "status_entry",
     "encode_status",
 ]
 
 NETWORK_STATUS_ANNOTATION = "k8s.v1.cni.cncf.io/network-status"
 """Pod annotation carrying the attachment statuses (§5)."""
+
+NetworkStatusEntry = TypedDict("NetworkStatusEntry", {
+    "name": Required[str],
+    "interface": str,
+    "ips": list[str],
+    "mac": str,
+    "mtu": int,
+    "default": Required[bool],
+    "dns": dict[str, Any],
+    "default-route": list[str],
+    "device-info": dict[str, Any],
+}, total=False)
+"""One element of the network-status list (§5.3), as `status_entry` makes it: `name` and
+`default` always, the others when they have a value (`dns`: nameservers, domain, search;
+`device-info`: the §5.3.8 map). Entries read back from an annotation are plain JSON and
+may hold anything; only those made here have this shape."""
 
 _KEY_ORDER = (
     "name",
@@ -167,7 +185,7 @@ def status_entry(
     default_route: list[str] | None = None,
     device_info: dict[str, Any] | None = None,
     mtu: int | None = None,
-) -> dict[str, Any]:
+) -> NetworkStatusEntry:
     """One element of the ``network-status`` list (§5.3).
 
     Args:
@@ -185,7 +203,7 @@ def status_entry(
             result itself gives none (results below CNI 1.1.0 never do).
 
     Returns:
-        A dict with keys, in this order and only when they have a value:
+        A `NetworkStatusEntry`, keys in this order and only when they have a value:
         ``name``, ``interface``, ``ips`` (list of str), ``mac``, ``mtu``
         (int), ``default`` (bool, always present), ``dns`` (dict with
         ``nameservers``/``domain``/``search``), ``default-route`` (list of
@@ -212,18 +230,20 @@ def status_entry(
         fields["default-route"] = list(default_route)
     if device_info:
         fields["device-info"] = device_info
-    return {key: fields[key] for key in _KEY_ORDER if key in fields}
+    # in the order Multus writes them (a TypedDict cannot be built key by key in a loop)
+    return cast(NetworkStatusEntry, {key: fields[key] for key in _KEY_ORDER if key in fields})
 
 
-def added_interface_message(ifname: Any, entry: dict[str, Any], network: Any) -> str:
+def added_interface_message(ifname: Any, entry: Mapping[str, Any], network: Any) -> str:
     """The message of the `AddedInterface` event of interface `ifname` of `network`, its
     network-status entry `entry` (its `ips`): "Add <ifname> <ips> from <network>", as ADD
     and hot-plug record it."""
     return f"Add {ifname} {entry.get('ips', [])} from {network}"
 
 
-def encode_status(entries: list[dict[str, Any]]) -> str:
-    """The ``network-status`` annotation value for *entries* (§5).
+def encode_status(entries: Sequence[Mapping[str, Any]]) -> str:
+    """The ``network-status`` annotation value for *entries* (§5): `NetworkStatusEntry`s,
+    or entries read back from an annotation (hot-plug keeps those of the ADD).
 
     Formatted as Multus writes it: ``[`` + the entries, each JSON-encoded with
     a four-space indent, joined by ``,`` + ``]``; ``"[]"`` for no entries.

@@ -94,9 +94,8 @@ from ..cni.errors import CniError
 from ..cni.jsonutil import json_type
 from ..cni.names import is_dns1123_label, is_dns1123_subdomain
 from ..cni.version import DEFAULT_VERSION
-from ..node import routes
 from ..node.devices import DEVICE_INFO_CAPABILITY
-from ..spec import delegates, plan, policy, selection
+from ..spec import delegates, plan, policy, routes, selection
 from ..spec.netconf import CLAIM_CONFIG_SOURCES
 from ..spec.netconf import DEFAULT_NAMESPACE as MULTUS_NAMESPACE
 from ..spec.status import NETWORK_STATUS_ANNOTATION

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from netattach.draplugin import pluginregistration_v1_pb2 as netattach_dot_draplugin_dot_pluginregistration__v1__pb2
+from netattach.daemon.draplugin import pluginregistration_v1_pb2 as netattach_dot_daemon_dot_draplugin_dot_pluginregistration__v1__pb2
 
 GRPC_GENERATED_VERSION = '1.84.0'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in netattach/draplugin/pluginregistration_v1_pb2_grpc.py depends on'
+        + ' but the generated code in netattach/daemon/draplugin/pluginregistration_v1_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,13 +37,13 @@ class RegistrationStub:
         """
         self.GetInfo = channel.unary_unary(
                 '/pluginregistration.Registration/GetInfo',
-                request_serializer=netattach_dot_draplugin_dot_pluginregistration__v1__pb2.InfoRequest.SerializeToString,
-                response_deserializer=netattach_dot_draplugin_dot_pluginregistration__v1__pb2.PluginInfo.FromString,
+                request_serializer=netattach_dot_daemon_dot_draplugin_dot_pluginregistration__v1__pb2.InfoRequest.SerializeToString,
+                response_deserializer=netattach_dot_daemon_dot_draplugin_dot_pluginregistration__v1__pb2.PluginInfo.FromString,
                 _registered_method=True)
         self.NotifyRegistrationStatus = channel.unary_unary(
                 '/pluginregistration.Registration/NotifyRegistrationStatus',
-                request_serializer=netattach_dot_draplugin_dot_pluginregistration__v1__pb2.RegistrationStatus.SerializeToString,
-                response_deserializer=netattach_dot_draplugin_dot_pluginregistration__v1__pb2.RegistrationStatusResponse.FromString,
+                request_serializer=netattach_dot_daemon_dot_draplugin_dot_pluginregistration__v1__pb2.RegistrationStatus.SerializeToString,
+                response_deserializer=netattach_dot_daemon_dot_draplugin_dot_pluginregistration__v1__pb2.RegistrationStatusResponse.FromString,
                 _registered_method=True)
 
 
@@ -68,13 +68,13 @@ def add_RegistrationServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'GetInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetInfo,
-                    request_deserializer=netattach_dot_draplugin_dot_pluginregistration__v1__pb2.InfoRequest.FromString,
-                    response_serializer=netattach_dot_draplugin_dot_pluginregistration__v1__pb2.PluginInfo.SerializeToString,
+                    request_deserializer=netattach_dot_daemon_dot_draplugin_dot_pluginregistration__v1__pb2.InfoRequest.FromString,
+                    response_serializer=netattach_dot_daemon_dot_draplugin_dot_pluginregistration__v1__pb2.PluginInfo.SerializeToString,
             ),
             'NotifyRegistrationStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.NotifyRegistrationStatus,
-                    request_deserializer=netattach_dot_draplugin_dot_pluginregistration__v1__pb2.RegistrationStatus.FromString,
-                    response_serializer=netattach_dot_draplugin_dot_pluginregistration__v1__pb2.RegistrationStatusResponse.SerializeToString,
+                    request_deserializer=netattach_dot_daemon_dot_draplugin_dot_pluginregistration__v1__pb2.RegistrationStatus.FromString,
+                    response_serializer=netattach_dot_daemon_dot_draplugin_dot_pluginregistration__v1__pb2.RegistrationStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -103,8 +103,8 @@ class Registration:
             request,
             target,
             '/pluginregistration.Registration/GetInfo',
-            netattach_dot_draplugin_dot_pluginregistration__v1__pb2.InfoRequest.SerializeToString,
-            netattach_dot_draplugin_dot_pluginregistration__v1__pb2.PluginInfo.FromString,
+            netattach_dot_daemon_dot_draplugin_dot_pluginregistration__v1__pb2.InfoRequest.SerializeToString,
+            netattach_dot_daemon_dot_draplugin_dot_pluginregistration__v1__pb2.PluginInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -130,8 +130,8 @@ class Registration:
             request,
             target,
             '/pluginregistration.Registration/NotifyRegistrationStatus',
-            netattach_dot_draplugin_dot_pluginregistration__v1__pb2.RegistrationStatus.SerializeToString,
-            netattach_dot_draplugin_dot_pluginregistration__v1__pb2.RegistrationStatusResponse.FromString,
+            netattach_dot_daemon_dot_draplugin_dot_pluginregistration__v1__pb2.RegistrationStatus.SerializeToString,
+            netattach_dot_daemon_dot_draplugin_dot_pluginregistration__v1__pb2.RegistrationStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

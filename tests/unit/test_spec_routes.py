@@ -1,4 +1,5 @@
-"""routes.py, pure part: default-route validation (spec §4.1.2.1.9) and result rewriting."""
+"""spec/routes.py, the pure half: default-route validation (spec §4.1.2.1.9) and result
+rewriting; node/routes.py's checks that come before the netns."""
 from __future__ import annotations
 
 import copy
@@ -9,11 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from netattach.node.routes import (
+from netattach.node.routes import RouteTarget, apply_default_routes
+from netattach.spec.routes import (
     DefaultRoutePlan,
     RouteError,
-    RouteTarget,
-    apply_default_routes,
     plan_default_routes,
     with_default_routes,
 )

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from netattach.draplugin import dra_v1_pb2 as netattach_dot_draplugin_dot_dra__v1__pb2
+from netattach.daemon.draplugin import dra_v1beta1_pb2 as netattach_dot_daemon_dot_draplugin_dot_dra__v1beta1__pb2
 
 GRPC_GENERATED_VERSION = '1.84.0'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in netattach/draplugin/dra_v1_pb2_grpc.py depends on'
+        + ' but the generated code in netattach/daemon/draplugin/dra_v1beta1_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -35,14 +35,14 @@ class DRAPluginStub:
             channel: A grpc.Channel.
         """
         self.NodePrepareResources = channel.unary_unary(
-                '/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources',
-                request_serializer=netattach_dot_draplugin_dot_dra__v1__pb2.NodePrepareResourcesRequest.SerializeToString,
-                response_deserializer=netattach_dot_draplugin_dot_dra__v1__pb2.NodePrepareResourcesResponse.FromString,
+                '/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodePrepareResources',
+                request_serializer=netattach_dot_daemon_dot_draplugin_dot_dra__v1beta1__pb2.NodePrepareResourcesRequest.SerializeToString,
+                response_deserializer=netattach_dot_daemon_dot_draplugin_dot_dra__v1beta1__pb2.NodePrepareResourcesResponse.FromString,
                 _registered_method=True)
         self.NodeUnprepareResources = channel.unary_unary(
-                '/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources',
-                request_serializer=netattach_dot_draplugin_dot_dra__v1__pb2.NodeUnprepareResourcesRequest.SerializeToString,
-                response_deserializer=netattach_dot_draplugin_dot_dra__v1__pb2.NodeUnprepareResourcesResponse.FromString,
+                '/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodeUnprepareResources',
+                request_serializer=netattach_dot_daemon_dot_draplugin_dot_dra__v1beta1__pb2.NodeUnprepareResourcesRequest.SerializeToString,
+                response_deserializer=netattach_dot_daemon_dot_draplugin_dot_dra__v1beta1__pb2.NodeUnprepareResourcesResponse.FromString,
                 _registered_method=True)
 
 
@@ -72,19 +72,19 @@ def add_DRAPluginServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'NodePrepareResources': grpc.unary_unary_rpc_method_handler(
                     servicer.NodePrepareResources,
-                    request_deserializer=netattach_dot_draplugin_dot_dra__v1__pb2.NodePrepareResourcesRequest.FromString,
-                    response_serializer=netattach_dot_draplugin_dot_dra__v1__pb2.NodePrepareResourcesResponse.SerializeToString,
+                    request_deserializer=netattach_dot_daemon_dot_draplugin_dot_dra__v1beta1__pb2.NodePrepareResourcesRequest.FromString,
+                    response_serializer=netattach_dot_daemon_dot_draplugin_dot_dra__v1beta1__pb2.NodePrepareResourcesResponse.SerializeToString,
             ),
             'NodeUnprepareResources': grpc.unary_unary_rpc_method_handler(
                     servicer.NodeUnprepareResources,
-                    request_deserializer=netattach_dot_draplugin_dot_dra__v1__pb2.NodeUnprepareResourcesRequest.FromString,
-                    response_serializer=netattach_dot_draplugin_dot_dra__v1__pb2.NodeUnprepareResourcesResponse.SerializeToString,
+                    request_deserializer=netattach_dot_daemon_dot_draplugin_dot_dra__v1beta1__pb2.NodeUnprepareResourcesRequest.FromString,
+                    response_serializer=netattach_dot_daemon_dot_draplugin_dot_dra__v1beta1__pb2.NodeUnprepareResourcesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin', rpc_method_handlers)
+            'k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin', rpc_method_handlers)
+    server.add_registered_method_handlers('k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
@@ -105,9 +105,9 @@ class DRAPlugin:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources',
-            netattach_dot_draplugin_dot_dra__v1__pb2.NodePrepareResourcesRequest.SerializeToString,
-            netattach_dot_draplugin_dot_dra__v1__pb2.NodePrepareResourcesResponse.FromString,
+            '/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodePrepareResources',
+            netattach_dot_daemon_dot_draplugin_dot_dra__v1beta1__pb2.NodePrepareResourcesRequest.SerializeToString,
+            netattach_dot_daemon_dot_draplugin_dot_dra__v1beta1__pb2.NodePrepareResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -132,9 +132,9 @@ class DRAPlugin:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources',
-            netattach_dot_draplugin_dot_dra__v1__pb2.NodeUnprepareResourcesRequest.SerializeToString,
-            netattach_dot_draplugin_dot_dra__v1__pb2.NodeUnprepareResourcesResponse.FromString,
+            '/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodeUnprepareResources',
+            netattach_dot_daemon_dot_draplugin_dot_dra__v1beta1__pb2.NodeUnprepareResourcesRequest.SerializeToString,
+            netattach_dot_daemon_dot_draplugin_dot_dra__v1beta1__pb2.NodeUnprepareResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from netattach.podresources import api_pb2 as netattach_dot_podresources_dot_api__pb2
+from netattach.node.podresources import api_pb2 as netattach_dot_node_dot_podresources_dot_api__pb2
 
 GRPC_GENERATED_VERSION = '1.84.0'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in netattach/podresources/api_pb2_grpc.py depends on'
+        + ' but the generated code in netattach/node/podresources/api_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,18 +36,18 @@ class PodResourcesListerStub:
         """
         self.List = channel.unary_unary(
                 '/v1.PodResourcesLister/List',
-                request_serializer=netattach_dot_podresources_dot_api__pb2.ListPodResourcesRequest.SerializeToString,
-                response_deserializer=netattach_dot_podresources_dot_api__pb2.ListPodResourcesResponse.FromString,
+                request_serializer=netattach_dot_node_dot_podresources_dot_api__pb2.ListPodResourcesRequest.SerializeToString,
+                response_deserializer=netattach_dot_node_dot_podresources_dot_api__pb2.ListPodResourcesResponse.FromString,
                 _registered_method=True)
         self.GetAllocatableResources = channel.unary_unary(
                 '/v1.PodResourcesLister/GetAllocatableResources',
-                request_serializer=netattach_dot_podresources_dot_api__pb2.AllocatableResourcesRequest.SerializeToString,
-                response_deserializer=netattach_dot_podresources_dot_api__pb2.AllocatableResourcesResponse.FromString,
+                request_serializer=netattach_dot_node_dot_podresources_dot_api__pb2.AllocatableResourcesRequest.SerializeToString,
+                response_deserializer=netattach_dot_node_dot_podresources_dot_api__pb2.AllocatableResourcesResponse.FromString,
                 _registered_method=True)
         self.Get = channel.unary_unary(
                 '/v1.PodResourcesLister/Get',
-                request_serializer=netattach_dot_podresources_dot_api__pb2.GetPodResourcesRequest.SerializeToString,
-                response_deserializer=netattach_dot_podresources_dot_api__pb2.GetPodResourcesResponse.FromString,
+                request_serializer=netattach_dot_node_dot_podresources_dot_api__pb2.GetPodResourcesRequest.SerializeToString,
+                response_deserializer=netattach_dot_node_dot_podresources_dot_api__pb2.GetPodResourcesResponse.FromString,
                 _registered_method=True)
 
 
@@ -82,18 +82,18 @@ def add_PodResourcesListerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'List': grpc.unary_unary_rpc_method_handler(
                     servicer.List,
-                    request_deserializer=netattach_dot_podresources_dot_api__pb2.ListPodResourcesRequest.FromString,
-                    response_serializer=netattach_dot_podresources_dot_api__pb2.ListPodResourcesResponse.SerializeToString,
+                    request_deserializer=netattach_dot_node_dot_podresources_dot_api__pb2.ListPodResourcesRequest.FromString,
+                    response_serializer=netattach_dot_node_dot_podresources_dot_api__pb2.ListPodResourcesResponse.SerializeToString,
             ),
             'GetAllocatableResources': grpc.unary_unary_rpc_method_handler(
                     servicer.GetAllocatableResources,
-                    request_deserializer=netattach_dot_podresources_dot_api__pb2.AllocatableResourcesRequest.FromString,
-                    response_serializer=netattach_dot_podresources_dot_api__pb2.AllocatableResourcesResponse.SerializeToString,
+                    request_deserializer=netattach_dot_node_dot_podresources_dot_api__pb2.AllocatableResourcesRequest.FromString,
+                    response_serializer=netattach_dot_node_dot_podresources_dot_api__pb2.AllocatableResourcesResponse.SerializeToString,
             ),
             'Get': grpc.unary_unary_rpc_method_handler(
                     servicer.Get,
-                    request_deserializer=netattach_dot_podresources_dot_api__pb2.GetPodResourcesRequest.FromString,
-                    response_serializer=netattach_dot_podresources_dot_api__pb2.GetPodResourcesResponse.SerializeToString,
+                    request_deserializer=netattach_dot_node_dot_podresources_dot_api__pb2.GetPodResourcesRequest.FromString,
+                    response_serializer=netattach_dot_node_dot_podresources_dot_api__pb2.GetPodResourcesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -121,8 +121,8 @@ class PodResourcesLister:
             request,
             target,
             '/v1.PodResourcesLister/List',
-            netattach_dot_podresources_dot_api__pb2.ListPodResourcesRequest.SerializeToString,
-            netattach_dot_podresources_dot_api__pb2.ListPodResourcesResponse.FromString,
+            netattach_dot_node_dot_podresources_dot_api__pb2.ListPodResourcesRequest.SerializeToString,
+            netattach_dot_node_dot_podresources_dot_api__pb2.ListPodResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -148,8 +148,8 @@ class PodResourcesLister:
             request,
             target,
             '/v1.PodResourcesLister/GetAllocatableResources',
-            netattach_dot_podresources_dot_api__pb2.AllocatableResourcesRequest.SerializeToString,
-            netattach_dot_podresources_dot_api__pb2.AllocatableResourcesResponse.FromString,
+            netattach_dot_node_dot_podresources_dot_api__pb2.AllocatableResourcesRequest.SerializeToString,
+            netattach_dot_node_dot_podresources_dot_api__pb2.AllocatableResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -175,8 +175,8 @@ class PodResourcesLister:
             request,
             target,
             '/v1.PodResourcesLister/Get',
-            netattach_dot_podresources_dot_api__pb2.GetPodResourcesRequest.SerializeToString,
-            netattach_dot_podresources_dot_api__pb2.GetPodResourcesResponse.FromString,
+            netattach_dot_node_dot_podresources_dot_api__pb2.GetPodResourcesRequest.SerializeToString,
+            netattach_dot_node_dot_podresources_dot_api__pb2.GetPodResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,
