@@ -71,7 +71,7 @@ class RouteTarget:
     network: the network's name for messages, e.g. ``"ns/net-b"``.
     """
     ifname: str
-    result: dict | None
+    result: dict[str, Any] | None
     default_route: tuple[str, ...] | None
     network: str
 
@@ -183,7 +183,7 @@ def _delete(ipr: Any, family: int, r: Any) -> None:
 
 
 def apply_default_routes(netns_path: str,
-                         attachments: Sequence[RouteTarget]) -> list[dict | None]:
+                         attachments: Sequence[RouteTarget]) -> list[dict[str, Any] | None]:
     """Make the pod's default routes what the ``default-route`` key asks (spec §4.1.2.1.9).
 
     Args:

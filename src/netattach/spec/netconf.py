@@ -30,6 +30,7 @@ value fails with CNI code 7 naming the key.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -277,8 +278,9 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
     codes": 7 = invalid network config).
     """
     from . import _netconf_validator
+    check: Callable[[object], object] = _netconf_validator.validate  # generated, untyped
     try:  # generated from SCHEMA, stdlib only; its exception words the first problem
-        _netconf_validator.validate(config)
+        check(config)
     except _netconf_validator.JsonSchemaValueException as e:
         raise _invalid(e.path or "(top level)", e.reason) from None
     cni_version = config.get("cniVersion", version.DEFAULT_VERSION)
