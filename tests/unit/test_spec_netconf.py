@@ -60,7 +60,10 @@ def test_bad_value_names_the_key(patch, key):
                            "'info', 'debug', 'verbose'] (got 'loud')"),
     ({"logOptions": {"maxSize": -1}},
      "key 'logOptions.maxSize': must be bigger than or equal to 0 (got -1)"),
-    ({"logOptions": {"maxsize": 1}}, "key 'logOptions': must not contain {'maxsize'} properties"),
+    ({"logOptions": {"maxsize": 1}}, "key 'logOptions': must not contain ['maxsize'] properties"),
+    # several unknown keys: in the config's order, the same in every run
+    ({"logOptions": {"zeta": 1, "alpha": 2, "maxAge": 1}},
+     "key 'logOptions': must not contain ['zeta', 'alpha'] properties"),
     ({"defaultNetworks": ["a", ""]},
      "key 'defaultNetworks.1': must be longer than or equal to 1 characters (got '')"),
     ({"globalNamespaces": 5}, "key 'globalNamespaces': must be one of: string, array of string "

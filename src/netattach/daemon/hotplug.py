@@ -277,9 +277,9 @@ class Hotplugger:
                 return apis[-1]
             return Orchestrator(api=api, executor=self.executor, drop_writes=self.drop_writes)
 
-        waiting = self._waiting(container_id)
-        with self.exclusive:
-            outcome = cmd_hotplug(orchestrator, store, container_id, self.pods.get, waiting)
+        with self.exclusive:  # the backoffs as they are once the worker may run the steps
+            outcome = cmd_hotplug(orchestrator, store, container_id, self.pods.get,
+                                  self._waiting(container_id))
         self._act(container_id, outcome, apis[-1] if apis else None)
         if outcome.error is not None:
             raise outcome.error

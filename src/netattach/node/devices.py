@@ -457,7 +457,7 @@ def read_device_info(resource_name: str | None, device_id: str | None, container
     The attachment's CNI file first (what the plugin chain left, or our copy of
     the device plugin's); then, when a resource and device ID are given, the
     device plugin's file. Missing -> None. A file that is not a JSON object with
-    string `type` and `version` is skipped with a warning on `netattach.node.devices`.
+    string `type` and `version` is skipped with a warning on `netattach.devices`.
     """
     info = _load(cni_device_info_path(container_id, ifname, base_dir))
     if info is None and resource_name and device_id:

@@ -44,6 +44,6 @@ def link_mtus(netns_path: str, ifnames: list[str]) -> dict[str, int]:
     """
     try:
         return netns.run_inside(netns_path, lambda: _mtus_here(ifnames), "netns-mtu")
-    except OSError as e:
+    except Exception as e:  # noqa: BLE001 - informational: whatever fails, no MTU
         log.warning("cannot read link MTUs in %s: %s", netns_path, e)
         return {}
