@@ -75,6 +75,18 @@ def test_version_flag_agrees_with_cni_version_and_the_venv(exe):
     assert frozen.stdout.decode() == f"netattach {__version__} (CNI {', '.join(supported)})\n"
 
 
+def test_the_bundle_holds_no_build_tool(exe):
+    """setuptools (build/venv's build backend) is not in the bundle: PyInstaller adds a
+    run-time hook for it that imports it at every start, some 70 ms of each CNI call
+    (netattach.spec, `excludes`); nor are its distutils shims or pkg_resources."""
+    internal = exe.parent / "_internal"
+    if not internal.is_dir():
+        pytest.fail(f"{exe} is not the onedir bundle `make build` makes", pytrace=False)
+    found = [name for name in ("setuptools", "_distutils_hack", "distutils", "pkg_resources")
+             if (internal / name).exists() or (internal / f"{name}.pyc").exists()]
+    assert found == []
+
+
 @pytest.mark.parametrize("argv", [[]] + [[name, "--help"] for name in SUBCOMMANDS],
                          ids=["no-arguments"] + list(SUBCOMMANDS))
 def test_operator_commands_load_frozen(exe, argv):
