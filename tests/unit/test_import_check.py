@@ -7,11 +7,9 @@ DEL from saved state or a tombstone, CHECK and STATUS never import the API clien
 """
 from __future__ import annotations
 
-import ast
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -56,59 +54,3 @@ def test_del_and_status_without_the_api_import_no_heavy_module(tmp_path, command
     out = probe(env, conf)
     assert out["code"] == 0, out["doc"]
     assert out["heavy"] == []
-
-
-def _module_imports(path: Path, name: str, package: str) -> set[str]:
-    """The netattach modules module `name` (file `path`, in `package`) imports while it
-    is being initialized: its top-level imports, those in top-level if/try blocks too,
-    but not those under `if TYPE_CHECKING`, which never run."""
-    out: set[str] = set()
-    todo = list(ast.parse(path.read_text()).body)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, ast.If):
-            if "TYPE_CHECKING" not in ast.dump(node.test):
-                todo += node.body + node.orelse
-        elif isinstance(node, ast.Try):
-            todo += node.body + node.orelse + node.finalbody + \
-                [n for h in node.handlers for n in h.body]
-        elif isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
-                base = ".".join(parts + ([node.module] if node.module else []))
-            out |= {base} | {f"{base}.{a.name}" for a in node.names}
-    return out
-
-
-def test_netattach_modules_import_each_other_without_a_cycle():
-    """Threads of the node daemon import netattach's own modules on first use, several
-    at once (daemon._import_before_threads imports only libraries before them). Two
-    threads importing one module graph at once can only be handed a partially
-    initialized module when that graph has a cycle; netattach's has none."""
-    root = Path(__file__).resolve().parents[2] / "src"
-    modules: dict[str, tuple[Path, str]] = {}
-    for path in sorted((root / "netattach").rglob("*.py")):
-        parts = path.relative_to(root).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        package = name if parts[-1] == "__init__" else name.rpartition(".")[0]
-        modules[name] = (path, package)
-    graph = {name: {m for m in _module_imports(path, name, package) if m in modules}
-             for name, (path, package) in modules.items()}
-    assert graph["netattach.daemon"] >= {"netattach.node.logsetup", "netattach.spec.netconf"}
-    state: dict[str, int] = {}  # 1: on the path being followed, 2: done
-
-    def follow(name: str, path: list[str]) -> None:
-        state[name] = 1
-        for dep in sorted(graph[name]):
-            assert state.get(dep) != 1, \
-                "import cycle: " + " -> ".join(path[path.index(dep):] + [dep])
-            if dep not in state:
-                follow(dep, path + [dep])
-        state[name] = 2
-
-    for name in sorted(graph):
-        if name not in state:
-            follow(name, [name])
