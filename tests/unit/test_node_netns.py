@@ -1,19 +1,15 @@
-"""node/netns.py, the one way into a pod netns: its errors by step, and that no thread
-is left in another namespace (the namespace entered here is the test's own)."""
+"""node/netns.py, the one way into a pod netns: its errors by step, before any
+setns(2); tests/integration/test_node_netns_real.py enters a namespace (root)."""
 from __future__ import annotations
 
 import errno
 import os
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from netattach.node import netns
-
-OWN = "/proc/self/ns/net"
-root_only = pytest.mark.skipif(os.geteuid() != 0, reason="setns(2) needs CAP_SYS_ADMIN")
 
 
 def test_missing_path_is_an_open_error_and_not_created(tmp_path):
@@ -37,25 +33,6 @@ def test_a_file_that_is_no_namespace_is_an_enter_error(tmp_path):
     with pytest.raises(netns.NetnsEnterError):
         netns.run_inside(str(plain), lambda: pytest.fail("fn ran"))
     assert not isinstance(e.value, netns.NetnsOpenError)
-
-
-@root_only
-def test_inside_switches_back_after_an_exception():
-    before = os.readlink("/proc/thread-self/ns/net")
-    with pytest.raises(KeyError):
-        with netns.inside(OWN):
-            raise KeyError("x")
-    assert os.readlink("/proc/thread-self/ns/net") == before
-
-
-@root_only
-def test_run_inside_runs_in_a_thread_of_its_own_and_hands_back_its_answer_and_errors():
-    seen = []
-    assert netns.run_inside(OWN, lambda: seen.append(threading.current_thread().name) or 7,
-                            "netns-test") == 7
-    assert seen == ["netns-test"]
-    with pytest.raises(ZeroDivisionError):
-        netns.run_inside(OWN, lambda: 1 // 0)
 
 
 def test_importing_netns_imports_no_library():
