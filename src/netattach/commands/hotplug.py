@@ -230,10 +230,9 @@ def synced_status(state: SavedState, fresh: Collection[tuple[str, str]] = ()) ->
         return None
     present = [a for a in state.attachments
                if a.attempted and a.result is not None and not a.change and not a.add_failed]
-    keys = {(a.network, a.ifname) for a in present}
+    keep = {(a.network, a.ifname) for a in present} - set(fresh)
     kept: list[dict[str, Any] | status.NetworkStatusEntry] = [
-        e for e in entries
-        if isinstance(e, dict) and (e.get("name"), e.get("interface")) in keys - set(fresh)]
+        e for e in entries if isinstance(e, dict) and (e.get("name"), e.get("interface")) in keep]
     have = {(e.get("name"), e.get("interface")) for e in kept}
     new = [a for a in present if a.selection is not None and (a.network, a.ifname) not in have]
     mtus = netnsinfo.link_mtus(state.netns, [a.ifname for a in new]) if new else {}
@@ -402,9 +401,10 @@ class _Change:
                                "where it is checked against the devices the kubelet "
                                "allocated to the pod")
                 return False
-            if nad is not None and nad_resource_name(nad):
+            resource = nad_resource_name(nad) if nad is not None else None
+            if resource:
                 refused.append(f"network {element.ref}: its NetworkAttachmentDefinition asks "
-                               f"for device resource {nad_resource_name(nad)}, which the "
+                               f"for device resource {resource}, which the "
                                "kubelet allocates at pod creation only")
                 return False
             att = planning.element_attachment(element, config, ifname)
@@ -414,10 +414,8 @@ class _Change:
             self.outcome.steps.append(Step("add", element.ref, ifname, False))
             self._event("Warning", "ErrorAddingNetwork", f"hot-plug of {element.ref}: {e.msg}")
             return False
-        saved = SavedAttachment(network=att.network, ifname=ifname, config=att.config.raw,
-                                source=att.config.source, capability_args=att.capability_args,
-                                attempted=True, selection=networks.saved_selection(att),
-                                change="add")
+        saved = networks.saved_attachment(att, attempted=True, identity=True)
+        saved.change = "add"
         state.attachments.append(saved)
         try:
             result = attach_one(self.orch, self.req, conf, att, saved,

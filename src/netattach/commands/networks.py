@@ -215,13 +215,19 @@ class Plan:
         element's attachment carries what hot-plug identifies it by
         (`saved_selection`)."""
         return base.with_attachments([
-            SavedAttachment(network=a.network, ifname=a.ifname, default=a.default,
-                            source=a.config.source, config=a.config.raw,
-                            capability_args=a.capability_args, attempted=attempted,
-                            device=self.devices.get(i),
-                            claim=a.claim.to_dict() if a.claim else None,
-                            selection=saved_selection(a) if identity else None)
+            saved_attachment(a, attempted, identity, self.devices.get(i))
             for i, a in enumerate(self.attachments)])
+
+
+def saved_attachment(a: planning.Attachment, attempted: bool = False, identity: bool = False,
+                     device: tuple[str, str] | None = None) -> SavedAttachment:
+    """The SavedAttachment of the planned attachment `a` (Plan.saved: `attempted`,
+    `identity`; `device`: (resource name, device ID) the kubelet allocated it, if any)."""
+    return SavedAttachment(network=a.network, ifname=a.ifname, default=a.default,
+                           source=a.config.source, config=a.config.raw,
+                           capability_args=a.capability_args, attempted=attempted,
+                           device=device, claim=a.claim.to_dict() if a.claim else None,
+                           selection=saved_selection(a) if identity else None)
 
 
 def saved_selection(attachment: planning.Attachment) -> dict[str, Any] | None:
