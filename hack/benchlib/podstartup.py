@@ -1,0 +1,171 @@
+"""Pod startup on the real node (`make bench-node`, hack/bench_node.py): what one burst
+of pods measured, the statistics over rounds and the table. No node here: the harness
+feeds these with what it observed, so they are tested on their own (tests/unit).
+
+Two clocks, both kept:
+  * the watch clock: the harness's wall time when it sent each pod's create (delete)
+    and when its pod watch first saw the pod Ready (gone): millisecond resolution,
+    what the table's latencies are;
+  * the API's own times: the pod's creationTimestamp and its PodReadyToStartContainers
+    and Ready conditions' lastTransitionTime, at the API's resolution (1 s), a cross
+    check that the watch clock measured the node and not the harness.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# the subjects, in the order of a round and of the table's columns
+SUBJECTS = ("floor", "netattach_thin", "netattach_thick", "multus_thin", "multus_thick")
+# (netattach, Multus) pairs the ratios compare
+RATIOS = (("netattach_thin", "multus_thin"), ("netattach_thick", "multus_thick"))
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0 < q <= 100), nearest rank: a value that was measured."""
+    if not values:
+        raise ValueError("no values")
+    s = sorted(values)
+    return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
+
+
+def api_time(stamp: str | None) -> float | None:
+    """An API timestamp ("2026-11-28T06:45:44Z") as epoch seconds."""
+    if not stamp:
+        return None
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def condition_time(pod: dict[str, Any], kind: str) -> float | None:
+    """lastTransitionTime of the pod's condition `kind` when it is True (epoch s)."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind and c.get("status") == "True":
+            return api_time(c.get("lastTransitionTime"))
+    return None
+
+
+@dataclass
+class PodTimes:
+    """One pod's timeline (epoch seconds; None: not seen)."""
+    name: str
+    create_sent: float
+    ready_seen: float | None = None
+    delete_sent: float | None = None
+    gone_seen: float | None = None
+    api_created: float | None = None
+    api_sandbox_ready: float | None = None   # PodReadyToStartContainers
+    api_ready: float | None = None
+
+    @property
+    def startup(self) -> float:
+        """creation -> Ready (watch clock), s."""
+        assert self.ready_seen is not None, self.name
+        return self.ready_seen - self.create_sent
+
+    @property
+    def deletion(self) -> float:
+        """deletion -> gone from the API (the kubelet stopped its sandbox: CNI DEL done), s."""
+        assert self.gone_seen is not None and self.delete_sent is not None, self.name
+        return self.gone_seen - self.delete_sent
+
+    @property
+    def api_startup(self) -> float | None:
+        """creationTimestamp -> Ready's lastTransitionTime (API clock, 1 s resolution)."""
+        if self.api_created is None or self.api_ready is None:
+            return None
+        return self.api_ready - self.api_created
+
+    @property
+    def api_sandbox(self) -> float | None:
+        """creationTimestamp -> PodReadyToStartContainers (sandbox and network up)."""
+        if self.api_created is None or self.api_sandbox_ready is None:
+            return None
+        return self.api_sandbox_ready - self.api_created
+
+
+@dataclass
+class Burst:
+    """One burst of `size` pods by one subject in one round: the pods' timelines and
+    the CPU (s) the node's CNI execs (containerd's reaped children) and the subject's
+    daemon spent over the whole burst (ADD and DEL)."""
+    subject: str
+    size: int
+    round: int
+    pods: list[PodTimes] = field(default_factory=list)
+    cni_exec_cpu: float = 0.0
+    daemon_cpu: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"subject": self.subject, "size": self.size, "round": self.round,
+                "cni_exec_cpu": self.cni_exec_cpu, "daemon_cpu": self.daemon_cpu,
+                "pods": [{**vars(p), "startup": p.startup, "deletion": p.deletion,
+                          "api_startup": p.api_startup, "api_sandbox": p.api_sandbox}
+                         for p in self.pods]}
+
+
+def pool(bursts: list[Burst], subject: str, size: int) -> list[Burst]:
+    return [b for b in bursts if b.subject == subject and b.size == size]
+
+
+def stats(bursts: list[Burst], subject: str, size: int) -> dict[str, float] | None:
+    """p50/p90/p99 of startup and deletion over every pod of every round of
+    (subject, size), and CPU per pod; None when nothing was measured."""
+    bs = pool(bursts, subject, size)
+    pods = [p for b in bs for p in b.pods]
+    if not pods:
+        return None
+    up = [p.startup for p in pods]
+    down = [p.deletion for p in pods]
+    api = [v for p in pods if (v := p.api_startup) is not None]
+    return {"pods": len(pods),
+            "p50": percentile(up, 50), "p90": percentile(up, 90), "p99": percentile(up, 99),
+            "del_p50": percentile(down, 50), "del_p99": percentile(down, 99),
+            "api_p50": percentile(api, 50) if api else math.nan,
+            "cni_cpu_per_pod": sum(b.cni_exec_cpu for b in bs) / len(pods),
+            "daemon_cpu_per_pod": sum(b.daemon_cpu for b in bs) / len(pods)}
+
+
+def _ms(v: float) -> str:
+    return "" if math.isnan(v) else f"{v * 1000:.0f}"
+
+
+def table(bursts: list[Burst]) -> str:
+    """The markdown table: per burst size, one row per subject (latencies in ms), its
+    overhead over the floor, and the ratios netattach / Multus where both ran."""
+    sizes = sorted({b.size for b in bursts})
+    subjects = [s for s in SUBJECTS if any(b.subject == s for b in bursts)]
+    lines = ["| burst | subject | pods | startup p50 | p90 | p99 | over floor p50 | "
+             "delete p50 | p99 | API startup p50 (1 s res.) | CNI exec CPU/pod | "
+             "daemon CPU/pod |",
+             "|" + "---|" * 12]
+    ratio_lines: list[str] = []
+    for size in sizes:
+        floor = stats(bursts, "floor", size)
+        per = {s: stats(bursts, s, size) for s in subjects}
+        for s in subjects:
+            st = per[s]
+            if st is None:
+                continue
+            over = _ms(st["p50"] - floor["p50"]) if floor and s != "floor" else ""
+            lines.append(
+                f"| {size} | {s} | {st['pods']:.0f} | {_ms(st['p50'])} | {_ms(st['p90'])} | "
+                f"{_ms(st['p99'])} | {over} | {_ms(st['del_p50'])} | {_ms(st['del_p99'])} | "
+                f"{_ms(st['api_p50'])} | {_ms(st['cni_cpu_per_pod'])} | "
+                f"{_ms(st['daemon_cpu_per_pod'])} |")
+        for a, b in RATIOS:
+            sa, sb = per.get(a), per.get(b)
+            if sa and sb:
+                text = (f"burst {size}: {a} / {b}: p50 {sa['p50'] / sb['p50']:.2f}x, "
+                        f"p99 {sa['p99'] / sb['p99']:.2f}x")
+                if floor:
+                    oa, ob = sa["p50"] - floor["p50"], sb["p50"] - floor["p50"]
+                    text += f", overhead over floor {oa / ob:.2f}x" if ob > 0 else ""
+                ratio_lines.append(f"- {text}")
+    out = "\n".join(lines) + "\n\nLatencies and CPU in ms (CPU: per pod, ADD and DEL).\n"
+    if ratio_lines:
+        out += "\n" + "\n".join(ratio_lines) + "\n"
+    else:
+        out += "\nNo ratio: no Multus subject ran (TODO, docs/bench-node-status.md).\n"
+    return out

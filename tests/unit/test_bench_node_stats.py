@@ -1,0 +1,55 @@
+"""The statistics and table of `make bench-node` (hack/benchlib/podstartup.py): percentiles
+are measured values (nearest rank), the API's timestamps are read as the API writes them,
+and the table has the overhead over the floor and the ratios netattach / Multus."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+
+from benchlib import podstartup as ps  # noqa: E402
+
+
+def test_percentiles_are_nearest_rank():
+    values = [float(v) for v in range(1, 101)]
+    assert ps.percentile(values, 50) == 50.0
+    assert ps.percentile(values, 90) == 90.0
+    assert ps.percentile(values, 99) == 99.0
+    assert ps.percentile([3.0], 99) == 3.0
+    assert ps.percentile([2.0, 1.0], 50) == 1.0
+    with pytest.raises(ValueError):
+        ps.percentile([], 50)
+
+
+def test_condition_times_only_of_true_conditions():
+    pod = {"metadata": {"creationTimestamp": "2026-11-28T06:45:44Z"},
+           "status": {"conditions": [
+               {"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-28T06:45:45Z"},
+               {"type": "PodReadyToStartContainers", "status": "True",
+                "lastTransitionTime": "2026-11-28T06:45:46Z"}]}}
+    assert ps.condition_time(pod, "Ready") is None
+    assert ps.condition_time(pod, "PodReadyToStartContainers") - \
+        ps.api_time(pod["metadata"]["creationTimestamp"]) == 2.0
+    assert ps.condition_time({"status": None}, "Ready") is None
+
+
+def _burst(subject: str, startups: list[float], cpu: float = 0.0) -> ps.Burst:
+    pods = [ps.PodTimes(f"p{i}", 100.0, ready_seen=100.0 + s, delete_sent=200.0,
+                        gone_seen=201.0) for i, s in enumerate(startups)]
+    return ps.Burst(subject, len(pods), 0, pods, cni_exec_cpu=cpu)
+
+
+def test_table_has_overhead_over_floor_and_ratios():
+    bursts = [_burst("floor", [1.0, 1.0]), _burst("netattach_thick", [1.5, 1.5], cpu=0.2),
+              _burst("multus_thick", [2.0, 2.0])]
+    st = ps.stats(bursts, "netattach_thick", 2)
+    assert st is not None and st["p50"] == 1.5 and st["del_p50"] == 1.0
+    assert st["cni_cpu_per_pod"] == pytest.approx(0.1)
+    text = ps.table(bursts)
+    assert "| 2 | netattach_thick | 2 | 1500 | 1500 | 1500 | 500 |" in text
+    assert "netattach_thick / multus_thick: p50 0.75x, p99 0.75x, overhead over floor 0.50x" \
+        in text
+    assert "No ratio" in ps.table(bursts[:2])
