@@ -16,7 +16,7 @@ include mk/testbin.mk
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 DEBS := containernetworking-plugins iproute2 iptables nftables runc socat
 
-.PHONY: sysdeps venv build lint test unit demo bench clean
+.PHONY: sysdeps venv build lint test unit demo bench bench-node clean
 sysdeps:
 	@if ! command -v ip >/dev/null || [ ! -x /usr/lib/cni/bridge ] || [ ! -x /usr/sbin/iptables ] || [ ! -x /usr/sbin/runc ] || ! command -v socat >/dev/null || ! command -v nft >/dev/null; then \
 	  echo "installing Debian packages: $(DEBS)"; \
@@ -121,6 +121,17 @@ bench: sysdeps venv testbin testbin-multus build
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq time >/dev/null; \
 	fi
 	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(PY) hack/bench.py --out $(BENCH_OUT) $(RUNS)
+
+# Pod startup on the real node (hack/bench_node.py, issue 23): the cluster default
+# network alone, netattach thin and thick, interleaved round by round; creation -> Ready
+# and deletion -> gone of bursts of scenario-1 pods. ROUNDS=<n> (default 3),
+# BURSTS=<sizes> (default 1,10; up to 110, the kubelet's maxPods), BENCH_NODE_OUT=<dir>.
+ROUNDS ?=
+BURSTS ?=
+BENCH_NODE_OUT ?= build/bench-node
+bench-node: sysdeps venv testbin image
+	$(TESTBIN_ENV) $(IMAGE_ENV) ROUNDS=$(ROUNDS) BURSTS=$(BURSTS) \
+	  $(PY) hack/bench_node.py --out $(BENCH_NODE_OUT)
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache
