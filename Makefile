@@ -129,7 +129,7 @@ bench: sysdeps venv testbin testbin-multus build
 ROUNDS ?=
 BURSTS ?=
 BENCH_NODE_OUT ?= build/bench-node
-bench-node: sysdeps venv testbin image
+bench-node: sysdeps venv testbin testbin-multus image
 	$(TESTBIN_ENV) $(IMAGE_ENV) ROUNDS=$(ROUNDS) BURSTS=$(BURSTS) \
 	  $(PY) hack/bench_node.py --out $(BENCH_NODE_OUT)
 
