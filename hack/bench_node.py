@@ -8,7 +8,11 @@ subjects, interleaved round by round as `make bench` does (A B C A B C ...):
   * netattach_thick: `kubectl apply -k deploy/thick/`;
   * multus_thin: the pinned Multus' `multus` in the CNI bin dir and its conf first
     in the conf dir, written by the harness (hack/benchlib/multus.py's thin_conf);
-  (Multus thick: not yet, docs/bench-node-status.md.)
+  * multus_thick: the pinned Multus' `multus-daemon` as a host process in the node's
+    mount namespace (hack/benchlib/multus.py's Daemon: config "multusConfigFile":
+    "auto", its own ServiceAccount's in-cluster credentials in a private /run), which
+    writes the shim's 00-multus.conf into the node's conf dir; `multus-shim` in the
+    node's CNI bin dir, exec'd by containerd.
 Each subject is installed, one unmeasured warm-up pod runs, then for each burst size
 N, N pods of scenario 1 (README: `net-a,other/net-b@data0`) are created at once, and
 once all are Ready and checked, deleted at once; then the subject is uninstalled.
@@ -18,11 +22,13 @@ from the API (the kubelet deletes the object once it stopped the sandbox: CNI DE
 done), on the harness's clock through a pod watch (ms), and creationTimestamp ->
 Ready's lastTransitionTime on the API's (1 s resolution) as a cross check. CPU per pod:
 containerd's reaped children (every CNI exec: plugins, netattach thin, the shim) and
-the subject's daemon process (thick), from /proc, over the burst's ADD and DEL.
+the subject's daemon process (thick; its children too: multus-daemon execs the
+delegates itself), from /proc, over the burst's ADD and DEL.
 
 Checked: every ADD gives the pod its interfaces (floor: eth0; netattach: eth0, net1,
-data0) with addresses in their subnets; after every DEL no host-local allocation and
-no netattach state is left. A failed check stops the bench with an error, no number.
+data0) with addresses in their subnets; after every DEL no host-local allocation, no
+netattach state and no file in Multus' cniDir is left. A failed check stops the bench
+with an error, no number.
 
 Usage: hack/bench_node.py [--rounds R] [--bursts 1,10,30,110] [--subjects a,b]
                           [--out DIR]
@@ -62,9 +68,10 @@ SELECTION = "net-a,other/net-b@data0"
 # link -> subnet of scenario 1 on the node
 EXPECTED = {"eth0": nd.POD_SUBNET, "net1": nd.NODE_SUBNETS["net-a"],
             "data0": nd.NODE_SUBNETS["net-b"]}
-SUBJECTS = ("floor", "netattach_thin", "netattach_thick", "multus_thin")
+SUBJECTS = ("floor", "netattach_thin", "netattach_thick", "multus_thin", "multus_thick")
 MULTUS_CONF = "/etc/cni/net.d/00-multus.conf"   # first in the dir: the runtime's network
 MULTUS_CNI_DIR = "/var/lib/cni/multus"
+MULTUS_SHIM = "/opt/cni/bin/multus-shim"
 READY_TIMEOUT = 600.0   # hang guard of one burst
 CREATE_WORKERS = 16     # concurrent creates (deletes) of a burst
 
@@ -157,9 +164,18 @@ def containerd_children_cpu(node: nd.RealNode) -> float:
     return (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
 
 
+def daemon_marker(subject: str) -> bytes | None:
+    """How the subject's long-running CNI daemon's command line starts (thick modes)."""
+    if subject == "netattach_thick":
+        return b"/opt/netattach/netattach\0daemon"
+    if subject == "multus_thick":
+        return bytes(multus.require_binaries() / "multus-daemon") + b"\0--config\0"
+    return None
+
+
 def daemon_pids(subject: str) -> list[int]:
     """The subject's long-running CNI daemon (thick mode), found by its command line."""
-    marker = {"netattach_thick": b"/opt/netattach/netattach\0daemon"}.get(subject)
+    marker = daemon_marker(subject)
     if marker is None:
         return []
     out = []
@@ -192,6 +208,7 @@ class NodeBench:
         self.watch = PodWatch(api).start()
         self.counter = 0
         self.installed: str | None = None
+        self.multus_daemon: multus.Daemon | None = None
 
     # -- subjects
 
@@ -200,6 +217,8 @@ class NodeBench:
             nd.install(self.node, subject.split("_", 1)[1])
         elif subject == "multus_thin":
             self.install_multus_thin()
+        elif subject == "multus_thick":
+            self.install_multus_thick()
         self.installed = subject
 
     def install_multus_thin(self) -> None:
@@ -229,6 +248,42 @@ class NodeBench:
         shutil.rmtree(self.node.host_path(MULTUS_CNI_DIR), ignore_errors=True)
         time.sleep(2.0)
 
+    def install_multus_thick(self) -> None:
+        """Multus thick with what its thick DaemonSet gives a node, its daemon a host
+        process rather than a container of its image: multus-daemon with its deployed
+        config (multusConfigFile "auto": it reads the cluster default network in the
+        node's /etc/cni/net.d and writes the shim's 00-multus.conf there; binDir
+        /opt/cni/bin, cniDir /var/lib/cni/multus) plus one key, clusterNetwork by name
+        (multus.daemon_config: auto's path to the .conflist makes v4.2.3 leak the default
+        network's IP at DEL); as its own ServiceAccount with the
+        RBAC it asks for (multus.RULES["thick"]), in a mount namespace of its own slaved
+        to the node's (the node's CNI dirs and /run/netns, the in-cluster credentials
+        in a private /run); `multus-shim` copied into the node's CNI bin dir."""
+        assert self.node.cluster is not None
+        sa = multus.service_account(self.api, "thick")
+        shutil.copy2(multus.require_binaries() / "multus-shim",
+                     self.node.host_path(MULTUS_SHIM))
+        workdir = self.node.workdir / f"multus-thick-{self.counter}"
+        workdir.mkdir(mode=0o700)
+        self.multus_daemon = multus.Daemon.start(
+            workdir, self.node.cluster, sa, Path("/etc/cni/net.d"), Path("/etc/cni/net.d"),
+            Path("/opt/cni/bin"), self.node.logs / "multus-daemon.log",
+            cni_config_dir=Path("/etc/cni/net.d"), cni_dir=Path(MULTUS_CNI_DIR),
+            cni_version="1.0.0", node_name=nd.NODE_NAME, ns_argv=self.node.ns.argv,
+            host_path=self.node.host_path, cluster_network="cluster-net")
+        # the runtime reloads its network config on the change (fsnotify)
+        time.sleep(2.0)
+
+    def uninstall_multus_thick(self) -> None:
+        nd.remove_stopped_sandboxes(self.node)
+        if self.multus_daemon is not None:
+            self.multus_daemon.stop()
+            self.multus_daemon = None
+        for p in (MULTUS_CONF, MULTUS_SHIM):
+            self.node.host_path(p).unlink(missing_ok=True)
+        shutil.rmtree(self.node.host_path(MULTUS_CNI_DIR), ignore_errors=True)
+        time.sleep(2.0)
+
     def uninstall(self, subject: str) -> None:
         if subject == "netattach_thin":
             nd.uninstall(self.node, "thin")
@@ -238,6 +293,8 @@ class NodeBench:
             nd.uninstall(self.node, "thin")
         elif subject == "multus_thin":
             self.uninstall_multus_thin()
+        elif subject == "multus_thick":
+            self.uninstall_multus_thick()
         self.installed = None
 
     # -- pods
@@ -309,7 +366,7 @@ class NodeBench:
             time.sleep(0.2)
         if subject.startswith("netattach_"):
             nd.wait_state_clean(self.node)
-        elif subject == "multus_thin":
+        elif subject.startswith("multus_"):
             cache = self.node.host_path(MULTUS_CNI_DIR)
             # its delegates' cache (one file per container) and libcni's results/ in it
             while cache.is_dir() and (left := [str(p.relative_to(cache))
