@@ -131,15 +131,28 @@ def _ms(v: float) -> str:
     return "" if math.isnan(v) else f"{v * 1000:.0f}"
 
 
+def ratio_columns(per: dict[str, dict[str, float] | None], subject: str) -> tuple[str, str]:
+    """The row of netattach subject `subject`'s startup p50 and p99 over its Multus
+    pair's (RATIOS) as "0.75x"; empty for a Multus subject, the floor, or when the pair
+    did not run."""
+    pair = dict(RATIOS).get(subject)
+    a, b = per.get(subject), per.get(pair) if pair else None
+    if not a or not b:
+        return "", ""
+    return f"{a['p50'] / b['p50']:.2f}x", f"{a['p99'] / b['p99']:.2f}x"
+
+
 def table(bursts: list[Burst]) -> str:
     """The markdown table: per burst size, one row per subject (latencies in ms), its
-    overhead over the floor, and the ratios netattach / Multus where both ran."""
+    overhead over the floor, and in netattach's rows its startup ratios to the same
+    mode of Multus; below, each ratio with the overhead's."""
     sizes = sorted({b.size for b in bursts})
     subjects = [s for s in SUBJECTS if any(b.subject == s for b in bursts)]
     lines = ["| burst | subject | pods | startup p50 | p90 | p99 | over floor p50 | "
+             "/ Multus p50 | / Multus p99 | "
              "delete p50 | p99 | API startup p50 (1 s res.) | CNI exec CPU/pod | "
              "daemon CPU/pod |",
-             "|" + "---|" * 12]
+             "|" + "---|" * 14]
     ratio_lines: list[str] = []
     for size in sizes:
         floor = stats(bursts, "floor", size)
@@ -149,9 +162,11 @@ def table(bursts: list[Burst]) -> str:
             if st is None:
                 continue
             over = _ms(st["p50"] - floor["p50"]) if floor and s != "floor" else ""
+            r50, r99 = ratio_columns(per, s)
             lines.append(
                 f"| {size} | {s} | {st['pods']:.0f} | {_ms(st['p50'])} | {_ms(st['p90'])} | "
-                f"{_ms(st['p99'])} | {over} | {_ms(st['del_p50'])} | {_ms(st['del_p99'])} | "
+                f"{_ms(st['p99'])} | {over} | {r50} | {r99} | "
+                f"{_ms(st['del_p50'])} | {_ms(st['del_p99'])} | "
                 f"{_ms(st['api_p50'])} | {_ms(st['cni_cpu_per_pod'])} | "
                 f"{_ms(st['daemon_cpu_per_pod'])} |")
         for a, b in RATIOS:
@@ -167,5 +182,5 @@ def table(bursts: list[Burst]) -> str:
     if ratio_lines:
         out += "\n" + "\n".join(ratio_lines) + "\n"
     else:
-        out += "\nNo ratio: no Multus subject ran (TODO, docs/bench-node-status.md).\n"
+        out += "\nNo ratio: no netattach subject ran with Multus in the same mode.\n"
     return out

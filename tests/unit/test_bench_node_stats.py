@@ -49,7 +49,20 @@ def test_table_has_overhead_over_floor_and_ratios():
     assert st is not None and st["p50"] == 1.5 and st["del_p50"] == 1.0
     assert st["cni_cpu_per_pod"] == pytest.approx(0.1)
     text = ps.table(bursts)
-    assert "| 2 | netattach_thick | 2 | 1500 | 1500 | 1500 | 500 |" in text
+    assert "| 2 | netattach_thick | 2 | 1500 | 1500 | 1500 | 500 | 0.75x | 0.75x |" in text
+    # Multus' own row and the floor's have no ratio
+    assert "| 2 | multus_thick | 2 | 2000 | 2000 | 2000 | 1000 |  |  |" in text
+    assert "| 2 | floor | 2 | 1000 | 1000 | 1000 |  |  |  |" in text
     assert "netattach_thick / multus_thick: p50 0.75x, p99 0.75x, overhead over floor 0.50x" \
         in text
     assert "No ratio" in ps.table(bursts[:2])
+
+
+def test_ratio_columns_pair_each_netattach_mode_with_multus_same_mode():
+    per = {"netattach_thin": {"p50": 3.0, "p99": 6.0}, "multus_thin": {"p50": 2.0, "p99": 4.0},
+           "netattach_thick": {"p50": 1.0, "p99": 2.0}, "multus_thick": None}
+    assert ps.ratio_columns(per, "netattach_thin") == ("1.50x", "1.50x")
+    # the pair did not run: no ratio, never one against the other mode
+    assert ps.ratio_columns(per, "netattach_thick") == ("", "")
+    assert ps.ratio_columns(per, "multus_thin") == ("", "")
+    assert ps.ratio_columns(per, "floor") == ("", "")
