@@ -54,3 +54,36 @@ def test_del_and_status_without_the_api_import_no_heavy_module(tmp_path, command
     out = probe(env, conf)
     assert out["code"] == 0, out["doc"]
     assert out["heavy"] == []
+
+
+STATUS_PROBE = """
+import json, sys
+from netattach.cli import cni_main
+doc, code = cni_main({env}, {stdin!r})
+print(json.dumps({{"code": code, "doc": doc, "modules": sorted(sys.modules)}}))
+"""
+
+# what a STATUS answered from the cluster default network's file must not import: the
+# conflist engine and its process runner, the orchestrator and its state, logging, typing
+NOT_ON_QUICK_STATUS = ("netattach.cni.chain", "netattach.cni.invoke", "netattach.node.state",
+                       "netattach.commands.orchestrator", "netattach.commands.networks",
+                       "netattach.spec.selection", "logging", "subprocess", "typing")
+
+
+def test_a_status_with_nothing_to_forward_imports_no_engine_no_logging(tmp_path):
+    """containerd execs STATUS at every CRI Status call: with the cluster default network
+    below CNI 1.1.0 (nothing to forward) it reads two files and imports only what
+    parsing the request and netattach's own configuration needs (commands/status.py)."""
+    cluster = tmp_path / "10-cluster.conflist"
+    cluster.write_text(json.dumps({"cniVersion": "1.0.0", "name": "c",
+                                   "plugins": [{"type": "bridge"}]}))
+    conf = {"cniVersion": "1.1.0", "name": "n", "type": "netattach",
+            "clusterNetwork": str(cluster), "logToStderr": False}
+    code = STATUS_PROBE.format(env=repr({"CNI_COMMAND": "STATUS", "CNI_PATH": str(tmp_path)}),
+                               stdin=json.dumps(conf).encode())
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.splitlines()[-1])
+    assert (out["code"], out["doc"]) == (0, None)
+    assert "netattach.commands.status" in out["modules"]  # the probe can see modules
+    assert sorted(set(NOT_ON_QUICK_STATUS) & set(out["modules"])) == []

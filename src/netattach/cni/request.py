@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from .errors import ConfigError, InvalidEnv
 from .names import container_id_problem, ifname_problem, network_name_problem
 from .stdin import MAX_STDIN, decode_json_object  # noqa: F401 (re-exported)
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 COMMANDS = ("ADD", "DEL", "CHECK", "VERSION", "STATUS", "GC")
 

@@ -49,6 +49,8 @@ def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator |
     """
     started = time.monotonic()
     cni_version = LATEST
+    conf: NetConf | None = None  # thin mode: set up logging from it once parsed
+    logging_ready = orchestrator is not None  # the node daemon set up its own
     try:
         if environ.get("CNI_COMMAND") == "VERSION":  # reads nothing but stdin
             from ..cni.stdin import decode_json_object
@@ -63,8 +65,13 @@ def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator |
         from ..spec.netconf import parse_netconf
         conf = parse_netconf(req.config or {})
         if orchestrator is None:
+            if _quiet_status(req, conf):
+                from .status import answered_without_forwarding
+                if answered_without_forwarding(conf):
+                    return None, 0
             from ..node.logsetup import setup_logging
             setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr, conf.log_options)
+            logging_ready = True
         log = _log()
         if conf.unhonoured:
             log.warning("configuration keys read but not honoured: %s", "; ".join(
@@ -87,6 +94,13 @@ def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator |
         finally:
             _log_timing(req.command, started)
     except Exception as e:  # every failure: the runtime gets one CNI error
+        if conf is not None and not logging_ready:  # thin STATUS refused before setup
+            try:
+                from ..node.logsetup import setup_logging
+                setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr,
+                              conf.log_options)
+            except Exception:  # noqa: BLE001 - the answer matters more than its log line
+                pass
         error = as_cni_error(e)
         if isinstance(error, InternalError):
             _log().exception("internal error")
@@ -113,18 +127,30 @@ def run_command(orch: Orchestrator, req: CniRequest, conf: NetConf) -> dict[str,
         from . import check
         check.cmd_check(orch, req, conf)
     elif req.command == "STATUS":
-        from . import check
-        check.cmd_status(orch, req, conf)
+        from . import status
+        status.cmd_status(orch, req, conf)
     else:
         from . import garbage
         garbage.cmd_gc(orch, req, conf)
     return None
 
 
+def _quiet_status(req: CniRequest, conf: NetConf) -> bool:
+    """A thin STATUS that may be answered before logging is set up: nothing to log
+    unless it fails (not at debug level, no unhonoured keys to warn about, not the
+    retired configuration). STATUS runs at every CRI Status call: a line per call
+    would be noise in the log."""
+    return (req.command == "STATUS" and conf.retired_conflist is None
+            and conf.log_level != "debug" and not conf.unhonoured)
+
+
 def _log_timing(command: str, started: float) -> None:
-    """One INFO line per invocation: wall time, time inside children, API requests (read
-    by `make bench`)."""
+    """One line per invocation: wall time, time inside children, API requests (read by
+    `make bench`). INFO, but DEBUG for STATUS, which the runtime runs every few seconds."""
+    import logging
+
     from ..cni.invoke import child_seconds
     from ..kube.session import requests_made
-    _log().info("timing: %s took %.4f s, children %.4f s, api_requests %d", command,
-                time.monotonic() - started, child_seconds(), requests_made())
+    _log().log(logging.DEBUG if command == "STATUS" else logging.INFO,
+               "timing: %s took %.4f s, children %.4f s, api_requests %d", command,
+               time.monotonic() - started, child_seconds(), requests_made())

@@ -1,21 +1,16 @@
-"""CHECK and STATUS (CNI SPEC.md "CHECK", "STATUS").
-
-CHECK asks every saved attachment's delegate whether it is still as the ADD left it;
-STATUS asks the cluster default network whether it is ready for ADD. Neither makes an
-API request.
+"""CHECK (CNI SPEC.md "CHECK"): every saved attachment's delegate is asked whether it is
+still as the ADD left it. No API request. (STATUS is status.py.)
 """
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from ..cni import chain, version
-from ..cni.errors import CniError, NotAvailable, UnknownContainer, VersionError
+from ..cni.errors import CniError, UnknownContainer, VersionError
 from ..cni.request import CniRequest
 from ..kube.api import pod_ref, where
 from ..spec.netconf import NetConf
-from .networks import resolve_cluster_network
 
 if TYPE_CHECKING:
     from .orchestrator import Orchestrator
@@ -54,22 +49,3 @@ def cmd_check(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
             chain.check(config, orch.saved_runtime_conf(req, conf, att), att.result)
         except CniError as e:
             raise e.within(where(pod, f"{att.network} (interface {att.ifname})")) from None
-
-
-def cmd_status(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
-    """STATUS: forward to the cluster default network (CNI SPEC.md "STATUS", 1.1.0).
-
-    Readiness of the node's pod networking is the cluster default network's; its
-    error code (50 / 51) reaches the runtime unchanged. No API request. Raises
-    NotAvailable (50) when the readiness indicator file is missing or the cluster
-    default network's config cannot be read, else the child's error.
-    """
-    if conf.readiness_indicator_file and not os.path.exists(conf.readiness_indicator_file):
-        raise NotAvailable(f"cluster default network not ready: readiness indicator file "
-                           f"{conf.readiness_indicator_file} does not exist")
-    try:
-        _, config = resolve_cluster_network(conf, None)
-    except CniError as e:
-        raise NotAvailable(f"{where(None, f'{conf.cluster_network} (cluster default network)')}: "
-                           f"{e.msg}", e.details) from None
-    chain.status(config, orch.bare_runtime_conf(req, conf))

@@ -100,8 +100,8 @@ def _command(orch: Orchestrator, req: CniRequest, conf: NetConf) -> dict[str, An
         else:
             _primary_only(orch, req, conf, "CHECK")
     elif req.command == "STATUS":
-        from . import check
-        check.cmd_status(orch, req, conf)
+        from . import status
+        status.cmd_status(orch, req, conf)
     else:
         from . import garbage
         garbage.cmd_gc(orch, req, conf)

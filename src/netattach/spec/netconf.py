@@ -32,12 +32,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..cni import version
 from ..cni.errors import ConfigError, VersionError
 from ..cni.names import is_dns1123_label, network_name_problem
-from .selection import SelectionError, parse_network_selection, selection_counts
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_CONF_DIR = "/etc/cni/net.d"
 MULTUS_CONF_DIR = "/etc/cni/multus/net.d"
@@ -240,7 +242,12 @@ def _check_default_networks(refs: list[str], max_networks: int, max_same: int) -
     comma format (what ADD does with it): one [namespace/]name[@interface] per entry,
     DNS-1123 names (§3.3), no interface twice; and unless it fits the caps every pod's
     networks must fit (`max_networks` entries, `max_same` of one NAD), or every pod
-    outside systemNamespaces would be refused. Checked before anything uses a name."""
+    outside systemNamespaces would be refused. Checked before anything uses a name.
+    The selection parser is imported only when there is a list to check (STATUS runs
+    this at every CRI Status call, most configs have no defaultNetworks)."""
+    if not refs:
+        return
+    from .selection import SelectionError, parse_network_selection, selection_counts
     try:
         elements = parse_network_selection(",".join(refs), DEFAULT_NAMESPACE)
         index, reason = None, ("" if len(elements) == len(refs) else

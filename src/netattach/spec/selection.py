@@ -73,11 +73,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from ..cni.errors import ConfigError
 from ..cni.jsonutil import json_type, loads_strict
 from ..cni.names import ifname_problem, is_dns1123_label, is_dns1123_subdomain
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "NETWORKS_ANNOTATION",
