@@ -12,6 +12,9 @@ A B C D A B C D ..., so a slow moment of the machine hits all alike:
     medians: fixed cost and cost per network;
   * 20 pods ADD in parallel, then DEL in parallel: total wall, CPU per pod;
   * VERSION exec of each executable, and of the Go `bridge` plugin;
+  * STATUS exec of each meta-plugin as containerd runs it at every CRI Status call
+    (config at cniVersion 1.1.0, the cluster default network below: nothing to
+    forward); a Multus mode that refuses it is reported as failing, not measured;
   * API requests per ADD and per DEL, counted in the API server's audit log by the
     subject's user, between its calls;
   * the daemons' RSS: idle, after 20 pods, with 110 pods and 500 NADs in the API server.
@@ -172,6 +175,33 @@ class Bench:
                 walls[label].append(e.wall)
         self.results["version"] = {"executables": {label: path for label, path in exes},
                                    "wall": walls}
+
+    def status(self) -> None:
+        """STATUS exec of each meta-plugin, as containerd runs it at every CRI Status call:
+        only CNI_COMMAND and CNI_PATH, the subject's config at cniVersion 1.1.0 (libcni
+        execs STATUS only from 1.1.0 on), the cluster default network below 1.1.0 (as
+        scenario 1's: nothing to forward)."""
+        subjects = [s for s in self.subjects if getattr(s, "conf", None)]  # the floor has none
+        walls: dict[str, list[float]] = {s.key: [] for s in subjects}
+        failed: dict[str, str] = {}  # Multus' refusals are a result, netattach's a failure
+        env = {"CNI_COMMAND": "STATUS", "PATH": os.environ["PATH"],
+               "CNI_PATH": self.bed.base.cni_env("STATUS")["CNI_PATH"]}
+        for _ in range(self.runs):
+            for s in subjects:
+                if s.key in failed:
+                    continue
+                e = measure.spawn([str(s.exe)], env,
+                                  json.dumps(dict(s.conf, cniVersion="1.1.0")).encode())
+                if e.code == 0 and not e.stdout.strip():
+                    walls[s.key].append(e.wall)
+                elif s.key.startswith("multus"):
+                    failed[s.key] = f"exit {e.code}: {e.stdout.strip()[:300]}"
+                    print(f"note: STATUS of {s.label} fails: {failed[s.key]}", flush=True)
+                    del walls[s.key]
+                else:
+                    raise Failure(f"STATUS of {s.label} exited {e.code}: {e.stdout}{e.stderr}")
+        self.results["status"] = walls
+        self.results["status_failed"] = failed
 
     def scenario_1(self) -> None:
         out: dict[str, Any] = {s.key: {c: {"wall": [], "cpu": []} for c in ("ADD", "DEL")}
@@ -410,8 +440,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--only", help="comma-separated subject keys to run "
                    f"({', '.join(s.key for s in all_subjects())})")
     p.add_argument("--phases", help="comma-separated phases to run, by the first word of "
-                   "their name (daemons, VERSION, scenario, peak, N, 20, 110); default all. "
-                   "The report leaves out what was not measured")
+                   "their name (daemons, VERSION, STATUS, scenario, peak, N, 20, 110); default "
+                   "all. The report leaves out what was not measured")
     return p.parse_args()
 
 
@@ -449,6 +479,7 @@ def main() -> int:
                 print(f"bench: {', '.join(s.label for s in running)}", flush=True)
                 phases = [("daemons idle", bench.daemons_idle, 0),
                           ("VERSION", bench.version, args.runs),
+                          ("STATUS", bench.status, args.runs),
                           ("scenario 1", bench.scenario_1, args.runs),
                           ("peak RSS of an ADD", bench.peak_rss, min(args.runs, PEAK_RSS_ROUNDS)),
                           ("N networks", bench.sweep, args.runs),

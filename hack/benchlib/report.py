@@ -55,7 +55,8 @@ def table(results: dict[str, Any]) -> str:
         cells = [fmt(vals[k]) if vals[k] is not None else "" for k in cols]
         for a, b in ratios:
             va, vb = (median(v) if isinstance(v, list) else v for v in (vals[a], vals[b]))
-            cells.append(f"{va / vb:.2f}x" if ratio and va is not None and vb else "")
+            numbers = isinstance(va, (int, float)) and isinstance(vb, (int, float))
+            cells.append(f"{va / vb:.2f}x" if ratio and numbers and vb else "")
         rows.append([name, *cells])
 
     s1, sw, par = (results.get(k, {}) for k in ("scenario_1", "sweep", "parallel"))
@@ -74,6 +75,11 @@ def table(results: dict[str, Any]) -> str:
         row(f"CPU per pod, parallel {command}", lambda k, c=command: par[k][c]["cpu_per_pod"], cpu)
     version = results.get("version", {}).get("wall", {})
     row("VERSION exec (children: Go bridge)", lambda k: version[VERSION_EXE[k]], ms)
+    status = results.get("status", {})
+    status_failed = results.get("status_failed", {})
+    row("STATUS exec (default network below 1.1.0)",
+        lambda k: status_failed.get(k) or status[k],
+        lambda v: "fails" if isinstance(v, str) else ms(v))
     api = results.get("api_requests", {})
     for command in ("ADD", "DEL"):
         row(f"API requests per {command} (audit log)", lambda k, c=command: api[k][c],
