@@ -96,7 +96,7 @@ lint: venv
 # Every test: the static checks, then unit, integration (real plugins in real netns)
 # and end to end (real kube-apiserver + etcd), the plugin exec'd being the built
 # artifact, and the image (tests/image). Needs root for network namespaces.
-test: sysdeps venv lint testbin build image
+test: sysdeps venv lint testbin testbin-multus build image
 	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(IMAGE_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv
@@ -125,11 +125,14 @@ bench: sysdeps venv testbin testbin-multus build
 # Pod startup on the real node (hack/bench_node.py, issue 23): the cluster default
 # network alone, netattach thin and thick, interleaved round by round; creation -> Ready
 # and deletion -> gone of bursts of scenario-1 pods. ROUNDS=<n> (default 3),
-# BURSTS=<sizes> (default 1,10; up to 110, the kubelet's maxPods), BENCH_NODE_OUT=<dir>.
+# BURSTS=<sizes> (default 1,10,30,110; 110 is the kubelet's default maxPods),
+# BENCH_NODE_OUT=<dir>; writes the table (.md, .json) and a plot (.png, matplotlib).
 ROUNDS ?=
 BURSTS ?=
 BENCH_NODE_OUT ?= build/bench-node
 bench-node: sysdeps venv testbin testbin-multus image
+	@# the plot's library, for the bench only (not a test or runtime dependency)
+	@$(PY) -c 'import matplotlib' 2>/dev/null || $(VENV)/bin/pip install -q 'matplotlib>=3.8,<4'
 	$(TESTBIN_ENV) $(IMAGE_ENV) ROUNDS=$(ROUNDS) BURSTS=$(BURSTS) \
 	  $(PY) hack/bench_node.py --out $(BENCH_NODE_OUT)
 

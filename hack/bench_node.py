@@ -73,6 +73,10 @@ MULTUS_CONF = "/etc/cni/net.d/00-multus.conf"   # first in the dir: the runtime'
 MULTUS_CNI_DIR = "/var/lib/cni/multus"
 MULTUS_SHIM = "/opt/cni/bin/multus-shim"
 READY_TIMEOUT = 600.0   # hang guard of one burst
+MAX_BURST = 110         # the kubelet's default maxPods
+# the bench's node admits a burst of MAX_BURST beside netattach thick's daemon pod (which
+# Multus thick's host-process daemon does not have) and the warm-up pod being deleted
+NODE_MAX_PODS = MAX_BURST + 4
 CREATE_WORKERS = 16     # concurrent creates (deletes) of a burst
 
 
@@ -416,48 +420,60 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs ({cpu}), {mem} GiB, Linux {platform.release()}"
 
 
+def run(node: nd.RealNode, env: tb.HostEnv, subjects: list[str], rounds: int,
+        bursts: list[int]) -> list[ps.Burst]:
+    """The rounds on a running node (netattach's image already imported when a netattach
+    subject runs): every subject in turn each round, each installed, warmed up, its
+    bursts run and checked, uninstalled. Returns every burst measured, in order. Raises
+    Failure when a subject does not give a pod what it needs, ClusterError (test bed)
+    when the node does not do its part. tests/node/test_bench_node_harness.py runs one
+    round of it on the session's node."""
+    master, bridge = env.master_link(), env.bridge_name()
+    results: list[ps.Burst] = []
+    with node.admin_api() as api:
+        bench = NodeBench(node, api, env)
+        try:
+            for rnd in range(rounds):
+                for subject in subjects:
+                    t0 = time.monotonic()
+                    setup_scenario(node, master, bridge)
+                    bench.install(subject)
+                    try:
+                        bench.warm_up(subject)
+                        for size in bursts:
+                            results.append(bench.burst(subject, size, rnd))
+                    finally:
+                        bench.uninstall(subject)
+                    print(f"round {rnd + 1}/{rounds} {subject}: "
+                          f"{time.monotonic() - t0:.0f} s", flush=True)
+        finally:
+            bench.watch.stop()
+    return results
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=int(os.environ.get("ROUNDS") or 3))
-    ap.add_argument("--bursts", default=os.environ.get("BURSTS") or "1,10")
+    ap.add_argument("--bursts", default=os.environ.get("BURSTS") or "1,10,30,110")
     ap.add_argument("--subjects", default=",".join(SUBJECTS))
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "bench-node")
     args = ap.parse_args()
     bursts = [int(b) for b in args.bursts.split(",")]
-    if max(bursts) > 110:
-        ap.error("a burst is at most the kubelet's maxPods, 110")
+    if max(bursts) > MAX_BURST:
+        ap.error(f"a burst is at most the kubelet's default maxPods, {MAX_BURST}")
     subjects = [s for s in args.subjects.split(",") if s]
     unknown = set(subjects) - set(SUBJECTS)
     if unknown:
         ap.error(f"unknown subjects {sorted(unknown)} (known: {', '.join(SUBJECTS)})")
     args.out.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC)
-    results: list[ps.Burst] = []
     env = tb.new_host_env()
     try:
         with cl.workdir("netattach-bench-node-", "NETATTACH_KEEP_NODE", "bench node") as wd, \
-                nd.RealNode.start(wd) as node:
+                nd.RealNode.start(wd, max_pods=NODE_MAX_PODS) as node:
             if any(s.startswith("netattach_") for s in subjects):
                 node.import_image(nd.image_archive())
-            master, bridge = env.master_link(), env.bridge_name()
-            with node.admin_api() as api:
-                bench = NodeBench(node, api, env)
-                try:
-                    for rnd in range(args.rounds):
-                        for subject in subjects:
-                            t0 = time.monotonic()
-                            setup_scenario(node, master, bridge)
-                            bench.install(subject)
-                            try:
-                                bench.warm_up(subject)
-                                for size in bursts:
-                                    results.append(bench.burst(subject, size, rnd))
-                            finally:
-                                bench.uninstall(subject)
-                            print(f"round {rnd + 1}/{args.rounds} {subject}: "
-                                  f"{time.monotonic() - t0:.0f} s", flush=True)
-                finally:
-                    bench.watch.stop()
+            results = run(node, env, subjects, args.rounds, bursts)
     finally:
         env.cleanup()
     head = (f"bench-node {started:%Y-%m-%d %H:%M} UTC, {machine()}; rounds {args.rounds}, "
@@ -465,6 +481,9 @@ def main() -> int:
     text = head + ps.table(results)
     print("\n" + text)
     (args.out / "bench-node-results.md").write_text(text)
+    ps.plot(results, args.out / "bench-node-startup.png",
+            f"netattach and Multus, pod startup on the real node ({started:%Y-%m-%d}, "
+            f"{args.rounds} rounds, {machine()})")
     (args.out / "bench-node-results.json").write_text(json.dumps(
         {"started": started.isoformat(), "machine": machine(), "rounds": args.rounds,
          "bursts": bursts, "subjects": subjects,

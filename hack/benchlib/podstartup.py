@@ -184,3 +184,31 @@ def table(bursts: list[Burst]) -> str:
     else:
         out += "\nNo ratio: no netattach subject ran with Multus in the same mode.\n"
     return out
+
+
+def plot(bursts: list[Burst], path: Any, title: str) -> None:
+    """A PNG at `path`: one panel per burst size, the startup latency (creation -> Ready,
+    s) of every pod of every round as a box per subject (whiskers at p1 and p99, the
+    points beyond drawn), the floor first. matplotlib is a bench-only dependency
+    (`make bench-node` installs it); imported here only."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted({b.size for b in bursts})
+    subjects = [s for s in SUBJECTS if any(b.subject == s for b in bursts)]
+    fig, axes = plt.subplots(1, len(sizes), figsize=(4.2 * len(sizes), 4.2), squeeze=False)
+    for ax, size in zip(axes[0], sizes, strict=True):
+        data = [[p.startup for b in pool(bursts, s, size) for p in b.pods] for s in subjects]
+        shown = [(s, d) for s, d in zip(subjects, data, strict=True) if d]
+        ax.boxplot([d for _, d in shown], whis=(1, 99), showfliers=True)
+        ax.set_xticks(range(1, len(shown) + 1),
+                      [s.replace("_", "\n") for s, _ in shown], fontsize=8)
+        ax.set_title(f"burst of {size} pod{'s' * (size > 1)}")
+        ax.set_ylabel("creation -> Ready (s)")
+        ax.set_ylim(bottom=0)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -85,6 +85,9 @@ PAUSE_IMAGE = rt.SANDBOX_IMAGE
 READY_TIMEOUT = 120.0   # hang guards, seconds
 STOP_TIMEOUT = 120.0   # hang guard of the drain at stop
 
+DEFAULT_MAX_PODS = 110  # the kubelet's own default
+
+
 def kubelet_config(node: RealNode) -> dict[str, Any]:
     """The node's KubeletConfiguration (kubelet.config.k8s.io/v1beta1)."""
     pki = node.cluster.workdir / "pki"
@@ -109,7 +112,7 @@ def kubelet_config(node: RealNode) -> dict[str, Any]:
         "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%",
                          "nodefs.inodesFree": "1%", "imagefs.available": "1%"},
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-        "maxPods": 110,
+        "maxPods": node.max_pods,
         # a DNS Service IP (in the blackholed range: nothing answers, nothing leaves), so
         # pods get a cluster resolv.conf as on any cluster
         "clusterDNS": [CLUSTER_DNS_IP], "clusterDomain": "cluster.local",
@@ -156,8 +159,9 @@ class RealNode:
     bridge (the node's bridge), logs under workdir/logs/.
     """
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, max_pods: int = DEFAULT_MAX_PODS):
         self.workdir = Path(workdir).resolve()
+        self.max_pods = max_pods
         self.fs = self.workdir / "fs"
         self.logs = self.workdir / "logs"
         self.k8s_bin = cl.k8s_bin_dir()
@@ -182,10 +186,12 @@ class RealNode:
     # ------------------------------------------------------------ lifecycle
 
     @classmethod
-    def start(cls, workdir: Path, timeout: float = READY_TIMEOUT) -> RealNode:
-        """Start everything and wait until the node is Ready (hang guard `timeout` s).
-        ClusterError (with the log tails) on failure, after stopping what started."""
-        return started(cls(workdir), timeout)
+    def start(cls, workdir: Path, timeout: float = READY_TIMEOUT,
+              max_pods: int = DEFAULT_MAX_PODS) -> RealNode:
+        """Start everything and wait until the node is Ready (hang guard `timeout` s);
+        the kubelet admits `max_pods` pods (its maxPods). ClusterError (with the log
+        tails) on failure, after stopping what started."""
+        return started(cls(workdir, max_pods), timeout)
 
     def __enter__(self) -> RealNode:
         return self
