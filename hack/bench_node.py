@@ -486,8 +486,8 @@ def main() -> int:
     print("\n" + text)
     (args.out / "bench-node-results.md").write_text(text)
     ps.plot(results, args.out / "bench-node-startup.png",
-            f"netattach and Multus, pod startup on the real node ({started:%Y-%m-%d}, "
-            f"{args.rounds} rounds, {machine()})")
+            f"pod startup on the real node, {started:%Y-%m-%d %H:%M} UTC, "
+            f"{args.rounds} round{'s' * (args.rounds > 1)}\n{machine()}")
     (args.out / "bench-node-results.json").write_text(json.dumps(
         {"started": started.isoformat(), "machine": machine(), "rounds": args.rounds,
          "bursts": bursts, "subjects": subjects,

@@ -197,7 +197,7 @@ def plot(bursts: list[Burst], path: Any, title: str) -> None:
 
     sizes = sorted({b.size for b in bursts})
     subjects = [s for s in SUBJECTS if any(b.subject == s for b in bursts)]
-    fig, axes = plt.subplots(1, len(sizes), figsize=(4.2 * len(sizes), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(sizes), figsize=(4.2 * len(sizes), 4.6), squeeze=False)
     for ax, size in zip(axes[0], sizes, strict=True):
         data = [[p.startup for b in pool(bursts, s, size) for p in b.pods] for s in subjects]
         shown = [(s, d) for s, d in zip(subjects, data, strict=True) if d]
