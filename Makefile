@@ -113,14 +113,19 @@ demo: sysdeps venv testbin build $(if $(filter real,$(NODE)),image)
 # netattach side by side with Multus (thin and thick) and the child plugins alone,
 # interleaved on the real test bed (hack/bench.py). RUNS=<n> rounds (default 15),
 # BENCH_OUT=<dir> for the results (default build/bench). GNU time measures peak RSS.
+# PROFILE=1 adds py-spy profiles of netattach thin's ADD and DEL.
 RUNS ?=
+PROFILE ?=
 BENCH_OUT ?= build/bench
 bench: sysdeps venv testbin testbin-multus build
 	@if [ ! -x /usr/bin/time ]; then \
 	  echo "installing Debian package: time"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq time >/dev/null; \
 	fi
-	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(PY) hack/bench.py --out $(BENCH_OUT) $(RUNS)
+	@# PROFILE=1: py-spy, for the bench only (not a test or runtime dependency)
+	@if [ -n "$(PROFILE)" ] && [ ! -x $(VENV)/bin/py-spy ]; then $(VENV)/bin/pip install -q 'py-spy>=0.4,<0.5'; fi
+	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(PY) hack/bench.py --out $(BENCH_OUT) \
+	  $(if $(PROFILE),--profile) $(RUNS)
 
 # Pod startup on the real node (hack/bench_node.py, issue 23): the cluster default
 # network alone, netattach thin and thick, interleaved round by round; creation -> Ready

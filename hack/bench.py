@@ -51,7 +51,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
 
-from benchlib import measure, multus, report  # noqa: E402
+from benchlib import measure, multus, profile, report  # noqa: E402
 from benchlib.subjects import Attachment, Bed, Pod, Subject, all_subjects  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 
@@ -202,6 +202,37 @@ class Bench:
                     raise Failure(f"STATUS of {s.label} exited {e.code}: {e.stdout}{e.stderr}")
         self.results["status"] = walls
         self.results["status_failed"] = failed
+
+    def profile(self) -> None:
+        """netattach thin's scenario-1 ADD and DEL under py-spy (`--idle`: waits
+        included), every round's stacks summed (benchlib/profile.py); each call still
+        checked. Not timed: py-spy's own start is in the wall time."""
+        spy = Path(sys.executable).parent / "py-spy"
+        if not os.access(spy, os.X_OK):
+            raise Failure(f"no {spy}: `make bench PROFILE=1` installs py-spy")
+        out_dir = self.bed.workdir / "profile"
+        out_dir.mkdir(exist_ok=True)
+        out: dict[str, Any] = {}
+        for s in (s for s in self.subjects if s.key == "netattach_thin"):
+            files: dict[str, list[Path]] = {"ADD": [], "DEL": []}
+            for i in range(self.runs):
+                pod = self.pod(SCENARIO_1, SCENARIO_1_NETWORKS)
+                try:
+                    for command in ("ADD", "DEL"):
+                        f = out_dir / f"{s.key}-{command}-{i}.txt"
+                        self.call(s, pod, command, [str(spy), "record", "--idle", "--rate",
+                                                    "1000", "--format", "raw", "--output",
+                                                    str(f), "--"])
+                        files[command].append(f)
+                        if command == "ADD":
+                            self.check_added(s, pod)
+                    self.check_deleted(s, [pod])
+                finally:
+                    self.drop(pod)
+            out[s.key] = {c: profile.summary(profile.load(fs)) for c, fs in files.items()}
+            for c in ("ADD", "DEL"):
+                print(profile.text(f"{s.label} {c}, {self.runs} runs", out[s.key][c]), "\n")
+        self.results["profile"] = out
 
     def scenario_1(self) -> None:
         out: dict[str, Any] = {s.key: {c: {"wall": [], "cpu": []} for c in ("ADD", "DEL")}
@@ -440,8 +471,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--only", help="comma-separated subject keys to run "
                    f"({', '.join(s.key for s in all_subjects())})")
     p.add_argument("--phases", help="comma-separated phases to run, by the first word of "
-                   "their name (daemons, VERSION, STATUS, scenario, peak, N, 20, 110); default "
-                   "all. The report leaves out what was not measured")
+                   "their name (daemons, VERSION, STATUS, scenario, peak, N, 20, 110, "
+                   "profile); default all. The report leaves out what was not measured")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile netattach thin's scenario-1 ADD and DEL with py-spy "
+                   "(phase 'profile'; `make bench PROFILE=1`)")
     return p.parse_args()
 
 
@@ -485,6 +519,8 @@ def main() -> int:
                           ("N networks", bench.sweep, args.runs),
                           (f"{PARALLEL_PODS} pods in parallel", bench.parallel, args.runs),
                           (f"{LOAD_PODS} pods and {LOAD_NADS} NADs", bench.loaded, 1)]
+                if args.profile:
+                    phases.append(("profile of netattach thin", bench.profile, args.runs))
                 if args.phases:
                     phases = [p for p in phases if p[0].split()[0] in args.phases.split(",")]
                 for name, phase, rounds in phases:
