@@ -18,8 +18,11 @@ A B C D A B C D ..., so a slow moment of the machine hits all alike:
   * API requests per ADD and per DEL, counted in the API server's audit log by the
     subject's user, between its calls;
   * the daemons' RSS: idle, after 20 pods, with 110 pods and 500 NADs in the API server.
-Each ADD must give the pod its interfaces with addresses in the right subnets, each DEL
-must leave only lo, no IP allocation and no state: a subject that fails stops the bench
+Each ADD must give the pod its interfaces with addresses in the right subnets and (a
+meta-plugin) the network-status annotation naming them; the DEL comes once the ADD's API
+writes are all sent (netattach thick sends its PATCH and Events after answering the
+runtime: its daemon's queue is waited for), as on a node, where a pod outlives them. Each
+DEL must leave only lo, no IP allocation and no state: a subject that fails stops the bench
 with an error, never a number. Prints the table and the ratios netattach / Multus, and
 writes bench-results.json and bench-results.md to --out (default build/bench/). Ends
 with the import cost of the exec'd path (`python -X importtime`) and proof that nothing
@@ -52,7 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
 
 from benchlib import measure, multus, profile, report  # noqa: E402
-from benchlib.subjects import Attachment, Bed, Pod, Subject, all_subjects  # noqa: E402
+from benchlib.subjects import Attachment, Bed, Floor, Pod, Subject, all_subjects  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 
 # the test bed (testbed/), installed into .venv by `make venv`
@@ -71,6 +74,8 @@ PARALLEL_PODS = 20
 PARALLEL_REPEATS = 2  # rounds of one subject measured again after calls failed
 LOAD_PODS, LOAD_NADS = 110, 500
 PEAK_RSS_ROUNDS = 5
+STATUS_ANNOTATION = "k8s.v1.cni.cncf.io/network-status"
+STATUS_TIMEOUT = 30.0  # hang guard: seconds for an ADD's network-status to appear
 SETTLE = 1.0  # s for a daemon to take in the watch events of pods just created
 
 
@@ -138,6 +143,30 @@ class Bench:
             raise Failure(f"{subject.label}: after ADD of {pod.s.pod_name} the netns has "
                           f"{addrs}; expected {sorted(want)} with addresses in "
                           f"{[(a.ifname, a.subnet) for a in pod.attachments]}")
+        self.check_status_written(subject, pod)
+
+    def check_status_written(self, subject: Subject, pod: Pod) -> None:
+        """Once the subject's writes of the ADD are sent (netattach thick sends its
+        network-status PATCH and Events after answering the runtime, Multus before), the
+        pod's network-status annotation names every interface of its ADD. Also what keeps
+        a DEL from meeting an ADD's writes still being sent: on a node the DEL comes when
+        the pod ends, long after. The children alone write none."""
+        if isinstance(subject, Floor):
+            return
+        subject.wait_writes_sent()
+        want = {a.ifname for a in pod.attachments}
+        deadline = time.monotonic() + STATUS_TIMEOUT
+        while True:
+            obj = self.core.read_namespaced_pod(pod.s.pod_name, pod.s.namespace)
+            text = (obj.metadata.annotations or {}).get(STATUS_ANNOTATION)
+            got = {e.get("interface") for e in json.loads(text)} if text else set()
+            if want <= got:
+                return
+            if time.monotonic() > deadline:
+                raise Failure(f"{subject.label}: {STATUS_TIMEOUT:.0f} s after the ADD of "
+                              f"{pod.s.pod_name}, its {STATUS_ANNOTATION} names {sorted(got)}, "
+                              f"not {sorted(want)}")
+            time.sleep(0.02)
 
     def check_deleted(self, subject: Subject, pods: list[Pod]) -> None:
         left = [f"{p.s.pod_name}: {sorted(tb.addresses_by_link(p.s.netns))}" for p in pods

@@ -108,6 +108,10 @@ class Subject:
         """What it still keeps on the host after `pod`'s DEL (nothing, when it works)."""
         return []
 
+    def wait_writes_sent(self) -> None:
+        """Until the API writes of its last ADD are all sent (a plugin that answers the
+        runtime only after sending them: at once)."""
+
 
 class _Plugin(Subject):
     """A meta-plugin exec'd from the bed's CNI bin dir with its config on stdin; `state`
@@ -197,6 +201,11 @@ class NetattachThick(_Daemonised):
         self.conf = dict(bed.base.netconf, logLevel="info",
                          daemonSocketDir=str(self.daemon.socket_dir))
         self.user = multus.username("netattach-daemon")
+
+    def wait_writes_sent(self) -> None:
+        """The daemon sends network-status and the Events after answering the ADD: until
+        its queue is empty (its publish_pending metric)."""
+        self.daemon.wait_writes_sent()
 
 
 class MultusThin(_Plugin):
