@@ -46,7 +46,25 @@ BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 120.0)
 API server that keeps refusing (overloaded, shutting down) hears from each node's
 daemon at most every two minutes, not every few seconds (client-go's reflector backs
 off to 30 s; every node runs a daemon). An answer's Retry-After, when longer, wins
-(`Refused.retry_after`)."""
+(`Refused.retry_after`). Each pause is drawn with full jitter (`reconnect_pause`)."""
+MIN_PAUSE = 0.05
+"""Seconds, the shortest reconnect pause (`reconnect_pause`): never a busy loop."""
+
+
+def reconnect_pause(failures: int, retry_after: float | None = None,
+                    rand: Callable[[], float] = random.random) -> float:
+    """Seconds to wait before reconnecting after the `failures`-th failure in a row
+    (0: the first): full jitter, uniform in [MIN_PAUSE, BACKOFF[failures]] (the last
+    step repeats), so the daemons of every node, whose watches all broke at the same
+    moment when the API server restarted, come back spread over the whole step instead
+    of together (no thundering herd of LISTs). Bounded: never more than the step, nor
+    less than MIN_PAUSE. A `retry_after` (the answer's Retry-After) longer than the
+    pause wins, itself capped at 600 s. `rand`: [0, 1) (random.random; tests pass their own)."""
+    step = BACKOFF[min(max(failures, 0), len(BACKOFF) - 1)]
+    pause = max(MIN_PAUSE, step * rand())
+    if retry_after is not None:
+        pause = max(pause, min(retry_after, 600.0))
+    return pause
 
 
 class Refused(RuntimeError):
@@ -185,6 +203,9 @@ class WatchCache:
     `synced` is set once the first LIST is stored and stays set; `watching` is true
     while a WATCH is established (false while reconnecting: the cache may be behind).
     `events` counts the watch events applied, `requests` the LIST and WATCH requests.
+    `changed` is (resourceVersion, time.time()) of the last change stored (a LIST, or
+    an ADDED, MODIFIED or DELETED event; bookmarks do not count), ("", 0.0) before the
+    first: the metrics show it, so a bench can tell when an object reached the cache.
     `listeners`: functions called as `listener(old, new)` (trimmed objects; old None
     when it was not cached, new None when it was deleted) after each change is stored,
     from the watch thread, for every object of a LIST too (hot-plug); they must be
@@ -203,6 +224,7 @@ class WatchCache:
         self.watching = False
         self.requests = 0
         self.events = 0
+        self.changed: tuple[str, float] = ("", 0.0)
         self._objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.listeners: list[Callable[[dict[str, Any] | None, dict[str, Any] | None], None]] = []
         self._lock = threading.Lock()
@@ -244,9 +266,8 @@ class WatchCache:
                 version = None
             except Exception as e:  # the API server went away, a bad answer, TLS...
                 self.watching = False
-                pause = BACKOFF[min(failures, len(BACKOFF) - 1)] * (1 + 0.1 * random.random())
-                if isinstance(e, Refused) and e.retry_after is not None:
-                    pause = max(pause, min(e.retry_after, 600.0))
+                pause = reconnect_pause(
+                    failures, e.retry_after if isinstance(e, Refused) else None)
                 failures += 1
                 log.warning("watch %s: %s: %s; the cache keeps its %d objects and reconnects "
                             "in %.1f s", self.kind, type(e).__name__, str(e)[:300], len(self),
@@ -282,6 +303,7 @@ class WatchCache:
             http.close()
         with self._lock:
             before, self._objects = self._objects, objects
+        self.changed = (version, time.time())
         for key, obj in objects.items():
             self._tell(before.get(key), obj)
         for key in before.keys() - objects.keys():
@@ -334,6 +356,7 @@ class WatchCache:
             old = self._objects.pop(key, None) if new is None else self._objects.get(key)
             if new is not None:
                 self._objects[key] = new
+        self.changed = (rv, time.time())
         self._tell(old, new)
         self.events += 1
         log.debug("cache %s %s/%s %s (resourceVersion %s)", self.kind, key[0], key[1], kind, rv)
