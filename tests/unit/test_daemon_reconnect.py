@@ -72,3 +72,56 @@ def test_metrics_show_the_last_change_of_each_cache():
               if x.startswith(f"netattach_cache_changed_timestamp_seconds{{{kind}}}")]
     assert abs(float(line.split()[1]) - nads.changed[1]) < 1e-3 * nads.changed[1]
     assert 'netattach_cache_changed_resource_version{kind="Pod"} NaN' in text
+
+
+class _Resp:
+    def __init__(self, lines, fail):
+        self.status_code, self.lines, self.fail = 200, lines, fail
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def iter_lines(self):
+        yield from self.lines
+        raise self.fail
+
+
+class _Http:
+    """A client whose every WATCH delivers `lines`, then breaks (the API server went
+    away); it records the params of each request and stops the cache at the third."""
+
+    def __init__(self, cache_ref, lines):
+        self.cache_ref, self.lines, self.calls = cache_ref, lines, []
+
+    def __call__(self):
+        return self
+
+    def stream(self, method, path, params, timeout=None):
+        self.calls.append(dict(params))
+        if len(self.calls) >= 3:
+            self.cache_ref[0].stop()
+        return _Resp(self.lines if len(self.calls) == 1 else [], ConnectionError("gone"))
+
+    def close(self):
+        pass
+
+
+def test_a_broken_watch_resumes_from_the_last_version_it_delivered(monkeypatch):
+    """Not from the LIST's: every event since would come again, and after an API server
+    restart that older version answers 410 and the daemon lists everything again."""
+    import json
+
+    monkeypatch.setattr(cache, "reconnect_pause", lambda *a, **k: 0.0)
+    ref: list = []
+    lines = [json.dumps({"type": "ADDED", "object": {"metadata": {
+        "namespace": "a", "name": f"n{i}", "resourceVersion": str(100 + i)}}}) for i in (1, 2)]
+    http = _Http(ref, lines)
+    c = cache.WatchCache(cache.NADS, "/x", None, http, cache.nad_trimmer(1024))
+    ref.append(c)
+    c._list = lambda: "100"  # type: ignore[method-assign]
+    c._run()  # in this thread: it returns once the third WATCH stopped it
+    assert [p["resourceVersion"] for p in http.calls] == ["100", "102", "102"]
+    assert c.get("a", "n2") is not None

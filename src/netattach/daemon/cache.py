@@ -225,6 +225,7 @@ class WatchCache:
         self.requests = 0
         self.events = 0
         self.changed: tuple[str, float] = ("", 0.0)
+        self._seen = ""  # the last resourceVersion the current WATCH delivered
         self._objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.listeners: list[Callable[[dict[str, Any] | None, dict[str, Any] | None], None]] = []
         self._lock = threading.Lock()
@@ -266,6 +267,12 @@ class WatchCache:
                 version = None
             except Exception as e:  # the API server went away, a bad answer, TLS...
                 self.watching = False
+                if version is not None and self._seen:
+                    # resume from the last resourceVersion the broken WATCH delivered, as
+                    # client-go's reflector does: from the LIST's, every event since would
+                    # come again, and once that version is compacted (or the API server
+                    # restarted) the answer is 410 and every node's daemon lists again
+                    version = self._seen
                 pause = reconnect_pause(
                     failures, e.retry_after if isinstance(e, Refused) else None)
                 failures += 1
@@ -321,6 +328,7 @@ class WatchCache:
                   "allowWatchBookmarks": "true", "timeoutSeconds": str(WATCH_SECONDS)}
         import httpx2
         timeout = httpx2.Timeout(10.0, read=WATCH_SECONDS + 30.0)
+        self._seen = version
         try:
             self.requests += 1
             with http.stream("GET", self.path, params=params, timeout=timeout) as resp:
@@ -333,7 +341,7 @@ class WatchCache:
                 for event in _events(resp.iter_lines()):
                     if self._stop.is_set():
                         break
-                    version = self._apply(event, version)
+                    version = self._seen = self._apply(event, version)
         finally:
             self.watching = False
             http.close()
