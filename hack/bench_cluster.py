@@ -359,7 +359,8 @@ class Run:
 
     def restart(self) -> None:
         users = self.fleet.users
-        self.cluster.stop_apiserver()
+        stopping = time.time()
+        self.cluster.stop_apiserver()  # SIGTERM: its graceful shutdown
         stopped = time.time()
         time.sleep(self.args.down)
         started = time.time()
@@ -382,7 +383,8 @@ class Run:
         back_s = cs.spread(back.values(), ready)
         first_s = cs.spread(first.values(), ready)
         self.r["restart"] = {
-            "down": started - stopped, "start_to_ready": ready - started,
+            "stop_seconds": stopped - stopping, "down": started - stopped,
+            "start_to_ready": ready - started,
             "first": back_s["first"], "last": back_s["last"], "spread": back_s["spread"],
             "missing": back_s["missing"], "first_try": first_s,
             "back": {u: (v - ready if v is not None else None) for u, v in back.items()},
