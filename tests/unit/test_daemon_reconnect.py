@@ -125,3 +125,29 @@ def test_a_broken_watch_resumes_from_the_last_version_it_delivered(monkeypatch):
     c._run()  # in this thread: it returns once the third WATCH stopped it
     assert [p["resourceVersion"] for p in http.calls] == ["100", "102", "102"]
     assert c.get("a", "n2") is not None
+
+
+def test_the_step_never_exceeds_the_time_since_the_first_failure():
+    """Full jitter makes failures come fast: by count alone a 15 s outage reaches the
+    64 s step, and the last daemon is back a minute after the API server. Capped by the
+    time since the first failure, each is back within about the outage's length."""
+    top = lambda: 0.999999  # noqa: E731
+    assert cache.reconnect_pause(7, rand=top) > 60  # by count alone
+    assert cache.reconnect_pause(7, rand=top, elapsed=15.0) <= 15.0
+    assert cache.reconnect_pause(7, rand=top, elapsed=500.0) <= cache.BACKOFF[7]
+    # at the first failure (elapsed 0) the step is still the first one, not 0
+    assert cache.reconnect_pause(0, rand=lambda: 0.5, elapsed=0.0) == cache.BACKOFF[0] * 0.5
+    assert cache.reconnect_pause(3, rand=lambda: 0.5, elapsed=0.2) == cache.BACKOFF[0] * 0.5
+
+
+def test_a_daemon_in_an_outage_is_back_within_about_its_length():
+    """Simulated: failures every pause, the API server back at `outage` s; the daemon's
+    next try after that is never more than the outage's length later."""
+    rng = random.Random(11)
+    for outage in (1.0, 5.0, 12.0, 40.0):
+        for _ in range(200):
+            t, failures = 0.0, 0
+            while t < outage:
+                t += cache.reconnect_pause(failures, rand=rng.random, elapsed=t)
+                failures += 1
+            assert t - outage <= max(outage, cache.BACKOFF[0])

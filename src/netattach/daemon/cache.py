@@ -52,15 +52,23 @@ MIN_PAUSE = 0.05
 
 
 def reconnect_pause(failures: int, retry_after: float | None = None,
-                    rand: Callable[[], float] = random.random) -> float:
+                    rand: Callable[[], float] = random.random,
+                    elapsed: float | None = None) -> float:
     """Seconds to wait before reconnecting after the `failures`-th failure in a row
-    (0: the first): full jitter, uniform in [MIN_PAUSE, BACKOFF[failures]] (the last
-    step repeats), so the daemons of every node, whose watches all broke at the same
-    moment when the API server restarted, come back spread over the whole step instead
-    of together (no thundering herd of LISTs). Bounded: never more than the step, nor
-    less than MIN_PAUSE. A `retry_after` (the answer's Retry-After) longer than the
-    pause wins, itself capped at 600 s. `rand`: [0, 1) (random.random; tests pass their own)."""
+    (0: the first): full jitter, uniform in [MIN_PAUSE, step], the step BACKOFF[failures]
+    (the last one repeats), so the daemons of every node, whose watches all broke at the
+    same moment when the API server restarted, come back spread over the whole step
+    instead of together (no thundering herd of LISTs). `elapsed`: seconds since the
+    first failure in a row; the step is then at most that (but at least BACKOFF[0]):
+    full jitter draws short pauses, so failures come fast and the count alone would
+    reach the 64 s step in a 15 s outage; capped by the time, a daemon is back within
+    about the outage's length after the API server is. Bounded: never more than the
+    step, nor less than MIN_PAUSE. A `retry_after` (the answer's Retry-After) longer than
+    the pause wins, itself capped at 600 s. `rand`: [0, 1) (random.random; tests pass
+    their own)."""
     step = BACKOFF[min(max(failures, 0), len(BACKOFF) - 1)]
+    if elapsed is not None:
+        step = min(step, max(BACKOFF[0], elapsed))
     pause = max(MIN_PAUSE, step * rand())
     if retry_after is not None:
         pause = max(pause, min(retry_after, 600.0))
@@ -253,6 +261,7 @@ class WatchCache:
 
     def _run(self) -> None:
         failures = 0
+        first_failure = 0.0  # time.monotonic() of the first of `failures`
         version: str | None = None
         while not self._stop.is_set():
             try:
@@ -273,8 +282,12 @@ class WatchCache:
                     # come again, and once that version is compacted (or the API server
                     # restarted) the answer is 410 and every node's daemon lists again
                     version = self._seen
+                now = time.monotonic()
+                if failures == 0:
+                    first_failure = now
                 pause = reconnect_pause(
-                    failures, e.retry_after if isinstance(e, Refused) else None)
+                    failures, e.retry_after if isinstance(e, Refused) else None,
+                    elapsed=now - first_failure)
                 failures += 1
                 log.warning("watch %s: %s: %s; the cache keeps its %d objects and reconnects "
                             "in %.1f s", self.kind, type(e).__name__, str(e)[:300], len(self),
