@@ -16,7 +16,7 @@ include mk/testbin.mk
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 DEBS := containernetworking-plugins iproute2 iptables nftables runc socat
 
-.PHONY: sysdeps venv build lint test unit demo bench bench-node clean
+.PHONY: sysdeps venv build lint test unit demo bench bench-node bench-cluster clean
 sysdeps:
 	@if ! command -v ip >/dev/null || [ ! -x /usr/lib/cni/bridge ] || [ ! -x /usr/sbin/iptables ] || [ ! -x /usr/sbin/runc ] || ! command -v socat >/dev/null || ! command -v nft >/dev/null; then \
 	  echo "installing Debian packages: $(DEBS)"; \
@@ -140,6 +140,26 @@ bench-node: sysdeps venv testbin testbin-multus image
 	@$(PY) -c 'import matplotlib' 2>/dev/null || $(VENV)/bin/pip install -q 'matplotlib>=3.8,<4'
 	$(TESTBIN_ENV) $(IMAGE_ENV) ROUNDS=$(ROUNDS) BURSTS=$(BURSTS) \
 	  $(PY) hack/bench_node.py --out $(BENCH_NODE_OUT)
+
+# A simulated cluster (hack/bench_cluster.py, issue 23): DAEMONS netattach thick daemons
+# (default 50), each its own node and ServiceAccount, against one API server, then as
+# many Multus thick daemons on a fresh one: the API server's CPU and the daemons'
+# requests idle and under churn, their WATCHes, NAD propagation, the reconnect after an
+# API server restart, one daemon's RSS at PODS pods and NADS NADs. IDLE, CHURN, DOWN
+# (seconds), PROPAGATION (NADs timed), PODS (110), NADS (5000); BENCH_CLUSTER_OUT=<dir>.
+# The daemon is the virtualenv's `netattach` unless NETATTACH_EXE names the build's.
+DAEMONS ?=
+IDLE ?=
+CHURN ?=
+DOWN ?=
+PROPAGATION ?=
+PODS ?=
+NADS ?=
+BENCH_CLUSTER_OUT ?= build/bench-cluster
+bench-cluster: sysdeps venv testbin testbin-multus
+	$(TESTBIN_ENV) DAEMONS=$(DAEMONS) IDLE=$(IDLE) CHURN=$(CHURN) DOWN=$(DOWN) \
+	  PROPAGATION=$(PROPAGATION) PODS=$(PODS) NADS=$(NADS) \
+	  $(PY) hack/bench_cluster.py --out $(BENCH_CLUSTER_OUT)
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache

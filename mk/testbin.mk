@@ -12,7 +12,8 @@
 #
 # Defines:
 #   testbin         build whatever is missing (a second run only checks files)
-#   testbin-multus  build Multus (for `make bench`; not part of `testbin`)
+#   testbin-multus  build Multus (for `make bench*` and `make test`, whose
+#                   tests/integration/test_bench_cluster_harness.py runs its daemon; not part of `testbin`)
 #   TESTBIN_ENV     command prefix pointing the tests/demo/bench at the binaries
 #   TESTBIN_K8S_DIR, TESTBIN_CNI_DIR, TESTBIN_CONTAINERD_DIR, TESTBIN_MULTUS_DIR,
 #   K8S_VERSION, ETCD_VERSION, CNI_PLUGINS_VERSION, CONTAINERD_VERSION, MULTUS_VERSION

@@ -10,6 +10,14 @@ registration, NodePrepareResources, the node's ResourceSlice).
 The shim (src/netattach_shim) is what the runtime execs; it falls back to thin mode
 for DEL, GC and CHECK when the daemon does not answer.
 
+A watch that fails (the API server restarting, refusing, unreachable) is resumed after
+a pause that grows with the failures in a row (cache.BACKOFF: 0.5 s doubling to 2 min),
+never beyond the time since the first of them, and is drawn with full jitter, uniform
+between 0.05 s and that step (cache.reconnect_pause): when the API server comes back,
+every node's daemon does not LIST and WATCH again in the same instant but spread over
+the step it had reached, and within it: back within about the outage's length, at most
+2 min (a Retry-After longer than the pause is honoured, up to 10 min).
+
 Imported only for `netattach daemon` (cli.SUBCOMMANDS), never on the CNI path.
 """
 from __future__ import annotations

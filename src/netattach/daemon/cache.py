@@ -46,7 +46,33 @@ BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 120.0)
 API server that keeps refusing (overloaded, shutting down) hears from each node's
 daemon at most every two minutes, not every few seconds (client-go's reflector backs
 off to 30 s; every node runs a daemon). An answer's Retry-After, when longer, wins
-(`Refused.retry_after`)."""
+(`Refused.retry_after`). Each pause is drawn with full jitter (`reconnect_pause`)."""
+MIN_PAUSE = 0.05
+"""Seconds, the shortest reconnect pause (`reconnect_pause`): never a busy loop."""
+
+
+def reconnect_pause(failures: int, retry_after: float | None = None,
+                    rand: Callable[[], float] = random.random,
+                    elapsed: float | None = None) -> float:
+    """Seconds to wait before reconnecting after the `failures`-th failure in a row
+    (0: the first): full jitter, uniform in [MIN_PAUSE, step], the step BACKOFF[failures]
+    (the last one repeats), so the daemons of every node, whose watches all broke at the
+    same moment when the API server restarted, come back spread over the whole step
+    instead of together (no thundering herd of LISTs). `elapsed`: seconds since the
+    first failure in a row; the step is then at most that (but at least BACKOFF[0]):
+    full jitter draws short pauses, so failures come fast and the count alone would
+    reach the 64 s step in a 15 s outage; capped by the time, a daemon is back within
+    about the outage's length after the API server is. Bounded: never more than the
+    step, nor less than MIN_PAUSE. A `retry_after` (the answer's Retry-After) longer than
+    the pause wins, itself capped at 600 s. `rand`: [0, 1) (random.random; tests pass
+    their own)."""
+    step = BACKOFF[min(max(failures, 0), len(BACKOFF) - 1)]
+    if elapsed is not None:
+        step = min(step, max(BACKOFF[0], elapsed))
+    pause = max(MIN_PAUSE, step * rand())
+    if retry_after is not None:
+        pause = max(pause, min(retry_after, 600.0))
+    return pause
 
 
 class Refused(RuntimeError):
@@ -185,6 +211,9 @@ class WatchCache:
     `synced` is set once the first LIST is stored and stays set; `watching` is true
     while a WATCH is established (false while reconnecting: the cache may be behind).
     `events` counts the watch events applied, `requests` the LIST and WATCH requests.
+    `changed` is (resourceVersion, time.time()) of the last change stored (a LIST, or
+    an ADDED, MODIFIED or DELETED event; bookmarks do not count), ("", 0.0) before the
+    first: the metrics show it, so a bench can tell when an object reached the cache.
     `listeners`: functions called as `listener(old, new)` (trimmed objects; old None
     when it was not cached, new None when it was deleted) after each change is stored,
     from the watch thread, for every object of a LIST too (hot-plug); they must be
@@ -203,6 +232,8 @@ class WatchCache:
         self.watching = False
         self.requests = 0
         self.events = 0
+        self.changed: tuple[str, float] = ("", 0.0)
+        self._seen = ""  # the last resourceVersion the current WATCH delivered
         self._objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.listeners: list[Callable[[dict[str, Any] | None, dict[str, Any] | None], None]] = []
         self._lock = threading.Lock()
@@ -230,6 +261,7 @@ class WatchCache:
 
     def _run(self) -> None:
         failures = 0
+        first_failure = 0.0  # time.monotonic() of the first of `failures`
         version: str | None = None
         while not self._stop.is_set():
             try:
@@ -244,9 +276,18 @@ class WatchCache:
                 version = None
             except Exception as e:  # the API server went away, a bad answer, TLS...
                 self.watching = False
-                pause = BACKOFF[min(failures, len(BACKOFF) - 1)] * (1 + 0.1 * random.random())
-                if isinstance(e, Refused) and e.retry_after is not None:
-                    pause = max(pause, min(e.retry_after, 600.0))
+                if version is not None and self._seen:
+                    # resume from the last resourceVersion the broken WATCH delivered, as
+                    # client-go's reflector does: from the LIST's, every event since would
+                    # come again, and once that version is compacted (or the API server
+                    # restarted) the answer is 410 and every node's daemon lists again
+                    version = self._seen
+                now = time.monotonic()
+                if failures == 0:
+                    first_failure = now
+                pause = reconnect_pause(
+                    failures, e.retry_after if isinstance(e, Refused) else None,
+                    elapsed=now - first_failure)
                 failures += 1
                 log.warning("watch %s: %s: %s; the cache keeps its %d objects and reconnects "
                             "in %.1f s", self.kind, type(e).__name__, str(e)[:300], len(self),
@@ -282,6 +323,7 @@ class WatchCache:
             http.close()
         with self._lock:
             before, self._objects = self._objects, objects
+        self.changed = (version, time.time())
         for key, obj in objects.items():
             self._tell(before.get(key), obj)
         for key in before.keys() - objects.keys():
@@ -299,6 +341,7 @@ class WatchCache:
                   "allowWatchBookmarks": "true", "timeoutSeconds": str(WATCH_SECONDS)}
         import httpx2
         timeout = httpx2.Timeout(10.0, read=WATCH_SECONDS + 30.0)
+        self._seen = version
         try:
             self.requests += 1
             with http.stream("GET", self.path, params=params, timeout=timeout) as resp:
@@ -311,7 +354,7 @@ class WatchCache:
                 for event in _events(resp.iter_lines()):
                     if self._stop.is_set():
                         break
-                    version = self._apply(event, version)
+                    version = self._seen = self._apply(event, version)
         finally:
             self.watching = False
             http.close()
@@ -334,6 +377,7 @@ class WatchCache:
             old = self._objects.pop(key, None) if new is None else self._objects.get(key)
             if new is not None:
                 self._objects[key] = new
+        self.changed = (rv, time.time())
         self._tell(old, new)
         self.events += 1
         log.debug("cache %s %s/%s %s (resourceVersion %s)", self.kind, key[0], key[1], kind, rv)

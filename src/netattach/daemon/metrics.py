@@ -37,7 +37,10 @@ Metrics (all prefixed `netattach_`):
 * api_requests_total{source}: requests to the API server: "operation" (live reads and
   queued writes, kube.requests_made), "watch" (LIST and WATCH);
 * cache_objects{kind}, cache_synced{kind} (1 once listed), cache_watching{kind} (1 while
-  a WATCH is established), cache_misses_total{kind} (live reads: not in the cache);
+  a WATCH is established), cache_misses_total{kind} (live reads: not in the cache),
+  cache_changed_resource_version{kind} and cache_changed_timestamp_seconds{kind} (the
+  resourceVersion of the last change stored, LIST or watch event, and when: how fast a
+  NAD reaches every node's cache, hack/bench_cluster.py);
 * publish_{sent,failed,dropped}_total, publish_pending: the queued writes
   (network-status PATCH, Events): sent, tries that failed, given up or cancelled by a
   DEL, waiting now;
@@ -129,12 +132,22 @@ class _Collector:
                                      "is established", labels=["kind"])
         miss = CounterMetricFamily("netattach_cache_misses", "reads the cache could not "
                                    "answer (asked live)", labels=["kind"])
+        changed_rv = GaugeMetricFamily(
+            "netattach_cache_changed_resource_version", "resourceVersion of the last change "
+            "stored in the cache (LIST or watch event, not bookmarks), as a number; NaN "
+            "before the first or when not a number", labels=["kind"])
+        changed_at = GaugeMetricFamily(
+            "netattach_cache_changed_timestamp_seconds", "when that change was stored "
+            "(seconds since the epoch; 0 before the first)", labels=["kind"])
         for cache in (d.pods, d.nads):
+            rv, at = cache.changed
+            changed_rv.add_metric([cache.kind], float(rv) if rv.isdigit() else float("nan"))
+            changed_at.add_metric([cache.kind], at)
             objects.add_metric([cache.kind], len(cache))
             synced.add_metric([cache.kind], int(cache.synced.is_set()))
             watching.add_metric([cache.kind], int(cache.watching))
             miss.add_metric([cache.kind], misses.get(cache.kind, 0))
-        yield from (objects, synced, watching, miss)
+        yield from (objects, synced, watching, miss, changed_rv, changed_at)
         p = d.publisher
         for name, value in (("sent", p.sent), ("failed", p.failed), ("dropped", p.dropped)):
             yield CounterMetricFamily(f"netattach_publish_{name}", f"queued network-status "
