@@ -147,7 +147,7 @@ bench-node: sysdeps venv testbin testbin-multus image
 # requests idle and under churn, their WATCHes, NAD propagation, the reconnect after an
 # API server restart, one daemon's RSS at PODS pods and NADS NADs. IDLE, CHURN, DOWN
 # (seconds), PROPAGATION (NADs timed), PODS (110), NADS (5000); BENCH_CLUSTER_OUT=<dir>.
-# The daemon is the virtualenv's `netattach` unless NETATTACH_EXE names the build's.
+# The daemon is the built artifact's `netattach daemon` (what the image ships).
 DAEMONS ?=
 IDLE ?=
 CHURN ?=
@@ -156,8 +156,8 @@ PROPAGATION ?=
 PODS ?=
 NADS ?=
 BENCH_CLUSTER_OUT ?= build/bench-cluster
-bench-cluster: sysdeps venv testbin testbin-multus
-	$(TESTBIN_ENV) DAEMONS=$(DAEMONS) IDLE=$(IDLE) CHURN=$(CHURN) DOWN=$(DOWN) \
+bench-cluster: sysdeps venv testbin testbin-multus build
+	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) DAEMONS=$(DAEMONS) IDLE=$(IDLE) CHURN=$(CHURN) DOWN=$(DOWN) \
 	  PROPAGATION=$(PROPAGATION) PODS=$(PODS) NADS=$(NADS) \
 	  $(PY) hack/bench_cluster.py --out $(BENCH_CLUSTER_OUT)
 
