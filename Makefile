@@ -146,7 +146,8 @@ bench-node: sysdeps venv testbin testbin-multus image
 # many Multus thick daemons on a fresh one: the API server's CPU and the daemons'
 # requests idle and under churn, their WATCHes, NAD propagation, the reconnect after an
 # API server restart, one daemon's RSS at PODS pods and NADS NADs. IDLE, CHURN, DOWN
-# (seconds), PROPAGATION (NADs timed), PODS (110), NADS (5000); BENCH_CLUSTER_OUT=<dir>.
+# (seconds), PROPAGATION (NADs timed), PODS (110), NADS (5000), ROUNDS (interleaved,
+# default 1; the table has the medians); BENCH_CLUSTER_OUT=<dir>.
 # The daemon is the built artifact's `netattach daemon` (what the image ships).
 DAEMONS ?=
 IDLE ?=
@@ -157,7 +158,8 @@ PODS ?=
 NADS ?=
 BENCH_CLUSTER_OUT ?= build/bench-cluster
 bench-cluster: sysdeps venv testbin testbin-multus build
-	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) DAEMONS=$(DAEMONS) IDLE=$(IDLE) CHURN=$(CHURN) DOWN=$(DOWN) \
+	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) ROUNDS=$(ROUNDS) DAEMONS=$(DAEMONS) \
+	  IDLE=$(IDLE) CHURN=$(CHURN) DOWN=$(DOWN) \
 	  PROPAGATION=$(PROPAGATION) PODS=$(PODS) NADS=$(NADS) \
 	  $(PY) hack/bench_cluster.py --out $(BENCH_CLUSTER_OUT)
 

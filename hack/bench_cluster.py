@@ -417,8 +417,9 @@ class Run:
 
 
 def run_subject(key: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    fleet = FLEETS[key](args.daemons, workdir / key / "daemons")
-    with cl.Cluster.start(workdir / key / "cluster", audit=True) as cluster, \
+    """One round of one subject, in `workdir` (its own: a fresh API server each time)."""
+    fleet = FLEETS[key](args.daemons, workdir / "daemons")
+    with cl.Cluster.start(workdir / "cluster", audit=True) as cluster, \
             cluster.admin_api() as api:
         cl.apply_documents(api, cl.kustomize(cl.DEPLOY_DIR))
         sc.ensure_namespace(api, NAMESPACE)
@@ -463,6 +464,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--daemons", type=int, default=int(env_num("DAEMONS", 50)),
                    help="daemons per subject (default $DAEMONS or 50)")
+    p.add_argument("--rounds", type=int, default=int(env_num("ROUNDS", 1)),
+                   help="interleaved rounds (netattach, Multus, netattach, ...), each subject "
+                   "on a fresh API server each time; the table has the medians ($ROUNDS, 1)")
     p.add_argument("--idle", type=float, default=env_num("IDLE", 60),
                    help="seconds of the idle phase (default $IDLE or 60)")
     p.add_argument("--churn", type=float, default=env_num("CHURN", 60),
@@ -493,15 +497,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown subjects: {sorted(unknown)}", file=sys.stderr)
         return 2
     multus.require_binaries()
-    params = {k: getattr(args, k) for k in ("daemons", "idle", "churn", "propagation", "down",
-                                            "pods", "nads")}
+    params = {k: getattr(args, k) for k in ("daemons", "rounds", "idle", "churn",
+                                            "propagation", "down", "pods", "nads")}
     results: dict[str, Any] = {"machine": machine(), "params": params,
                                "multus_version": multus.version(), "subjects": {}}
     workdir = Path(tempfile.mkdtemp(prefix="netattach-bench-cluster-"))
     try:
+        rounds: dict[str, list[dict[str, Any]]] = {k: [] for k in keys}
+        for rnd in range(args.rounds):  # A B A B ...: a slow moment hits both alike
+            for key in keys:
+                log(f"round {rnd + 1}/{args.rounds}, subject {key}: {args.daemons} daemons")
+                rounds[key].append(run_subject(key, args, workdir / f"{key}-{rnd}"))
         for key in keys:
-            log(f"subject {key}: {args.daemons} daemons")
-            results["subjects"][key] = run_subject(key, args, workdir)
+            results["subjects"][key] = cs.over_rounds(rounds[key])
     finally:
         if os.environ.get("NETATTACH_KEEP_BENCH") == "1":
             print(f"workdir kept: {workdir}")

@@ -8,7 +8,9 @@ stages ResponseStarted, for WATCHes, and ResponseComplete). Times are epoch seco
 """
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import statistics
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -178,6 +180,23 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str], bool], ...] = (
 )
 
 
+def over_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One subject's results over interleaved rounds: the first round's, with each
+    table column's value replaced by its median over the rounds that have one, and every
+    round kept under "rounds" (the JSON's raw numbers)."""
+    out = copy.deepcopy(rounds[0])
+    for _, path, _, _ in COLUMNS:
+        values = [v for r in rounds if isinstance(v := _get(r, path), (int, float))]
+        if values:
+            *parents, last = path.split(".")
+            d = out
+            for key in parents:
+                d = d.setdefault(key, {})
+            d[last] = statistics.median(values)
+    out["rounds"] = rounds
+    return out
+
+
 def cell(results: dict[str, Any], path: str, fmt: Callable[[Any], str]) -> str:
     """A cell: the formatted value, "n/a (<why>)" when the subject says why it has
     none (`<path>_na`), else empty."""
@@ -211,8 +230,10 @@ def table(results: dict[str, Any]) -> str:
                      for r in rows)
     m = results.get("machine", {})
     p = results.get("params", {})
+    rounds = p.get("rounds", 1)
     lines = [f"netattach bench-cluster, {m.get('date', '?')}: {p.get('daemons', '?')} daemons "
-             f"per subject, each subject on a fresh API server; idle {p.get('idle', '?')} s, "
+             f"per subject, median of {rounds} interleaved round{'s' * (rounds != 1)}, each "
+             f"subject on a fresh API server; idle {p.get('idle', '?')} s, "
              f"churn {p.get('churn', '?')} s, {p.get('propagation', '?')} NADs timed, API "
              f"server down {p.get('down', '?')} s, RSS at {p.get('pods', '?')} pods and "
              f"{p.get('nads', '?')} NADs; {m.get('nproc', '?')} CPUs ({m.get('cpu', '?')}), "

@@ -98,3 +98,13 @@ def test_the_table_has_a_row_per_subject_and_the_ratios():
     assert multus["NAD propagation p99 s"] == "n/a (no observable)"
     netattach = dict(zip(head, [c.strip() for c in rows[1].strip("|").split("|")], strict=True))
     assert all(netattach[h] for h in head)
+
+
+def test_over_rounds_takes_each_columns_median_and_keeps_every_round():
+    rounds = [{"daemons": 50, "idle": {"api_cpu_per_daemon": v}, "rss": {"mib": m},
+               "propagation": {"p99_na": "no observable"}}
+              for v, m in ((0.3, 47.0), (0.1, 48.0), (0.2, 46.0))]
+    out = cs.over_rounds(rounds)
+    assert out["idle"]["api_cpu_per_daemon"] == 0.2 and out["rss"]["mib"] == 47.0
+    assert out["propagation"] == {"p99_na": "no observable"} and out["rounds"] == rounds
+    assert rounds[0]["idle"]["api_cpu_per_daemon"] == 0.3  # the rounds are not changed
