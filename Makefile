@@ -16,7 +16,7 @@ include mk/testbin.mk
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 DEBS := containernetworking-plugins iproute2 iptables nftables runc socat
 
-.PHONY: sysdeps venv build lint test unit demo bench bench-node bench-cluster clean
+.PHONY: sysdeps venv build lint test unit demo bench bench-node bench-cluster bench-all clean
 sysdeps:
 	@if ! command -v ip >/dev/null || [ ! -x /usr/lib/cni/bridge ] || [ ! -x /usr/sbin/iptables ] || [ ! -x /usr/sbin/runc ] || ! command -v socat >/dev/null || ! command -v nft >/dev/null; then \
 	  echo "installing Debian packages: $(DEBS)"; \
@@ -162,6 +162,11 @@ bench-cluster: sysdeps venv testbin testbin-multus build
 	  IDLE=$(IDLE) CHURN=$(CHURN) DOWN=$(DOWN) \
 	  PROPAGATION=$(PROPAGATION) PODS=$(PODS) NADS=$(NADS) \
 	  $(PY) hack/bench_cluster.py --out $(BENCH_CLUSTER_OUT)
+
+# The three benches, one after the other (README "Performance"): exec'd CNI calls,
+# pod startup on the real node, a simulated cluster of node daemons. About 90 minutes
+# with the defaults on 2 CPUs; each prints its table and writes it to its out dir.
+bench-all: bench bench-node bench-cluster
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache
