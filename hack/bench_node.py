@@ -399,12 +399,7 @@ def setup_scenario(node: nd.RealNode, master: str, bridge: str) -> None:
     """Scenario 1's NADs (tests/node/conftest.py's node_scenario, in NAMESPACE). Again
     before each subject: netattach's uninstall (`kubectl delete -k`) deletes the NAD CRD
     deploy/base has, and with it every NAD."""
-    node.kubectl("apply", "-f", "deploy/base/crd.yaml")
-    node.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                 "crd/network-attachment-definitions.k8s.cni.cncf.io")
-    nd.apply_objects(node, [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}
-        for n in (NAMESPACE, "other")] + nd.scenario_nads(NAMESPACE, master, bridge))
+    nd.apply_scenario(node, NAMESPACE, master, bridge)
     # the namespace's default ServiceAccount (the pods mount no token, but admission
     # waits for it)
     deadline = time.monotonic() + 60

@@ -721,6 +721,18 @@ def apply_objects(node: RealNode, objects: list[dict[str, Any]]) -> None:
         {"apiVersion": "v1", "kind": "List", "items": objects}))
 
 
+def apply_scenario(node: RealNode, namespace: str, master: str, net_b_bridge: str) -> None:
+    """Scenario 1 on the node: the NAD CRD (deploy/base's, whether netattach is
+    installed or not, as where Multus' was), established; namespaces `namespace` and
+    `other`; the two NADs (`scenario_nads`)."""
+    node.kubectl("apply", "-f", "deploy/base/crd.yaml")
+    node.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                 "crd/network-attachment-definitions.k8s.cni.cncf.io")
+    apply_objects(node, [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}
+        for n in (namespace, "other")] + scenario_nads(namespace, master, net_b_bridge))
+
+
 # ---------------------------------------------------------------- netattach on the node
 
 NAMESPACE = "kube-system"

@@ -50,13 +50,7 @@ def node_scenario(real_node, host_env) -> NodeScenario:
     (the NAD CRD applied first); the namespace is deleted afterwards."""
     namespace = nd.unique_name("nat")
     master, bridge = host_env.master_link(), host_env.bridge_name()
-    # the NAD CRD, whether netattach is installed yet or not (as where Multus' was)
-    real_node.kubectl("apply", "-f", "deploy/base/crd.yaml")
-    real_node.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                      "crd/network-attachment-definitions.k8s.cni.cncf.io")
-    nd.apply_objects(real_node, [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}
-        for n in (namespace, "other")] + nd.scenario_nads(namespace, master, bridge))
+    nd.apply_scenario(real_node, namespace, master, bridge)
     try:
         yield NodeScenario(namespace, master, bridge)
     finally:
