@@ -69,8 +69,7 @@ def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator |
                 from .status import answered_without_forwarding
                 if answered_without_forwarding(conf):
                     return None, 0
-            from ..node.logsetup import setup_logging
-            setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr, conf.log_options)
+            _setup_logging(conf)
             logging_ready = True
         log = _log()
         if conf.unhonoured:
@@ -96,9 +95,7 @@ def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator |
     except Exception as e:  # every failure: the runtime gets one CNI error
         if conf is not None and not logging_ready:  # thin STATUS refused before setup
             try:
-                from ..node.logsetup import setup_logging
-                setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr,
-                              conf.log_options)
+                _setup_logging(conf)
             except Exception:  # noqa: BLE001 - the answer matters more than its log line
                 pass
         error = as_cni_error(e)
@@ -133,6 +130,13 @@ def run_command(orch: Orchestrator, req: CniRequest, conf: NetConf) -> dict[str,
         from . import garbage
         garbage.cmd_gc(orch, req, conf)
     return None
+
+
+def _setup_logging(conf: NetConf) -> None:
+    """Thin mode's logging, as the configuration says (logFile, logLevel, logToStderr,
+    logOptions)."""
+    from ..node.logsetup import setup_logging
+    setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr, conf.log_options)
 
 
 def _quiet_status(req: CniRequest, conf: NetConf) -> bool:
