@@ -38,7 +38,6 @@ import datetime as dt
 import itertools
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -481,16 +480,6 @@ def import_cost(module: str) -> float:
     return int(last.split("|")[1]) / 1e6
 
 
-def machine() -> dict[str, str]:
-    models = [l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-              if l.startswith("model name")]
-    return {"nproc": subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip(),
-            "cpu": models[0] if models else platform.processor(),
-            "kernel": f"{platform.system()} {platform.release()}", "arch": platform.machine(),
-            "python": platform.python_version(),
-            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
-
-
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="?", type=int, default=int(os.environ.get("RUNS") or 15),
@@ -517,7 +506,7 @@ def main() -> int:
         if s.skipped:
             print(f"note: {s.label} skipped: {s.skipped}", flush=True)
     running = [s for s in subjects if not s.skipped]
-    results: dict[str, Any] = {"machine": machine(), "runs": args.runs,
+    results: dict[str, Any] = {"machine": measure.machine(), "runs": args.runs,
                                "multus_version": multus.version(),
                                "subjects": {s.key: {"label": s.label, "skipped": s.skipped}
                                             for s in subjects}}

@@ -42,10 +42,8 @@ Usage: hack/bench_cluster.py [--daemons N] [--idle S] [--churn S] [--nads N] ...
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import re
 import shutil
 import sys
@@ -447,15 +445,6 @@ def run_subject(key: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
     return run.r
 
 
-def machine() -> dict[str, str]:
-    models = [x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
-              if x.startswith("model name")]
-    return {"nproc": str(os.cpu_count()), "cpu": models[0] if models else platform.processor(),
-            "kernel": f"{platform.system()} {platform.release()}",
-            "python": platform.python_version(),
-            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
-
-
 def env_num(name: str, default: float) -> float:
     return float(os.environ.get(name) or default)
 
@@ -499,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     multus.require_binaries()
     params = {k: getattr(args, k) for k in ("daemons", "rounds", "idle", "churn",
                                             "propagation", "down", "pods", "nads")}
-    results: dict[str, Any] = {"machine": machine(), "params": params,
+    results: dict[str, Any] = {"machine": measure.machine(), "params": params,
                                "multus_version": multus.version(), "subjects": {}}
     workdir = Path(tempfile.mkdtemp(prefix="netattach-bench-cluster-"))
     try:

@@ -42,7 +42,6 @@ import datetime as dt
 import ipaddress
 import json
 import os
-import platform
 import shutil
 import sys
 import threading
@@ -54,9 +53,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
 
-from benchlib import multus  # noqa: E402
+from benchlib import measure, multus  # noqa: E402
 from benchlib import podstartup as ps  # noqa: E402
-from benchlib.measure import CLOCK_TICKS  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import watch  # noqa: E402
 
@@ -168,7 +166,7 @@ def containerd_children_cpu(node: nd.RealNode) -> float:
     if Path(f"/proc/{pid}/comm").read_text().strip() != "containerd":
         raise Failure(f"pid {pid} is not containerd: no CPU of the CNI execs")
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
+    return (int(fields[13]) + int(fields[14])) / measure.CLOCK_TICKS
 
 
 def daemon_marker(subject: str) -> bytes | None:
@@ -203,7 +201,7 @@ def daemon_cpu(pids: list[int]) -> float:
             total += _ticks(pid, children=True)
         except OSError:
             pass
-    return total / CLOCK_TICKS
+    return total / measure.CLOCK_TICKS
 
 
 # ---------------------------------------------------------------- the bench
@@ -410,14 +408,6 @@ def setup_scenario(node: nd.RealNode, master: str, bridge: str) -> None:
         time.sleep(0.3)
 
 
-def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.machine())
-    mem = int(Path("/proc/meminfo").read_text().split()[1]) // 1024 // 1024
-    return f"{os.cpu_count()} CPUs ({cpu}), {mem} GiB, Linux {platform.release()}"
-
-
 def run(node: nd.RealNode, env: tb.HostEnv, subjects: list[str], rounds: int,
         bursts: list[int]) -> list[ps.Burst]:
     """The rounds on a running node (netattach's image already imported when a netattach
@@ -466,6 +456,7 @@ def main() -> int:
         ap.error(f"unknown subjects {sorted(unknown)} (known: {', '.join(SUBJECTS)})")
     args.out.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC)
+    host = measure.machine_text(measure.machine())
     env = tb.new_host_env()
     try:
         with cl.workdir("netattach-bench-node-", "NETATTACH_KEEP_NODE", "bench node") as wd, \
@@ -475,16 +466,16 @@ def main() -> int:
             results = run(node, env, subjects, args.rounds, bursts)
     finally:
         env.cleanup()
-    head = (f"bench-node {started:%Y-%m-%d %H:%M} UTC, {machine()}; rounds {args.rounds}, "
+    head = (f"bench-node {started:%Y-%m-%d %H:%M} UTC, {host}; rounds {args.rounds}, "
             f"bursts {bursts}, scenario 1 pods (`{SELECTION}`)\n\n")
     text = head + ps.table(results)
     print("\n" + text)
     (args.out / "bench-node-results.md").write_text(text)
     ps.plot(results, args.out / "bench-node-startup.png",
             f"pod startup on the real node, {started:%Y-%m-%d %H:%M} UTC, "
-            f"{args.rounds} round{'s' * (args.rounds > 1)}\n{machine()}")
+            f"{args.rounds} round{'s' * (args.rounds > 1)}\n{host}")
     (args.out / "bench-node-results.json").write_text(json.dumps(
-        {"started": started.isoformat(), "machine": machine(), "rounds": args.rounds,
+        {"started": started.isoformat(), "machine": host, "rounds": args.rounds,
          "bursts": bursts, "subjects": subjects,
          "results": [b.as_dict() for b in results]}, indent=1))
     return 0

@@ -1,9 +1,12 @@
 """What the bench measures with: one exec'd command (wall time, and the CPU of its process
 tree through wait4), the peak RSS of one (GNU time), a running daemon's CPU and RSS
-from /proc, and the statistics (median, p90, a least-squares line)."""
+from /proc, the statistics (median, p90, a least-squares line), and the machine it ran
+on (every bench's header)."""
 from __future__ import annotations
 
+import datetime as dt
 import os
+import platform
 import signal
 import statistics
 import tempfile
@@ -147,3 +150,23 @@ def line_fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     slope, intercept = statistics.linear_regression([x for x, _ in points],
                                                     [y for _, y in points])
     return intercept, slope
+
+
+def machine() -> dict[str, str]:
+    """The machine a bench ran on, for its header and JSON: CPUs it may use (as `nproc`
+    counts them), CPU model, memory (GiB), kernel, architecture, Python, the date (UTC)."""
+    models = [line.split(":", 1)[1].strip() for line in
+              open("/proc/cpuinfo").read().splitlines() if line.startswith("model name")]
+    with open("/proc/meminfo") as f:
+        mem_gib = int(f.read().split()[1]) // 1024 // 1024
+    return {"nproc": str(len(os.sched_getaffinity(0))),
+            "cpu": models[0] if models else platform.processor(),
+            "mem_gib": str(mem_gib),
+            "kernel": f"{platform.system()} {platform.release()}", "arch": platform.machine(),
+            "python": platform.python_version(),
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def machine_text(m: dict[str, str]) -> str:
+    """`machine()` in one line: "2 CPUs (model), 23 GiB, Linux 6.18.44"."""
+    return f"{m['nproc']} CPUs ({m['cpu']}), {m['mem_gib']} GiB, {m['kernel']}"
