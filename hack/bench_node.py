@@ -25,7 +25,8 @@ done), on the harness's clock through a pod watch (ms), and creationTimestamp ->
 Ready's lastTransitionTime on the API's (1 s resolution) as a cross check. CPU per pod:
 containerd's reaped children (every CNI exec: plugins, netattach thin, the shim) and
 the subject's daemon process (thick; its children too: multus-daemon execs the
-delegates itself), from /proc, over the burst's ADD and DEL.
+delegates itself), from /proc, over the burst's ADD and DEL. The runtime's own time of
+its CNI calls: containerd's metrics (set_up_pod, tear_down_pod), the mean per call.
 
 Checked: every ADD gives the pod its interfaces (floor: eth0; netattach: eth0, net1,
 data0) with addresses in their subnets; after every DEL no host-local allocation, no
@@ -316,6 +317,7 @@ class NodeBench:
         times = {n: ps.PodTimes(n, 0.0) for n in names}
         pids = daemon_pids(subject)
         cpu0, dcpu0 = containerd_children_cpu(self.node), daemon_cpu(pids)
+        ops0 = self.node.cni_operations()
 
         def create(name: str) -> None:
             times[name].create_sent = time.time()
@@ -346,8 +348,12 @@ class NodeBench:
         # the kubelet's garbage collection removes stopped sandboxes within a minute or
         # so; done here, so the next burst meets no runtime busy with the last one's
         nd.remove_stopped_sandboxes(self.node)
+        ops1 = self.node.cni_operations()
+        runtime_cni = {op: (n - ops0.get(op, (0, 0.0))[0], s - ops0.get(op, (0, 0.0))[1])
+                       for op, (n, s) in ops1.items()}
         return ps.Burst(subject, size, rnd, [times[n] for n in names],
-                        cni_exec_cpu=cpu1 - cpu0, daemon_cpu=dcpu1 - dcpu0)
+                        cni_exec_cpu=cpu1 - cpu0, daemon_cpu=dcpu1 - dcpu0,
+                        runtime_cni=runtime_cni)
 
     def check_added(self, subject: str, names: list[str]) -> None:
         want = ["eth0", "lo"] if subject == "floor" else ["data0", "eth0", "lo", "net1"]

@@ -87,19 +87,23 @@ class PodTimes:
 
 @dataclass
 class Burst:
-    """One burst of `size` pods by one subject in one round: the pods' timelines and
-    the CPU (s) the node's CNI execs (containerd's reaped children) and the subject's
-    daemon spent over the whole burst (ADD and DEL)."""
+    """One burst of `size` pods by one subject in one round: the pods' timelines, the
+    CPU (s) the node's CNI execs (containerd's reaped children) and the subject's
+    daemon spent over the whole burst (ADD and DEL), and the runtime's CNI calls over
+    it as containerd timed them: {"set_up_pod": (calls, total s), "tear_down_pod":
+    ...} (RealNode.cni_operations, the difference over the burst)."""
     subject: str
     size: int
     round: int
     pods: list[PodTimes] = field(default_factory=list)
     cni_exec_cpu: float = 0.0
     daemon_cpu: float = 0.0
+    runtime_cni: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"subject": self.subject, "size": self.size, "round": self.round,
                 "cni_exec_cpu": self.cni_exec_cpu, "daemon_cpu": self.daemon_cpu,
+                "runtime_cni": {op: list(v) for op, v in self.runtime_cni.items()},
                 "pods": [{**vars(p), "startup": p.startup, "deletion": p.deletion,
                           "api_startup": p.api_startup, "api_sandbox": p.api_sandbox}
                          for p in self.pods]}
@@ -124,7 +128,17 @@ def stats(bursts: list[Burst], subject: str, size: int) -> dict[str, float] | No
             "del_p50": percentile(down, 50), "del_p99": percentile(down, 99),
             "api_p50": percentile(api, 50) if api else math.nan,
             "cni_cpu_per_pod": sum(b.cni_exec_cpu for b in bs) / len(pods),
-            "daemon_cpu_per_pod": sum(b.daemon_cpu for b in bs) / len(pods)}
+            "daemon_cpu_per_pod": sum(b.daemon_cpu for b in bs) / len(pods),
+            "runtime_add": _mean_call(bs, "set_up_pod"),
+            "runtime_del": _mean_call(bs, "tear_down_pod")}
+
+
+def _mean_call(bursts: list[Burst], op: str) -> float:
+    """The mean seconds of the runtime's CNI operation `op` over `bursts`; NaN when
+    none was timed."""
+    n = sum(b.runtime_cni.get(op, (0, 0.0))[0] for b in bursts)
+    total = sum(b.runtime_cni.get(op, (0, 0.0))[1] for b in bursts)
+    return total / n if n else math.nan
 
 
 def _ms(v: float) -> str:
@@ -150,9 +164,9 @@ def table(bursts: list[Burst]) -> str:
     subjects = [s for s in SUBJECTS if any(b.subject == s for b in bursts)]
     lines = ["| burst | subject | pods | startup p50 | p90 | p99 | over floor p50 | "
              "/ Multus p50 | / Multus p99 | "
-             "delete p50 | p99 | API startup p50 (1 s res.) | CNI exec CPU/pod | "
-             "daemon CPU/pod |",
-             "|" + "---|" * 14]
+             "delete p50 | p99 | API startup p50 (1 s res.) | runtime ADD mean | "
+             "runtime DEL mean | CNI exec CPU/pod | daemon CPU/pod |",
+             "|" + "---|" * 16]
     ratio_lines: list[str] = []
     for size in sizes:
         floor = stats(bursts, "floor", size)
@@ -167,7 +181,8 @@ def table(bursts: list[Burst]) -> str:
                 f"| {size} | {s} | {st['pods']:.0f} | {_ms(st['p50'])} | {_ms(st['p90'])} | "
                 f"{_ms(st['p99'])} | {over} | {r50} | {r99} | "
                 f"{_ms(st['del_p50'])} | {_ms(st['del_p99'])} | "
-                f"{_ms(st['api_p50'])} | {_ms(st['cni_cpu_per_pod'])} | "
+                f"{_ms(st['api_p50'])} | {_ms(st['runtime_add'])} | "
+                f"{_ms(st['runtime_del'])} | {_ms(st['cni_cpu_per_pod'])} | "
                 f"{_ms(st['daemon_cpu_per_pod'])} |")
         for a, b in RATIOS:
             sa, sb = per.get(a), per.get(b)
@@ -178,7 +193,9 @@ def table(bursts: list[Burst]) -> str:
                     oa, ob = sa["p50"] - floor["p50"], sb["p50"] - floor["p50"]
                     text += f", overhead over floor {oa / ob:.2f}x" if ob > 0 else ""
                 ratio_lines.append(f"- {text}")
-    out = "\n".join(lines) + "\n\nLatencies and CPU in ms (CPU: per pod, ADD and DEL).\n"
+    out = "\n".join(lines) + ("\n\nLatencies and CPU in ms (CPU: per pod, ADD and DEL). "
+                               "runtime ADD (DEL) mean: containerd's own time of its CNI "
+                               "set-up (tear-down) calls.\n")
     if ratio_lines:
         out += "\n" + "\n".join(ratio_lines) + "\n"
     else:

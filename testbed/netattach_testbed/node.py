@@ -48,11 +48,13 @@ import shutil
 import subprocess
 import tempfile
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from . import cluster as cl
 from . import runtime as rt
@@ -177,6 +179,7 @@ class RealNode:
         self.pod_bridge = unique("c")
         self.kubelet_port = cl.free_port()
         self.kubelet_healthz_port = cl.free_port()
+        self.containerd_metrics_port = cl.free_port()
         self._lock_fd: int | None = None
         self._procs: dict[str, _Process] = {}
         self._made_mountpoints: list[Path] = []
@@ -442,7 +445,8 @@ class RealNode:
         config.write_text(rt.containerd_config(
             d, socket=CONTAINERD_SOCKET, state="/run/containerd/state",
             cni_bin_dirs=["/opt/cni/bin"], cni_conf_dir="/etc/cni/net.d",
-            cdi_spec_dirs=["/run/cdi"]))
+            cdi_spec_dirs=["/run/cdi"],
+            metrics_address=f"127.0.0.1:{self.containerd_metrics_port}"))
         env_path = f"{self.containerd_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         proc = self._spawn("containerd", self.ns.argv(
             "env", f"PATH={env_path}", str(self.containerd_bin / "containerd"),
@@ -462,6 +466,31 @@ class RealNode:
                 raise ClusterError(f"containerd not ready after {timeout:.0f}s:\n{log_tail(proc.log)}")
             time.sleep(0.2)
         self.import_image(rt.sandbox_image(self.containerd_bin / "pause", d / "pause.tar"))
+
+    def cni_operations(self) -> dict[str, tuple[int, float]]:
+        """containerd's own count and total seconds of its CNI calls so far, from its
+        metrics (`containerd_cri_network_plugin_operations_duration_seconds`, the CRI
+        plugin's timer around each call into go-cni): {"set_up_pod": (n, s),
+        "tear_down_pod": (n, s), ...}, successful calls only; an operation not run yet is
+        absent. ClusterError when the metrics cannot be read."""
+        url = f"http://127.0.0.1:{self.containerd_metrics_port}/v1/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                text = r.read().decode()
+        except OSError as e:
+            raise ClusterError(f"cannot read containerd's metrics at {url}: {e}") from None
+        count: dict[str, int] = {}
+        total: dict[str, float] = {}
+        for fam in text_string_to_metric_families(text):
+            if fam.name != "containerd_cri_network_plugin_operations_duration_seconds":
+                continue
+            for sample in fam.samples:
+                op = sample.labels.get("operation_type", "")
+                if sample.name.endswith("_count"):
+                    count[op] = int(sample.value)
+                elif sample.name.endswith("_sum"):
+                    total[op] = sample.value
+        return {op: (n, total.get(op, 0.0)) for op, n in count.items()}
 
     @property
     def cri(self) -> rt.Cri:

@@ -282,7 +282,7 @@ oom_score = 0
 
 [debug]
   level = "info"
-
+{metrics}
 [plugins]
   [plugins."io.containerd.internal.v1.opt"]
     path = "{opt}"
@@ -327,18 +327,22 @@ oom_score = 0
 def containerd_config(workdir: Path, *, socket: Path | str, state: Path | str,
                       cni_bin_dirs: list[str], cni_conf_dir: Path | str,
                       cdi_spec_dirs: list[str] | None = None,
-                      netns_under_state: bool = False) -> str:
+                      netns_under_state: bool = False,
+                      metrics_address: str | None = None) -> str:
     """The config.toml of a test-owned containerd whose root/, tmp/, opt/ and runc/ are
     under `workdir`: the CRI with the sandbox image, runc (cgroupfs) and the CNI dirs
     given; CDI on for `cdi_spec_dirs` (the kubelet passes the devices a DRA driver
     prepared), off when None; the sandboxes' netns mounts under `state` when
-    `netns_under_state` (else /run/netns)."""
+    `netns_under_state` (else /run/netns); its Prometheus metrics (the CRI's
+    network_plugin_operations among them) served at `metrics_address` ("host:port",
+    loopback) when given, else none."""
     return CONFIG.format(
         root=workdir / "root", state=state, tmp=workdir / "tmp", opt=workdir / "opt",
         socket=socket, image=SANDBOX_IMAGE, runc=RUNC, runc_root=workdir / "runc",
         enable_cdi=json.dumps(cdi_spec_dirs is not None),
         cdi_spec_dirs=json.dumps(cdi_spec_dirs or []),
         netns_under_state=json.dumps(netns_under_state),
+        metrics=(f'\n[metrics]\n  address = "{metrics_address}"\n' if metrics_address else ""),
         cni_bin_dirs=json.dumps(cni_bin_dirs), cni_conf_dir=cni_conf_dir)
 
 

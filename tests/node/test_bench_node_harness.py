@@ -33,6 +33,11 @@ def test_one_round_of_the_pod_startup_bench(real_node, node_image, host_env):
             assert pod.ready_seen < pod.delete_sent < pod.gone_seen, (burst.subject, pod)
             assert pod.api_ready is not None, (burst.subject, pod)
         assert burst.cni_exec_cpu > 0, burst.subject  # containerd exec'd the plugins
+        # containerd timed one CNI set-up and at least one tear-down per pod
+        added, add_s = burst.runtime_cni["set_up_pod"]
+        deleted, del_s = burst.runtime_cni["tear_down_pod"]
+        assert added == BURST and add_s > 0, (burst.subject, burst.runtime_cni)
+        assert deleted >= BURST and del_s > 0, (burst.subject, burst.runtime_cni)
         if burst.subject.endswith("_thick"):
             assert burst.daemon_cpu > 0, burst.subject  # the daemon did the work
     table = ps.table(results)

@@ -66,3 +66,16 @@ def test_ratio_columns_pair_each_netattach_mode_with_multus_same_mode():
     assert ps.ratio_columns(per, "netattach_thick") == ("", "")
     assert ps.ratio_columns(per, "multus_thin") == ("", "")
     assert ps.ratio_columns(per, "floor") == ("", "")
+
+
+def test_runtime_cni_means_are_per_call_over_every_round():
+    a, b = _burst("netattach_thick", [1.0]), _burst("netattach_thick", [1.0])
+    a.runtime_cni = {"set_up_pod": (1, 0.100), "tear_down_pod": (2, 0.100)}
+    b.runtime_cni = {"set_up_pod": (3, 0.500)}
+    st = ps.stats([a, b], "netattach_thick", 1)
+    assert st is not None
+    assert st["runtime_add"] == pytest.approx(0.150)   # 0.6 s over 4 calls
+    assert st["runtime_del"] == pytest.approx(0.050)
+    # the floor ran no tear-down in this (made-up) data: NaN, an empty cell
+    text = ps.table([_burst("floor", [1.0])])
+    assert "| 1 | floor | 1 | 1000 | 1000 | 1000 |  |  |  | 1000 | 1000 |  |  |  |" in text
