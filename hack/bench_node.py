@@ -73,6 +73,10 @@ SUBJECTS = ("floor", "netattach_thin", "netattach_thick", "multus_thin", "multus
 MULTUS_CONF = "/etc/cni/net.d/00-multus.conf"   # first in the dir: the runtime's network
 MULTUS_CNI_DIR = "/var/lib/cni/multus"
 MULTUS_SHIM = "/opt/cni/bin/multus-shim"
+# The CPU its thick DaemonSet requests for the daemon (deployments/multus-daemonset-thick.yml:
+# requests = limits = 100m, a Guaranteed pod); the host process gets that pod's weight,
+# not its limit (RealNode.place_as_guaranteed_pod).
+MULTUS_DAEMON_CPU_MILLIS = 100
 READY_TIMEOUT = 600.0   # hang guard of one burst
 MAX_BURST = 110         # the kubelet's default maxPods
 SINGLE_REPEATS = 5      # a burst of 1 runs this many times a round (one pod each time)
@@ -264,7 +268,9 @@ class NodeBench:
         network's IP at DEL); as its own ServiceAccount with the
         RBAC it asks for (multus.RULES["thick"]), in a mount namespace of its own slaved
         to the node's (the node's CNI dirs and /run/netns, the in-cluster credentials
-        in a private /run); `multus-shim` copied into the node's CNI bin dir."""
+        in a private /run); `multus-shim` copied into the node's CNI bin dir. The daemon
+        (and the delegates it execs) run in a cgroup beside the kubelet's pods with the
+        CPU weight of its DaemonSet's pod (MULTUS_DAEMON_CPU_MILLIS; no CPU limit)."""
         assert self.node.cluster is not None
         sa = multus.service_account(self.api, "thick")
         shutil.copy2(multus.require_binaries() / "multus-shim",
@@ -277,6 +283,11 @@ class NodeBench:
             cni_config_dir=Path("/etc/cni/net.d"), cni_dir=Path(MULTUS_CNI_DIR),
             cni_version="1.0.0", node_name=nd.NODE_NAME, ns_argv=self.node.ns.argv,
             host_path=self.node.host_path, cluster_network="cluster-net")
+        # it competes for CPU as its DaemonSet's pod would, not as a system process
+        pids = daemon_pids("multus_thick")
+        if not pids:
+            raise Failure("multus-daemon started, but no process has its command line")
+        self.node.place_as_guaranteed_pod("multus-thick-daemon", MULTUS_DAEMON_CPU_MILLIS, pids)
         # the runtime reloads its network config on the change (fsnotify)
         time.sleep(2.0)
 

@@ -359,6 +359,35 @@ class RealNode:
                 for f in ("cpuset.cpus", "cpuset.mems"):
                     (d / f).write_text((hierarchy / f).read_text())
 
+    def place_as_guaranteed_pod(self, name: str, cpu_millis: int, pids: list[int]) -> None:
+        """Move the processes `pids` (and so the children they start later) into
+        `<cgroupRoot>/kubepods/<name>` of the cpu controller, weighted as the kubelet
+        weights a Guaranteed pod that requests `cpu_millis` CPU (cpu.shares = millis *
+        1024 / 1000, at least 2: the kubelet's MilliCPUToShares; cpu.weight from those
+        shares on cgroup v2, as runc converts them). No CPU quota. For a host process
+        that stands in for a DaemonSet's pod (bench-node's Multus thick daemon), so that
+        it competes for CPU with the node's system processes as that pod would, not as
+        one of them. The kubelet leaves the cgroup alone (its name is no `pod<UID>`);
+        stop() removes it with the node's. ClusterError when a pid cannot be moved."""
+        shares = max(2, cpu_millis * 1024 // 1000)
+        for hierarchy in _cgroup_hierarchies():
+            controllers = hierarchy / "cgroup.controllers"
+            v2 = controllers.exists()
+            if (v2 and "cpu" not in controllers.read_text().split()) or \
+                    (not v2 and not (hierarchy / "cpu.shares").exists()):
+                continue  # the cpu controller is elsewhere (v1 beside v2, or cpuacct)
+            d = hierarchy / CGROUP_ROOT.lstrip("/") / "kubepods" / name
+            d.mkdir(exist_ok=True)
+            if v2:
+                (d / "cpu.weight").write_text(str(1 + ((shares - 2) * 9999) // 262142))
+            else:
+                (d / "cpu.shares").write_text(str(shares))
+            for pid in pids:
+                try:
+                    (d / "cgroup.procs").write_text(str(pid))
+                except OSError as e:
+                    raise ClusterError(f"cannot move pid {pid} into {d}: {e}") from None
+
     def _kill_leftovers(self, errors: list[str]) -> None:
         """SIGKILL what still runs in the node's cgroups once the kubelet and containerd
         are gone (a container whose shim died), naming it among the errors: nothing of
@@ -469,7 +498,7 @@ class RealNode:
 
     def cni_operations(self) -> dict[str, tuple[int, float]]:
         """containerd's own count and total seconds of its CNI calls so far, from its
-        metrics (`containerd_cri_network_plugin_operations_duration_seconds`, the CRI
+        metrics (`containerd_cri_network_plugin_operations_duration_seconds...`, the CRI
         plugin's timer around each call into go-cni): {"set_up_pod": (n, s),
         "tear_down_pod": (n, s), ...}, successful calls only; an operation not run yet is
         absent. ClusterError when the metrics cannot be read."""
@@ -482,7 +511,9 @@ class RealNode:
         count: dict[str, int] = {}
         total: dict[str, float] = {}
         for fam in text_string_to_metric_families(text):
-            if fam.name != "containerd_cri_network_plugin_operations_duration_seconds":
+            # go-metrics appends the unit to the timer's name:
+            # ..._duration_seconds_seconds_{count,sum}
+            if not fam.name.startswith(_CNI_TIMER):
                 continue
             for sample in fam.samples:
                 op = sample.labels.get("operation_type", "")
@@ -678,6 +709,9 @@ class RealNode:
     def log(self, component: str) -> str:
         path = self.logs / f"{component}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+_CNI_TIMER = "containerd_cri_network_plugin_operations_duration_seconds"
 
 
 def _cgroup_hierarchies() -> list[Path]:

@@ -166,3 +166,24 @@ def test_a_configmap_value_never_leaves_in_a_status_an_event_or_the_error(monkey
     entry = claims.device_status(ref, "net1", None, error.msg, "2026-11-28T00:00:00Z")
     assert "vlan-secret-42" not in json.dumps(entry)
     assert add._redacted(ChildError(1, "no secret here")).msg == "no secret here"
+
+
+def test_inside_a_root_the_meta_plugins_paths_are_resolved_again_after_a_second(tmp_path):
+    """ChrootExecutor reuses the meta-plugins' paths it resolved for the same dirs for
+    META_PATHS_SECONDS (they are the admin's files, resolved with hundreds of lstat calls
+    a pod); a meta-plugin installed later is seen once that time has passed."""
+    bin_dir = tmp_path / "opt" / "cni" / "bin"
+    bin_dir.mkdir(parents=True)
+    _executable(bin_dir / "macvlan")
+    now = [100.0]
+    executor = invoke.ChrootExecutor(str(tmp_path), clock=lambda: now[0])
+    assert executor.find("macvlan", ["/opt/cni/bin"]) == "/opt/cni/bin/macvlan"
+    shim = _executable(bin_dir / "netattach-shim")
+    os.link(shim, bin_dir / "innocent")
+    now[0] += executor.META_PATHS_SECONDS
+    with pytest.raises(invoke.MetaPluginRefused):
+        executor.find("innocent", ["/opt/cni/bin"])
+    # other dirs are resolved on their own, and the kept lists stay bounded
+    for i in range(executor.META_PATHS_KEPT * 2):
+        executor.find("macvlan", ["/opt/cni/bin", f"/none{i}"])
+    assert len(executor._meta) <= executor.META_PATHS_KEPT  # noqa: SLF001

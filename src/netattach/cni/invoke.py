@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -462,8 +462,20 @@ class ChrootExecutor:
     CHROOT_COMMAND, with the same timeout and kill-the-whole-tree rules.
     """
 
-    def __init__(self, root: str):
+    META_PATHS_SECONDS = 1.0
+    """How long the meta-plugins' paths resolved in the root for one list of dirs are
+    reused (`_meta_paths`). Resolving them walks every component of every
+    META_PLUGIN_TYPES name in every dir with lstat, hundreds of calls per pod, for files
+    only the node's admin installs; each check still stats the paths it compares."""
+    META_PATHS_KEPT = 16
+    """Lists of dirs whose meta-plugin paths are kept (the runtime's CNI_PATH and the
+    conf's binDir make one or two)."""
+
+    def __init__(self, root: str, clock: Callable[[], float] = time.monotonic):
         self.root = os.path.abspath(root)
+        self.clock = clock
+        self._meta: dict[tuple[str, ...], tuple[float, list[str]]] = {}
+        self._meta_lock = threading.Lock()
 
     def problem(self) -> str | None:
         """None when children can run in the root, else why not: the root is not a
@@ -494,9 +506,25 @@ class ChrootExecutor:
     def _refuse_meta_plugin(self, plugin_type: str, here: str, dirs: Sequence[str]) -> None:
         """refuse_meta_plugin inside the root: the file `here` (a path here) against the
         meta-plugins' paths in `dirs`, each resolved in the root."""
+        refuse_meta_plugin(plugin_type, here, self._meta_paths(dirs))
+
+    def _meta_paths(self, dirs: Sequence[str]) -> list[str]:
+        """The meta-plugins' paths in `dirs` (meta_plugin_paths) that resolve in the root,
+        as paths here; resolved again once META_PATHS_SECONDS have passed since the last
+        resolution for the same dirs. Thread-safe."""
+        key = tuple(dirs)
+        now = self.clock()
+        with self._meta_lock:
+            hit = self._meta.get(key)
+        if hit is not None and now - hit[0] < self.META_PATHS_SECONDS:
+            return hit[1]
         inside = (resolve_in_root(self.root, p) for p in meta_plugin_paths(dirs))
-        refuse_meta_plugin(plugin_type, here, [os.path.join(self.root, p.lstrip("/"))
-                                               for p in inside if p is not None])
+        paths = [os.path.join(self.root, p.lstrip("/")) for p in inside if p is not None]
+        with self._meta_lock:
+            if len(self._meta) >= self.META_PATHS_KEPT:
+                self._meta.clear()
+            self._meta[key] = (now, paths)
+        return paths
 
     def run(self, path: str, command: str, config: dict[str, Any], env: PluginEnv,
             timeout: float) -> dict[str, Any] | None:
