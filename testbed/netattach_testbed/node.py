@@ -352,6 +352,7 @@ class RealNode:
         return self.fs / p.lstrip("/")
 
     def _cgroups(self) -> None:
+        _remove_stale_cgroups()
         for hierarchy in _cgroup_hierarchies():
             d = hierarchy / CGROUP_ROOT.lstrip("/")
             d.mkdir(exist_ok=True)
@@ -723,6 +724,21 @@ def _cgroup_hierarchies() -> list[Path]:
         if fields[sep + 1] in ("cgroup", "cgroup2") and fields[4].startswith(str(CGROUP_FS)):
             out.append(Path(fields[4]))
     return out
+
+
+def _remove_stale_cgroups() -> None:
+    """Remove the empty cgroup trees of earlier nodes whose process is gone
+    (`netattach-node-<pid>`: a run killed before its stop()). Runs under the node
+    lock, so no other node is starting; a tree that still holds a process stays."""
+    for hierarchy in _cgroup_hierarchies():
+        for base in hierarchy.glob("netattach-node-*"):
+            pid = base.name.rsplit("-", 1)[1]
+            if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+                continue
+            for d in sorted((p for p in base.rglob("*") if p.is_dir()),
+                            key=lambda p: len(p.parts), reverse=True) + [base]:
+                with contextlib.suppress(OSError):
+                    d.rmdir()
 
 
 def node_cgroups() -> list[Path]:
