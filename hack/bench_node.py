@@ -360,8 +360,8 @@ class NodeBench:
         # so; done here, so the next burst meets no runtime busy with the last one's
         nd.remove_stopped_sandboxes(self.node)
         ops1 = self.node.cni_operations()
-        runtime_cni = {op: (n - ops0.get(op, (0, 0.0))[0], s - ops0.get(op, (0, 0.0))[1])
-                       for op, (n, s) in ops1.items()}
+        runtime_cni = {op: (n - n0, s - s0) for op, (n, s) in ops1.items()
+                       for n0, s0 in [ops0.get(op, (0, 0.0))]}
         return ps.Burst(subject, size, rnd, [times[n] for n in names],
                         cni_exec_cpu=cpu1 - cpu0, daemon_cpu=dcpu1 - dcpu0,
                         runtime_cni=runtime_cni)

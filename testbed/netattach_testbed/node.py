@@ -730,22 +730,22 @@ def _remove_stale_cgroups() -> None:
     """Remove the empty cgroup trees of earlier nodes whose process is gone
     (`netattach-node-<pid>`: a run killed before its stop()). Runs under the node
     lock, so no other node is starting; a tree that still holds a process stays."""
-    for hierarchy in _cgroup_hierarchies():
-        for base in hierarchy.glob("netattach-node-*"):
-            pid = base.name.rsplit("-", 1)[1]
-            if not pid.isdigit() or Path(f"/proc/{pid}").exists():
-                continue
-            for d in sorted((p for p in base.rglob("*") if p.is_dir()),
-                            key=lambda p: len(p.parts), reverse=True) + [base]:
-                with contextlib.suppress(OSError):
-                    d.rmdir()
+    stale = {base.name for hierarchy in _cgroup_hierarchies()
+             for base in hierarchy.glob("netattach-node-*")
+             if (pid := base.name.rsplit("-", 1)[1]).isdigit()
+             and not Path(f"/proc/{pid}").exists()}
+    for name in stale:
+        for d in node_cgroups(f"/{name}"):
+            with contextlib.suppress(OSError):
+                d.rmdir()
 
 
-def node_cgroups() -> list[Path]:
-    """The node's cgroup dirs in every hierarchy, deepest first."""
+def node_cgroups(root: str = CGROUP_ROOT) -> list[Path]:
+    """The node's cgroup dirs (those of the kubelet cgroupRoot `root`) in every
+    hierarchy, deepest first."""
     out: list[Path] = []
     for hierarchy in _cgroup_hierarchies():
-        base = hierarchy / CGROUP_ROOT.lstrip("/")
+        base = hierarchy / root.lstrip("/")
         if base.is_dir():
             out += [p for p in base.rglob("*") if p.is_dir()] + [base]
     return sorted(set(out), key=lambda p: len(p.parts), reverse=True)
