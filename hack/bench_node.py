@@ -174,25 +174,29 @@ def containerd_children_cpu(node: nd.RealNode) -> float:
     return (int(fields[13]) + int(fields[14])) / measure.CLOCK_TICKS
 
 
-def daemon_marker(subject: str) -> bytes | None:
-    """How the subject's long-running CNI daemon's command line starts (thick modes)."""
+def daemon_markers(subject: str) -> tuple[bytes, ...]:
+    """How the command lines of the subject's long-running CNI daemon's processes start
+    (thick modes; none else): netattach's daemon and its spawner, which execs the
+    delegates and reaps them (cni/chroot.py), so their CPU is in its counters, not the
+    daemon's; Multus' daemon, which execs them itself."""
     if subject == "netattach_thick":
-        return b"/opt/netattach/netattach\0daemon"
+        return (b"/opt/netattach/netattach\0daemon\0", b"/opt/netattach/netattach\0spawner\0")
     if subject == "multus_thick":
-        return bytes(multus.require_binaries() / "multus-daemon") + b"\0--config\0"
-    return None
+        return (bytes(multus.require_binaries() / "multus-daemon") + b"\0--config\0",)
+    return ()
 
 
 def daemon_pids(subject: str) -> list[int]:
-    """The subject's long-running CNI daemon (thick mode), found by its command line."""
-    marker = daemon_marker(subject)
-    if marker is None:
+    """The subject's long-running CNI daemon's processes (thick mode), found by their
+    command lines (daemon_markers)."""
+    markers = daemon_markers(subject)
+    if not markers:
         return []
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                if d.joinpath("cmdline").read_bytes().startswith(marker):
+                if d.joinpath("cmdline").read_bytes().startswith(markers):
                     out.append(int(d.name))
             except OSError:
                 continue

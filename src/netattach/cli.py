@@ -53,6 +53,8 @@ SUBCOMMANDS = {
     "status": "show a pod's attachments from its network-status annotation",
     "daemon": "thick mode's node daemon: watch this node's pods and the "
               "NetworkAttachmentDefinitions, serve the shim's CNI calls on a unix socket",
+    "spawner": "started by `daemon --chroot-dir` only: the helper, chrooted once, that "
+               "execs the daemon's children",
 }
 
 
@@ -68,6 +70,9 @@ def _subcommand(name: str) -> Any:
     if name == "daemon":
         from . import daemon
         return daemon
+    if name == "spawner":
+        from .cni import chroot
+        return chroot
     from .tools import podstatus
     return podstatus
 

@@ -1,6 +1,7 @@
-"""Children in another root (`netattach daemon --chroot-dir`, invoke.ChrootExecutor), as
+"""Children in another root (`netattach daemon --chroot-dir`, chroot.ChrootExecutor), as
 the thick daemon runs them in the host's root: a real root directory, a real network
-namespace, real processes exec'd through /usr/sbin/chroot.
+namespace, real processes exec'd by the spawner, the helper chrooted into that root
+(cni/chroot.py).
 
 The root is a temp dir laid out as a merged-/usr host (bin -> usr/bin, var/run ->
 ../run) with this machine's /usr, /proc, /dev and /run/netns bind-mounted in, and files of
@@ -11,14 +12,19 @@ mount a slave of this machine's), so they vanish with it and no other test sees 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from netattach.cni import chroot, invoke
+from netattach.cni.errors import CniError
 from netattach_testbed import netns as tb
 
 pytestmark = pytest.mark.integration
@@ -29,20 +35,21 @@ HANG_SECONDS = 300  # how long the hanging plugin's children sleep unless killed
 # /proc, /dev and the netns dir into the root, then run one child through the executor.
 DRIVER = """
 import json, subprocess, sys
-from netattach.cni import invoke
+from netattach.cni import chroot, invoke
 from netattach.cni.errors import CniError
 spec = json.loads(sys.argv[1])
 root = spec["root"]
 for src, dst in (("/usr", "usr"), ("/proc", "proc"), ("/dev", "dev"), ("/run/netns", "run/netns")):
     subprocess.run(["mount", "--rbind", src, f"{root}/{dst}"], check=True)
 subprocess.run(["mount", "-o", "remount,bind,ro", f"{root}/usr"], check=True)
-ex = invoke.ChrootExecutor(root)
+ex = chroot.ChrootExecutor(root)
 try:
     path = ex.find(spec["type"], spec["dirs"])
     out = ex.run(path, "ADD", spec["config"], invoke.PluginEnv(**spec["env"]), spec["timeout"])
     print(json.dumps({"path": path, "result": out}))
 except CniError as e:
     print(json.dumps({"error": {"code": e.code, "msg": e.msg, "details": e.details}}))
+ex.close()
 """
 
 # Reads a file only the root has, writes a netns-scoped /proc/sys entry of the pod's
@@ -131,7 +138,7 @@ def _dead(pid: int) -> bool:
 
 def test_hanging_child_in_the_root_is_killed_with_its_tree(host_env, root):
     """The timeout kills the chrooted plugin and every process it started, the one that
-    left its process group too (chroot(8) execs the plugin: the same process)."""
+    left its process group too (the spawner kills the tree from the root's /proc)."""
     r, _marker = root
     answer = drive(r, "hang", host_env.new_netns(), timeout=1.5)
     err = answer["error"]
@@ -152,3 +159,71 @@ def test_plugin_missing_in_the_root_is_not_taken_from_this_machine(host_env, roo
     answer = drive(r, "bridge", host_env.new_netns())
     assert answer["error"]["code"] == 7
     assert f"'bridge' in path [/opt/cni/bin] under the root {r}" in answer["error"]["msg"]
+
+
+# -- the spawner itself (cni/chroot.py), in the root `/`: its protocol, failures, restart
+
+def _spawner_outcome(spawner, script: str, timeout: float = 20.0, data: bytes = b""):
+    return spawner.run(["/bin/sh", "-c", script], {"PATH": "/usr/bin:/bin"}, data, timeout)
+
+
+def test_spawner_answers_the_childs_output_status_and_stdin():
+    spawner = chroot.Spawner("/")
+    try:
+        out = _spawner_outcome(spawner, "cat; echo oops >&2; exit 3", data=b'{"a":1}')
+        assert (out.returncode, out.stdout, out.stderr) == (3, b'{"a":1}', b"oops\n")
+        assert spawner.started == 1
+    finally:
+        spawner.close()
+
+
+def test_spawner_timeout_and_exec_failure_are_the_process_executors():
+    """Past its timeout a child is killed and reported as such (returncode None, which
+    exec_plugin makes TryAgain); an executable that is not there is IOFailure (5)."""
+    spawner = chroot.Spawner("/")
+    try:
+        out = _spawner_outcome(spawner, "echo started >&2; exec sleep 60", timeout=0.5)
+        assert out.returncode is None and out.stderr == b"started\n"
+        with pytest.raises(CniError) as e:
+            spawner.run(["/nonexistent/plugin"], {}, b"", 5.0)
+        assert e.value.code == 5 and "'plugin'" in e.value.msg, e.value.msg
+    finally:
+        spawner.close()
+
+
+def test_spawner_gone_is_started_again_and_its_running_child_fails():
+    """The helper killed while a child runs: that child's call fails (999, naming the
+    plugin); the next child starts a new helper."""
+    spawner = chroot.Spawner("/")
+    try:
+        spawner.start()
+        first = spawner.pid
+        failed: list[BaseException] = []
+
+        def call():
+            try:
+                _spawner_outcome(spawner, "exec sleep 2")
+            except BaseException as e:  # noqa: BLE001 (handed to the test)
+                failed.append(e)
+        t = threading.Thread(target=call)
+        t.start()
+        deadline = time.monotonic() + 60
+        while not invoke._descendants(first) and time.monotonic() < deadline:
+            time.sleep(0.02)  # until the helper runs the child
+        os.kill(first, signal.SIGKILL)
+        t.join(30)
+        assert len(failed) == 1 and isinstance(failed[0], CniError), failed
+        assert failed[0].code == 999 and "'sh'" in failed[0].msg and "ended" in failed[0].msg
+        out = _spawner_outcome(spawner, "echo again")
+        assert out.returncode == 0 and out.stdout == b"again\n"
+        assert spawner.started == 2 and spawner.pid != first
+    finally:
+        spawner.close()
+
+
+def test_spawner_ends_when_the_daemon_closes_it():
+    spawner = chroot.Spawner("/")
+    spawner.start()
+    pid = spawner.pid
+    spawner.close()
+    assert _dead(pid)

@@ -60,7 +60,9 @@ def test_bench_node_finds_multus_daemon_by_its_command_line(tmp_path, monkeypatc
         os.chmod(f, 0o755)
     monkeypatch.setenv("NETATTACH_MULTUS_BIN", str(tmp_path))
     import bench_node
-    marker = bench_node.daemon_marker("multus_thick")
-    assert marker == f"{tmp_path}/multus-daemon\0--config\0".encode()
-    assert bench_node.daemon_marker("netattach_thick").startswith(b"/opt/netattach/netattach\0")
-    assert bench_node.daemon_marker("multus_thin") is None
+    markers = bench_node.daemon_markers("multus_thick")
+    assert markers == (f"{tmp_path}/multus-daemon\0--config\0".encode(),)
+    # netattach's daemon and the spawner that execs and reaps its delegates
+    assert bench_node.daemon_markers("netattach_thick") == (
+        b"/opt/netattach/netattach\0daemon\0", b"/opt/netattach/netattach\0spawner\0")
+    assert bench_node.daemon_markers("multus_thin") == ()

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from netattach.cni import invoke
+from netattach.cni import chroot, invoke
 from netattach.cni.errors import ChildError, CniError
 from netattach.cni.invoke import PluginEnv, exec_plugin, find_plugin
 
@@ -208,7 +208,7 @@ def test_chroot_find_never_leaves_the_root(tmp_path):
     (root / "opt/cni/bin/bridge").symlink_to("/usr/lib/cni/bridge")
     (root / "opt/cni/bin/evil").symlink_to(str(outside / "evil"))  # absolute: in the root
     (root / "opt/cni/bin/evil2").symlink_to("../../../../" + str(outside / "evil"))
-    ex = invoke.ChrootExecutor(str(root))
+    ex = chroot.ChrootExecutor(str(root))
     assert ex.find("bridge", ["/nope", "/opt/cni/bin"]) == "/opt/cni/bin/bridge"
     # a bin dir is a path inside the root, relative ones from its /
     assert ex.find("bridge", ["usr/lib/cni"]) == "/usr/lib/cni/bridge"
@@ -222,5 +222,5 @@ def test_chroot_find_never_leaves_the_root(tmp_path):
 
 
 def test_chroot_executor_problem(tmp_path):
-    assert invoke.ChrootExecutor(str(tmp_path)).problem() is None
-    assert "is not a directory" in invoke.ChrootExecutor(str(tmp_path / "no")).problem()
+    assert chroot.ChrootExecutor(str(tmp_path)).problem() is None
+    assert "is not a directory" in chroot.ChrootExecutor(str(tmp_path / "no")).problem()

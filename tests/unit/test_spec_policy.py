@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from netattach.cni import invoke
+from netattach.cni import chroot, invoke
 from netattach.cni.chain import NetworkConfig
 from netattach.cni.errors import CniError, ConfigError
 from netattach.spec import policy
@@ -75,7 +75,7 @@ def test_inside_a_root_a_hard_link_to_the_shim_is_refused(tmp_path):
     (bin_dir / "netattach-shim").symlink_to("/opt/cni/bin/.netattach-0123456789ab/netattach-shim")
     os.link(shim, bin_dir / "innocent")
     _executable(bin_dir / "macvlan")
-    executor = invoke.ChrootExecutor(str(tmp_path))
+    executor = chroot.ChrootExecutor(str(tmp_path))
     assert executor.find("macvlan", ["/opt/cni/bin"]) == "/opt/cni/bin/macvlan"
     with pytest.raises(invoke.MetaPluginRefused):
         executor.find("innocent", ["/opt/cni/bin"])
@@ -141,7 +141,7 @@ def test_a_host_path_is_seen_inside_the_chroot_root(tmp_path):
     (tmp_path / "run" / "flannel").mkdir(parents=True)
     (tmp_path / "var").mkdir()
     (tmp_path / "var" / "run").symlink_to("/run")
-    executor = invoke.ChrootExecutor(str(tmp_path))
+    executor = chroot.ChrootExecutor(str(tmp_path))
     assert invoke.host_path(executor, "/var/run/flannel/subnet.env") == \
         str(tmp_path / "run" / "flannel" / "subnet.env")
     assert invoke.host_path(executor, "/nowhere/x") == str(tmp_path / "nowhere" / "x")
@@ -176,7 +176,7 @@ def test_inside_a_root_the_meta_plugins_paths_are_resolved_again_after_a_second(
     bin_dir.mkdir(parents=True)
     _executable(bin_dir / "macvlan")
     now = [100.0]
-    executor = invoke.ChrootExecutor(str(tmp_path), clock=lambda: now[0])
+    executor = chroot.ChrootExecutor(str(tmp_path), clock=lambda: now[0])
     assert executor.find("macvlan", ["/opt/cni/bin"]) == "/opt/cni/bin/macvlan"
     shim = _executable(bin_dir / "netattach-shim")
     os.link(shim, bin_dir / "innocent")

@@ -28,11 +28,6 @@ CNI_ENV_KEYS = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CN
                 "CNI_PATH")
 STDERR_TAIL = 4096  # characters of a child's stderr kept in errors
 _TXTBSY_RETRIES = 5  # libcni RawExec retries "text file busy" 5 times, 1 s apart
-CHROOT_COMMAND = "/usr/sbin/chroot"
-"""coreutils' chroot(8): `chroot DIR COMMAND` chroots to DIR, changes to its `/` and execs
-COMMAND there (same process, so a timeout kills the plugin itself). ChrootExecutor runs
-children through it because a `preexec_fn` calling os.chroot is unsafe in the
-multi-threaded daemon (Python's subprocess docs)."""
 MAX_SYMLINKS = 40
 """Symlinks one path lookup may follow before ELOOP (Linux's MAXSYMLINKS)."""
 
@@ -343,36 +338,27 @@ def _failure(name: str, returncode: int, stdout: str, stderr: str) -> ChildError
                       plugin=name, stderr="")
 
 
-def exec_plugin(path: str, command: str, config: dict[str, Any], env: PluginEnv,
-                timeout: float, chroot: str | None = None) -> dict[str, Any] | None:
-    """Run plugin `path` once for `command`; return its decoded stdout.
+@dataclass(frozen=True)
+class ChildOutcome:
+    """How one child ended (run_child): `returncode` (negative: killed by that signal;
+    None: it ran past its timeout and its whole tree was killed), what it wrote to
+    stdout and stderr (bytes, whole), and `elapsed` wall-clock seconds."""
+    returncode: int | None
+    stdout: bytes
+    stderr: bytes
+    elapsed: float
 
-    stdin: JSON of `config`; environment: child_environ(command, env); the child
-    starts in a new session (its own process group). With `chroot` (a directory),
-    `path` is a path inside it and the child is `CHROOT_COMMAND chroot path`: it runs
-    with that root directory, its `/` as working directory (ChrootExecutor).
-    Returns the JSON object the plugin printed on success, or None when it printed
-    nothing (or JSON null), which is normal for DEL, CHECK, STATUS and GC.
 
-    Raises:
-    * ChildError with the child's own code/msg/details when it exits non-zero with a
-      CNI error object;
-    * ChildError 999 for a non-zero exit or a death by signal without one
-      (`_failure`: the message names the signal or status), the stderr tail in details;
-    * ChildError 6 (a decoding failure) when it exits 0 but stdout is not a JSON object;
-    * IOFailure (5) when it (or CHROOT_COMMAND) cannot be executed; under `chroot`, a
-      plugin chroot(8) cannot exec inside the root is a ChildError 999 with chroot's
-      message and status (126, 127) instead;
-    * TryAgain (11) when it runs longer than `timeout` seconds: it, its process
-      group and all its descendants are killed (_kill_tree).
-    """
-    name = os.path.basename(path)
-    data = json.dumps(config, separators=(",", ":")).encode()
-    environ = child_environ(command, env)
+def run_child(argv: list[str], environ: dict[str, str], data: bytes,
+              timeout: float) -> ChildOutcome:
+    """Exec `argv` (argv[0] a path) in a new session with `environ`, write `data` to its
+    stdin, read its stdout and stderr to the end, and wait for it, at most `timeout`
+    seconds in all; past that, kill it, its process group and every descendant
+    (_kill_tree) and report returncode None. "Text file busy" is retried as libcni does.
+    Raises IOFailure (5) when argv[0] cannot be executed."""
     start = time.monotonic()
     deadline = start + timeout
-    proc = _spawn([CHROOT_COMMAND, chroot, path] if chroot is not None else [path], environ,
-                  deadline)
+    proc = _spawn(argv, environ, deadline)
     timed_out = False
     try:
         out_b, err_b = proc.communicate(data, timeout=max(0.0, deadline - time.monotonic()))
@@ -389,21 +375,62 @@ def exec_plugin(path: str, command: str, config: dict[str, Any], env: PluginEnv,
         _kill_tree(proc)
         proc.wait()
         raise
+    return ChildOutcome(None if timed_out else proc.returncode, out_b, err_b,
+                        time.monotonic() - start)
+
+
+Runner = Callable[[list[str], dict[str, str], bytes, float], ChildOutcome]
+"""run_child's signature: (argv, environment, stdin bytes, timeout seconds) -> outcome."""
+
+
+def exec_plugin(path: str, command: str, config: dict[str, Any], env: PluginEnv,
+                timeout: float, runner: Runner = run_child) -> dict[str, Any] | None:
+    """Run plugin `path` once for `command`; return its decoded stdout.
+
+    stdin: JSON of `config`; environment: child_environ(command, env); the child
+    starts in a new session (its own process group). `runner`: what runs the child
+    (run_child, here; the thick daemon's chroot.Spawner.run, in a helper already in
+    its --chroot-dir).
+    Returns the JSON object the plugin printed on success, or None when it printed
+    nothing (or JSON null), which is normal for DEL, CHECK, STATUS and GC.
+
+    Raises:
+    * ChildError with the child's own code/msg/details when it exits non-zero with a
+      CNI error object;
+    * ChildError 999 for a non-zero exit or a death by signal without one
+      (`_failure`: the message names the signal or status), the stderr tail in details;
+    * ChildError 6 (a decoding failure) when it exits 0 but stdout is not a JSON object;
+    * IOFailure (5) when it cannot be executed;
+    * TryAgain (11) when it runs longer than `timeout` seconds: it, its process
+      group and all its descendants are killed (_kill_tree).
+    """
+    name = os.path.basename(path)
+    data = json.dumps(config, separators=(",", ":")).encode()
+    environ = child_environ(command, env)
+    start = time.monotonic()
+    try:
+        outcome = runner([path], environ, data, timeout)
     finally:
-        elapsed = time.monotonic() - start
-        _add_child_seconds(elapsed)
-    stdout = out_b.decode("utf-8", "replace")
-    stderr = err_b.decode("utf-8", "replace")
+        _add_child_seconds(time.monotonic() - start)  # child_seconds(): the wait, whoever ran it
+    return decode_outcome(name, command, env, timeout, outcome)
+
+
+def decode_outcome(name: str, command: str, env: PluginEnv, timeout: float,
+                   outcome: ChildOutcome) -> dict[str, Any] | None:
+    """exec_plugin's answer for plugin `name` from how it ended (its contract), logged."""
+    stdout = outcome.stdout.decode("utf-8", "replace")
+    stderr = outcome.stderr.decode("utf-8", "replace")
     log.debug("%s %s ifname=%s rc=%s took %.3fs", command, name, env.ifname or "-",
-              "timeout" if timed_out else proc.returncode, elapsed)
+              "timeout" if outcome.returncode is None else outcome.returncode,
+              outcome.elapsed)
     if stderr.strip():
         log.debug("%s %s stderr: %s", command, name, _tail(stderr))
 
-    if timed_out:
+    if outcome.returncode is None:
         raise TryAgain(f"plugin {name!r} timed out after {timeout:g} seconds ({command})",
                        _tail(stderr))
-    if proc.returncode != 0:
-        raise _failure(name, proc.returncode, stdout, stderr)
+    if outcome.returncode != 0:
+        raise _failure(name, outcome.returncode, stdout, stderr)
     if not stdout.strip():
         return None
     try:
@@ -450,97 +477,17 @@ class ProcessExecutor:
 PROCESS_EXECUTOR = ProcessExecutor()
 
 
-class ChrootExecutor:
-    """The executor of real plugin executables inside another root directory: the thick
-    daemon's with `--chroot-dir` (the host's `/` mounted in its container), so children
-    run as the runtime runs them on the host, with the host's files, tools and /proc
-    (Multus thick mode's `chrootDir`).
-
-    find: `<dir>/<type>` for each dir (paths as seen inside the root), resolved in the
-    root (resolve_in_root: no symlink leads out of it), the first that is a regular
-    executable file; returns that path *inside* the root. run: exec_plugin under
-    CHROOT_COMMAND, with the same timeout and kill-the-whole-tree rules.
-    """
-
-    META_PATHS_SECONDS = 1.0
-    """How long the meta-plugins' paths resolved in the root for one list of dirs are
-    reused (`_meta_paths`). Resolving them walks every component of every
-    META_PLUGIN_TYPES name in every dir with lstat, hundreds of calls per pod, for files
-    only the node's admin installs; each check still stats the paths it compares."""
-    META_PATHS_KEPT = 16
-    """Lists of dirs whose meta-plugin paths are kept (the runtime's CNI_PATH and the
-    conf's binDir make one or two)."""
-
-    def __init__(self, root: str, clock: Callable[[], float] = time.monotonic):
-        self.root = os.path.abspath(root)
-        self.clock = clock
-        self._meta: dict[tuple[str, ...], tuple[float, list[str]]] = {}
-        self._meta_lock = threading.Lock()
-
-    def problem(self) -> str | None:
-        """None when children can run in the root, else why not: the root is not a
-        directory, or CHROOT_COMMAND is not an executable here."""
-        if not os.path.isdir(self.root):
-            return f"the root {self.root} is not a directory"
-        if not (os.path.isfile(CHROOT_COMMAND) and os.access(CHROOT_COMMAND, os.X_OK)):
-            return f"{CHROOT_COMMAND} (coreutils) is not an executable file here"
-        return None
-
-    def find(self, plugin_type: str, dirs: Sequence[str]) -> str:
-        """find_plugin's contract, inside the root; the error also names the root."""
-        check_plugin_type(plugin_type)
-        for d in dirs:
-            if not d:
-                continue
-            candidate = os.path.join("/", d, plugin_type)
-            inside = resolve_in_root(self.root, candidate)
-            if inside is None:
-                continue
-            here = os.path.join(self.root, inside.lstrip("/"))
-            if os.path.isfile(here) and os.access(here, os.X_OK):
-                self._refuse_meta_plugin(plugin_type, here, dirs)
-                return candidate
-        raise ConfigError(f"failed to find plugin {plugin_type!r} in path "
-                          f"[{', '.join(d for d in dirs if d)}] under the root {self.root}")
-
-    def _refuse_meta_plugin(self, plugin_type: str, here: str, dirs: Sequence[str]) -> None:
-        """refuse_meta_plugin inside the root: the file `here` (a path here) against the
-        meta-plugins' paths in `dirs`, each resolved in the root."""
-        refuse_meta_plugin(plugin_type, here, self._meta_paths(dirs))
-
-    def _meta_paths(self, dirs: Sequence[str]) -> list[str]:
-        """The meta-plugins' paths in `dirs` (meta_plugin_paths) that resolve in the root,
-        as paths here; resolved again once META_PATHS_SECONDS have passed since the last
-        resolution for the same dirs. Thread-safe."""
-        key = tuple(dirs)
-        now = self.clock()
-        with self._meta_lock:
-            hit = self._meta.get(key)
-        if hit is not None and now - hit[0] < self.META_PATHS_SECONDS:
-            return hit[1]
-        inside = (resolve_in_root(self.root, p) for p in meta_plugin_paths(dirs))
-        paths = [os.path.join(self.root, p.lstrip("/")) for p in inside if p is not None]
-        with self._meta_lock:
-            if len(self._meta) >= self.META_PATHS_KEPT:
-                self._meta.clear()
-            self._meta[key] = (now, paths)
-        return paths
-
-    def run(self, path: str, command: str, config: dict[str, Any], env: PluginEnv,
-            timeout: float) -> dict[str, Any] | None:
-        return exec_plugin(path, command, config, env, timeout, chroot=self.root)
-
-
 def host_path(executor: Executor, path: str) -> str:
     """Where this process sees the file the children see at `path`: inside the root of
-    a ChrootExecutor (the thick daemon's --chroot-dir: the host's `/`), resolved in it
+    a chroot.ChrootExecutor (the thick daemon's --chroot-dir: the host's `/`), resolved in it
     (resolve_in_root; the path joined to the root when a part is missing), else `path`
     itself. For the files netattach reads on the children's behalf, such as
     `readinessindicatorfile`."""
-    if not isinstance(executor, ChrootExecutor):
+    root = getattr(executor, "root", None)
+    if not isinstance(root, str):
         return path
-    inside = resolve_in_root(executor.root, path)
+    inside = resolve_in_root(root, path)
     if inside is None:  # not there (yet): its dir resolved, if that is there
-        parent = resolve_in_root(executor.root, os.path.dirname(path))
+        parent = resolve_in_root(root, os.path.dirname(path))
         inside = os.path.join(parent, os.path.basename(path)) if parent else path
-    return os.path.join(executor.root, inside.lstrip("/"))
+    return os.path.join(root, inside.lstrip("/"))

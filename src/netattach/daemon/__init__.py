@@ -172,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
         log.error("no node name: set --node-name or $NODE_NAME (the DaemonSet passes "
                   "spec.nodeName through the downward API)")
         return 1
+    from ..cni import chroot as chroot_children
     from ..cni import invoke
     from . import metrics
     from .backoff import Backoff
@@ -180,12 +181,19 @@ def run(args: argparse.Namespace) -> int:
     from .server import Daemon, DaemonError
     executor: invoke.Executor = invoke.PROCESS_EXECUTOR
     if args.chroot_dir:
-        chroot = invoke.ChrootExecutor(args.chroot_dir)
+        chroot = chroot_children.ChrootExecutor(args.chroot_dir)
         problem = chroot.problem()
         if problem:
             log.error("cannot run children in --chroot-dir %s: %s", args.chroot_dir, problem)
             return 1
-        log.info("children run in the root %s (--chroot-dir)", chroot.root)
+        try:
+            chroot.start()
+        except OSError as e:
+            log.error("cannot start the spawner that runs children in --chroot-dir %s: %s",
+                      args.chroot_dir, e)
+            return 1
+        log.info("children run in the root %s (--chroot-dir), exec'd by the spawner, pid %s",
+                 chroot.root, chroot.spawner.pid)
         executor = chroot
     if args.hotplug_backoff_initial > args.hotplug_backoff_max:
         log.error("--hotplug-backoff-initial (%g) is more than --hotplug-backoff-max (%g)",
@@ -225,6 +233,8 @@ def run(args: argparse.Namespace) -> int:
     if daemon.dra is not None:
         daemon.dra.stop()
     daemon.stop(args.shutdown_timeout)
+    if isinstance(executor, chroot_children.ChrootExecutor):
+        executor.close()
     log.info("stopped")
     logging.shutdown()
     return 0

@@ -74,7 +74,7 @@ class Hotplugger:
     drop_writes: the orchestrator's (Publisher.cancel); interval: seconds between two
     changes of one pod; clock: monotonic seconds (injectable: the rate limit and the
     backoff read it); executor: runs the children (the daemon's:
-    invoke.ChrootExecutor with --chroot-dir); backoff: the failed steps' backoff
+    chroot.ChrootExecutor with --chroot-dir); backoff: the failed steps' backoff
     (daemon/backoff.py; default: 10 s doubling up to 300 s).
     Counters for the metrics (under `lock`): changes by result ("added", "removed",
     "failed", "refused", "deferred": a failed step skipped while its backoff runs).

@@ -1,7 +1,7 @@
 """The node daemon: CNI calls from the shim on a unix socket, run by the same
 orchestrator as thin mode (orchestrator.Orchestrator) with the watch caches as its API
 seam (podapi.CachedPodApi), the process executor (in the host's root with
---chroot-dir: invoke.ChrootExecutor) and the real clock.
+--chroot-dir: chroot.ChrootExecutor) and the real clock.
 
 Socket: `<socketDir>/netattach.sock`; the dir is 0700 and ours, the socket 0600, and
 each connection's peer (SO_PEERCRED) must be root, the container runtime. One call per
@@ -224,7 +224,7 @@ class Daemon:
     pod's selection changes (hotplug.Hotplugger, at most one change per pod every
     `hotplug_interval` seconds; a failed step waits for its `hotplug_backoff`,
     backoff.Backoff); executor: finds and runs the children of every call and hot-plug
-    change (invoke.ChrootExecutor under --chroot-dir, else the process executor);
+    change (chroot.ChrootExecutor under --chroot-dir, else the process executor);
     max_queued: calls that may wait for a worker in all, past which one is refused with
     code 11; saturation_timeout: seconds the pool may stay saturated before `readiness`
     says not ready (admission's module doc); max_nad_config: bytes, the bound of a
