@@ -18,6 +18,10 @@ needed by either daemon. Phases, per subject:
   * churn (--churn s): every second a NAD created, one updated, one deleted, a pod
     created on the next node and one deleted (grace 0): the same, per daemon; the
     WATCHes each daemon opened (audit log, from its start to the end of the churn);
+  * both first with the first half of the daemons running, then with all of them: the
+    slope, API CPU per added daemon on one API server, is the per-daemon cost without
+    the baseline (fresh API servers' baselines differed by a third from one to the
+    next, more than the daemons' share);
   * propagation (--propagation NADs, one at a time): from the create request until every
     daemon's cache holds the NAD. netattach: its /metrics
     netattach_cache_changed_resource_version / _timestamp_seconds (the time it stored
@@ -51,6 +55,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -158,11 +163,12 @@ class NetattachFleet(Fleet):
                 "--metrics-port", str(port), "--log-file", str(d / "daemon.log"),
                 "--log-level", "info"], d / "daemon.out"))
 
-    def start(self) -> None:
-        for p in self.procs:
+    def start(self, part: slice = slice(None)) -> None:
+        """Start the daemons of `part` (all by default) and wait until each is ready."""
+        for p in self.procs[part]:
             p.start()
         deadline = time.monotonic() + READY_TIMEOUT
-        for i, p in enumerate(self.procs):
+        for i, p in list(enumerate(self.procs))[part]:
             while self.get(i, "/readyz")[0] != 200:
                 if not p.running or time.monotonic() > deadline:
                     raise RuntimeError(f"netattach daemon {i} not ready (running: {p.running}): "
@@ -231,11 +237,12 @@ class MultusFleet(Fleet):
             self.users.append(multus.username(sa))
         self.procs = [d.process for d in self.daemons]
 
-    def start(self) -> None:
-        for p in self.procs:
+    def start(self, part: slice = slice(None)) -> None:
+        """Start the daemons of `part` (all by default) and wait until each is ready."""
+        for p in self.procs[part]:
             p.start()
         deadline = time.monotonic() + READY_TIMEOUT
-        for i, d in enumerate(self.daemons):
+        for i, d in list(enumerate(self.daemons))[part]:
             while not (d.healthy() and (d.host_conf_dir / "00-multus.conf").exists()):
                 if not d.process.running or time.monotonic() > deadline:
                     raise RuntimeError(f"multus-daemon {i} not ready (running: "
@@ -275,8 +282,9 @@ class Run:
         time.sleep(seconds)
         self.r["baseline_cpu_per_s"] = (self.apiserver_cpu() - c0) / seconds
 
-    def window(self, name: str, seconds: float, work=None) -> None:
-        """API CPU and the daemons' requests over `seconds`, `work(tick)` each second."""
+    def window(self, name: str, seconds: float, work=None, daemons: int | None = None) -> None:
+        """API CPU and the daemons' requests over `seconds`, `work(tick)` each second;
+        `daemons`: how many of the fleet run (the first ones; default all)."""
         c0, t0 = self.apiserver_cpu(), time.time()
         tick = 0
         while time.time() < t0 + seconds:
@@ -285,8 +293,8 @@ class Run:
             tick += 1
             time.sleep(max(0.0, t0 + tick - time.time()))
         t1, c1 = time.time(), self.apiserver_cpu()
-        n, dur = self.fleet.n, t1 - t0
-        reqs = cs.requests_per_user(self.events(), self.fleet.users, t0, t1)
+        n, dur = daemons or self.fleet.n, t1 - t0
+        reqs = cs.requests_per_user(self.events(), self.fleet.users[:n], t0, t1)
         net = (c1 - c0) - self.r["baseline_cpu_per_s"] * dur
         self.r[name] = {"seconds": dur, "api_cpu": c1 - c0, "api_cpu_net": net,
                         "api_cpu_per_daemon": max(net, 0.0) / n,
@@ -295,19 +303,32 @@ class Run:
         log(f"{name}: API CPU {c1 - c0:.2f} s ({net:.2f} s over the baseline) in {dur:.0f} s, "
             f"{sum(reqs.values())} daemon requests")
 
-    def churn_tick(self, k: int) -> None:
-        n = self.fleet.n
-        self.create_nad(NAMESPACE, f"churn-{k}", k)
-        if k >= 1:
-            self.objects.patch_namespaced_custom_object(
-                cl.NAD_GROUP, cl.NAD_VERSION, NAMESPACE, cl.NAD_PLURAL, f"churn-{k - 1}",
-                {"spec": {"config": NAD_CONFIG % (f"churn-{k - 1}", (k + 100) % 250)}})
-        if k >= 2:
-            self.objects.delete_namespaced_custom_object(
-                cl.NAD_GROUP, cl.NAD_VERSION, NAMESPACE, cl.NAD_PLURAL, f"churn-{k - 2}")
-        self.core.create_namespaced_pod(NAMESPACE, pod(f"churn-{k}", f"node-{k % n}"))
-        if k >= 5:
-            self.core.delete_namespaced_pod(f"churn-{k - 5}", NAMESPACE, grace_period_seconds=0)
+    def churner(self, prefix: str) -> Callable[[int], None]:
+        """The churn's work of second k (module doc), its objects named `<prefix>-<k>`."""
+        def tick(k: int) -> None:
+            n = self.fleet.n
+            self.create_nad(NAMESPACE, f"{prefix}-{k}", k)
+            if k >= 1:
+                self.objects.patch_namespaced_custom_object(
+                    cl.NAD_GROUP, cl.NAD_VERSION, NAMESPACE, cl.NAD_PLURAL, f"{prefix}-{k - 1}",
+                    {"spec": {"config": NAD_CONFIG % (f"{prefix}-{k - 1}", (k + 100) % 250)}})
+            if k >= 2:
+                self.objects.delete_namespaced_custom_object(
+                    cl.NAD_GROUP, cl.NAD_VERSION, NAMESPACE, cl.NAD_PLURAL, f"{prefix}-{k - 2}")
+            self.core.create_namespaced_pod(NAMESPACE, pod(f"{prefix}-{k}", f"node-{k % n}"))
+            if k >= 5:
+                self.core.delete_namespaced_pod(f"{prefix}-{k - 5}", NAMESPACE,
+                                                grace_period_seconds=0)
+        return tick
+
+    def slope(self, name: str, half: int) -> None:
+        """API CPU per daemon of phase `name` from the difference between its window with
+        every daemon and its window `<name>_half` with the first `half` of them, on the
+        same API server: CPU s per added daemon over the full window's length (its
+        baseline, which differs between fresh API servers, cancels out)."""
+        a, b = self.r[f"{name}_half"], self.r[name]
+        rate = b["api_cpu"] / b["seconds"] - a["api_cpu"] / a["seconds"]
+        b["api_cpu_slope_per_daemon"] = rate * b["seconds"] / (self.fleet.n - half)
 
     def propagation(self) -> None:
         per_nad: list[float] = []
@@ -426,13 +447,25 @@ def run_subject(key: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
             log(f"{key}: baseline (no daemon)")
             run.baseline()
             fleet.setup(cluster, api)
+            half = fleet.n // 2
             t_start = time.time()
-            fleet.start()
-            run.r["start_seconds"] = time.time() - t_start
-            log(f"{key}: {fleet.n} daemons ready in {run.r['start_seconds']:.1f} s")
+            if half:  # the first half alone: the per-daemon slope's lower point
+                fleet.start(slice(0, half))
+                log(f"{key}: {half} daemons ready")
+                time.sleep(2.0)
+                run.window("idle_half", args.idle, daemons=half)
+                run.window("churn_half", args.churn, run.churner("half"), daemons=half)
+            t_rest = time.time()
+            fleet.start(slice(half, None))
+            run.r["start_seconds"] = time.time() - t_rest
+            log(f"{key}: {fleet.n} daemons ready ({fleet.n - half} started in "
+                f"{run.r['start_seconds']:.1f} s)")
             time.sleep(2.0)
             run.window("idle", args.idle)
-            run.window("churn", args.churn, run.churn_tick)
+            run.window("churn", args.churn, run.churner("churn"))
+            if half:
+                run.slope("idle", half)
+                run.slope("churn", half)
             watches = cs.watches_per_user(run.events(), fleet.users, t_start, time.time())
             run.r["watches"] = watches
             run.r["watches_per_daemon"] = sum(watches.values()) / fleet.n

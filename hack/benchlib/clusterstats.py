@@ -168,6 +168,8 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str], bool], ...] = (
     ("daemons", "daemons", str, False),
     ("API CPU s/daemon idle", "idle.api_cpu_per_daemon", _num("{:.4f}"), True),
     ("API CPU s/daemon churn", "churn.api_cpu_per_daemon", _num("{:.4f}"), True),
+    ("API CPU s/added daemon idle", "idle.api_cpu_slope_per_daemon", _num("{:.4f}"), True),
+    ("API CPU s/added daemon churn", "churn.api_cpu_slope_per_daemon", _num("{:.4f}"), True),
     ("req/s/daemon idle", "idle.requests_per_s_per_daemon", _num("{:.3f}"), True),
     ("req/s/daemon churn", "churn.requests_per_s_per_daemon", _num("{:.3f}"), True),
     ("watches/daemon", "watches_per_daemon", _num("{:.2f}"), True),

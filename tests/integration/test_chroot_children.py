@@ -227,3 +227,22 @@ def test_spawner_ends_when_the_daemon_closes_it():
     pid = spawner.pid
     spawner.close()
     assert _dead(pid)
+
+
+def test_spawner_needs_nothing_of_the_root_but_the_child(tmp_path):
+    """The helper imports all it runs before it chroots: in an empty root it still
+    receives the request, tries the exec and answers why it failed (IOFailure 5, the
+    exec's own error), rather than failing on a module it cannot load there."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    spawner = chroot.Spawner(str(empty))
+    try:
+        for _ in range(2):  # the second on a helper that has served one already
+            with pytest.raises(CniError) as e:
+                spawner.run(["/opt/cni/bin/bridge"], {}, b"{}", 5.0)
+            assert e.value.code == 5, e.value.msg
+            assert e.value.msg.startswith("cannot execute plugin 'bridge'") and \
+                "No such file" in e.value.msg, e.value.msg
+        assert spawner.started == 1
+    finally:
+        spawner.close()

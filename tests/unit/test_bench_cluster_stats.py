@@ -5,7 +5,10 @@ netattach / Multus."""
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
 
@@ -73,8 +76,10 @@ def test_spread_of_the_known_times_and_the_missing():
 
 
 def subject(cpu: float, p99: float | None, why: str | None = None) -> dict:
-    r = {"daemons": 2, "idle": {"api_cpu_per_daemon": cpu, "requests_per_s_per_daemon": 0.0},
-         "churn": {"api_cpu_per_daemon": 2 * cpu, "requests_per_s_per_daemon": 0.5},
+    r = {"daemons": 2, "idle": {"api_cpu_per_daemon": cpu, "requests_per_s_per_daemon": 0.0,
+                                "api_cpu_slope_per_daemon": cpu / 2},
+         "churn": {"api_cpu_per_daemon": 2 * cpu, "requests_per_s_per_daemon": 0.5,
+                   "api_cpu_slope_per_daemon": cpu},
          "watches_per_daemon": 2.0, "propagation": {"p50": p99, "p99": p99},
          "restart": {"spread": 1.0, "last": 2.0, "api_cpu": 3.0}, "rss": {"mib": 40.0}}
     if why:
@@ -92,6 +97,7 @@ def test_the_table_has_a_row_per_subject_and_the_ratios():
     ratio = [c.strip() for c in rows[3].strip("|").split("|")]
     col = dict(zip(head, ratio, strict=True))
     assert col["API CPU s/daemon idle"] == "0.50x" and col["req/s/daemon churn"] == "1.00x"
+    assert col["API CPU s/added daemon churn"] == "0.50x"
     assert col["req/s/daemon idle"] == ""  # 0 / 0: no ratio
     assert col["NAD propagation p99 s"] == ""
     multus = dict(zip(head, [c.strip() for c in rows[2].strip("|").split("|")], strict=True))
@@ -108,3 +114,16 @@ def test_over_rounds_takes_each_columns_median_and_keeps_every_round():
     assert out["idle"]["api_cpu_per_daemon"] == 0.2 and out["rss"]["mib"] == 47.0
     assert out["propagation"] == {"p99_na": "no observable"} and out["rounds"] == rounds
     assert rounds[0]["idle"]["api_cpu_per_daemon"] == 0.3  # the rounds are not changed
+
+
+def test_the_slope_is_cpu_per_added_daemon_over_the_full_window():
+    """Run.slope: the API server's CPU rate with every daemon minus its rate with the
+    first half, per added daemon, over the full window's length."""
+    import bench_cluster
+    run = bench_cluster.Run.__new__(bench_cluster.Run)
+    run.fleet = types.SimpleNamespace(n=50)
+    run.r = {"idle_half": {"api_cpu": 1.0, "seconds": 50.0},
+             "idle": {"api_cpu": 1.8, "seconds": 60.0}}
+    run.slope("idle", 25)
+    # 0.03 - 0.02 CPU s/s, times 60 s, over 25 added daemons
+    assert run.r["idle"]["api_cpu_slope_per_daemon"] == pytest.approx(0.024)
