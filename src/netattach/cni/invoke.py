@@ -161,7 +161,7 @@ def resolve_in_root(root: str, path: str) -> str | None:
     """`path` resolved as a process whose root directory is `root` resolves it, or None.
 
     root: a directory here; path: a path inside it ("/opt/cni/bin/macvlan"; a relative
-    path is taken from the root, where chroot(8) changes to). Every symlink met is
+    path is taken from the root, the working directory of a chrooted child). Every symlink met is
     read and followed *inside* the root, as the kernel does for a chrooted process
     (and as openat2's RESOLVE_IN_ROOT does): an absolute target starts again at the
     root, `..` never climbs above it, so no lookup leaves the root. Returns the

@@ -73,7 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(the host's / as mounted in the daemon's container, e.g. "
                              "/hostroot): plugins are looked up under <chroot-dir>/<binDir> "
                              "without a symlink leading out of it, and exec'd as "
-                             "<binDir>/<type> through /usr/sbin/chroot, so they see the "
+                             "<binDir>/<type> by a helper chrooted there once (`netattach "
+                             "spawner`), so they see the "
                              "host's files, tools and /proc as a runtime-exec'd plugin does "
                              "(Multus' chrootDir). Needs a privileged container. Default: "
                              "none, children run in the daemon's own root")
