@@ -222,27 +222,101 @@ def test_spawner_gone_is_started_again_and_its_running_child_fails():
 
 
 def test_spawner_ends_when_the_daemon_closes_it():
+    """And no child runs through it after (a worker still busy when the daemon stops)."""
     spawner = chroot.Spawner("/")
     spawner.start()
     pid = spawner.pid
     spawner.close()
     assert _dead(pid)
+    with pytest.raises(CniError) as e:
+        _spawner_outcome(spawner, "echo late")
+    assert e.value.code == 5 and "stopping" in e.value.msg, e.value.msg
+    assert spawner.started == 1
 
 
-def test_spawner_needs_nothing_of_the_root_but_the_child(tmp_path):
-    """The helper imports all it runs before it chroots: in an empty root it still
-    receives the request, tries the exec and answers why it failed (IOFailure 5, the
-    exec's own error), rather than failing on a module it cannot load there."""
+def test_spawner_refuses_a_root_without_its_proc(tmp_path):
+    """A root whose /proc is not the daemon's (here: none) would leave a timed-out tree
+    unkillable: the helper says so and exits, the daemon's start fails with that reason,
+    and so does each child's call (IOFailure 5)."""
     empty = tmp_path / "empty"
     empty.mkdir()
     spawner = chroot.Spawner(str(empty))
     try:
-        for _ in range(2):  # the second on a helper that has served one already
-            with pytest.raises(CniError) as e:
-                spawner.run(["/opt/cni/bin/bridge"], {}, b"{}", 5.0)
-            assert e.value.code == 5, e.value.msg
-            assert e.value.msg.startswith("cannot execute plugin 'bridge'") and \
-                "No such file" in e.value.msg, e.value.msg
-        assert spawner.started == 1
+        with pytest.raises(OSError) as e:
+            spawner.start()
+        assert "proc is not the /proc of the daemon's PID namespace" in str(e.value)
+        with pytest.raises(CniError) as c:
+            spawner.run(["/opt/cni/bin/bridge"], {}, b"{}", 5.0)
+        assert c.value.code == 5 and "hostPID" in c.value.msg, c.value.msg
+        assert spawner.started == 0
+    finally:
+        spawner.close()
+
+
+# In a mount namespace of its own: a root holding nothing but this machine's /proc.
+EMPTY_ROOT_DRIVER = """
+import json, subprocess, sys
+from netattach.cni import chroot
+from netattach.cni.errors import CniError
+root = sys.argv[1]
+subprocess.run(["mount", "--rbind", "/proc", f"{root}/proc"], check=True)
+spawner = chroot.Spawner(root)
+answers = []
+for _ in range(2):  # the second on a helper that has served one already
+    try:
+        spawner.run(["/opt/cni/bin/bridge"], {}, b"{}", 5.0)
+        answers.append(None)
+    except CniError as e:
+        answers.append({"code": e.code, "msg": e.msg})
+answers.append(spawner.started)
+spawner.close()
+print(json.dumps(answers))
+"""
+
+
+def test_spawner_needs_nothing_of_the_root_but_its_proc_and_the_child(tmp_path):
+    """The helper imports all it runs before it chroots: in a root holding only /proc it
+    still receives the request, tries the exec and answers why it failed (IOFailure 5,
+    the exec's own error), rather than failing on a module it cannot load there."""
+    root = tmp_path / "bare"
+    (root / "proc").mkdir(parents=True)
+    p = subprocess.run(["unshare", "--mount", "--propagation", "slave", sys.executable,
+                        "-c", EMPTY_ROOT_DRIVER, str(root)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    *errors, started = json.loads(p.stdout)
+    for err in errors:
+        assert err["code"] == 5, err
+        assert err["msg"].startswith("cannot execute plugin 'bridge'") and \
+            "No such file" in err["msg"], err
+    assert started == 1
+
+
+# A helper that answers every child with a header promising more stdout than follows:
+# what a helper killed in the middle of its answer leaves.
+CUT_SHORT_HELPER = """
+import json, socket, struct, sys
+control = socket.socket(fileno=int(sys.argv[sys.argv.index("--fd") + 1]))
+control.sendall(b"ready\\n")
+while True:
+    msg, fds, _, _ = socket.recv_fds(control, 1, 4)
+    if not msg:
+        break
+    for fd in fds:
+        with socket.socket(fileno=fd) as conn:
+            while conn.recv(65536):
+                pass
+            head = json.dumps({"returncode": 0, "elapsed": 0.1, "stdout": 10,
+                               "stderr": 0}).encode()
+            conn.sendall(struct.pack(">I", len(head)) + head + b"{}")
+"""
+
+
+def test_an_answer_cut_short_is_not_taken_for_the_childs_output():
+    spawner = chroot.Spawner("/", helper_argv=[sys.executable, "-c", CUT_SHORT_HELPER])
+    try:
+        with pytest.raises(CniError) as e:
+            _spawner_outcome(spawner, "true")
+        assert e.value.code == 999 and "outcome is unknown" in e.value.msg, e.value.msg
     finally:
         spawner.close()

@@ -1,33 +1,35 @@
 """Children in another root: the thick daemon's `--chroot-dir` (ChrootExecutor), run by a
 helper process already in that root, the spawner (Spawner; `netattach spawner`).
 
-Why a helper. Running each child as `chroot(8) <root> <plugin>` from the daemon cost
-two things, measured on the test bed's real node:
-* an extra exec per child (coreutils' chroot: about 0.6 ms of CPU each, about 7 ms a
-  pod of scenario 1, its ADD and DEL), which Multus' daemon does not pay (Go chroots in
-  the forked child before the one exec);
-* the daemon's GIL while each child started: CPython before 3.12 (the image's 3.11)
-  holds it across vfork() until the child execs (cpython gh-104372), and on a loaded
-  node that window is long: 27 % of the daemon's GIL-held time was in
-  `_posixsubprocess.fork_exec`, every other thread (watches, other calls) waiting.
-The helper chroots itself once, when it starts, and execs each plugin directly; the
-daemon only moves bytes over a unix socket, its GIL released while it waits.
+Why a helper. Running each child as `chroot(8) <root> <plugin>` from the daemon held
+the daemon's GIL while each child started: CPython before 3.12 (the image's 3.11) holds
+it across vfork() until the child execs (cpython gh-104372), and on the loaded real node
+that window was 27 % of the daemon's GIL-held time (`_posixsubprocess.fork_exec`),
+every other thread (watches, other calls) waiting; an exec stuck on a slow filesystem
+would have stopped them all. The helper chroots itself once, when it starts, and execs
+each plugin directly; the daemon only moves bytes over a unix socket, its GIL released
+while it waits. (The extra exec of chroot(8), about 0.6 ms of CPU a child, is gone, but
+the helper's own Python work per child costs about as much: docs/bench-node.md.)
 
 Protocol. The daemon starts the helper (`netattach spawner --root R --fd N`: SUBCOMMAND)
-with one end of a unix socket pair, the control socket. For each child it makes a new
-socket pair, passes one end over the control socket (SCM_RIGHTS, with one byte), writes
-the request on its own end and shuts down its sending side:
+with one end of a unix socket pair, the control socket, and waits for its first line:
+READY once it is in the root and the root's /proc is its own (the kill of a timed-out
+tree reads it: the daemon needs hostPID), else why not, which the daemon reports (it
+does not start; later, the child's call fails with IOFailure 5). For each child it
+makes a new socket pair, passes one end over the control socket (SCM_RIGHTS, with one
+byte), writes the request on its own end and shuts down its sending side:
 
     request  = u32 length, JSON {"argv": [...], "env": {...}, "timeout": seconds}, stdin
     answer   = u32 length, JSON {"returncode": int | null (timed out, tree killed),
-               "elapsed": seconds, "stdout": length} or {"error": why it cannot be
-               executed, "details": ...}, then stdout, then stderr
+               "elapsed": seconds, "stdout": length, "stderr": length} or {"error": why
+               it cannot be executed, "details": ...}, then stdout, then stderr
 
 (u32: big-endian). The helper serves each connection in a thread of its own with
 invoke.run_child (its timeout and kill-the-whole-tree rules), answers and closes it. It
 ends when the control socket reaches end of file (the daemon closed it, or died), once
-its children are done. When the helper is found gone, the next child starts a new one;
-a child that was running in the helper that died is reported as a ChildError 999.
+its children are done. When the helper is found gone, or does not take a connection
+within SEND_TIMEOUT (then it is killed), the next child starts a new one; a child whose
+whole answer did not come (the helper died while it ran) is reported as a ChildError 999.
 
 Imported by the daemon and by the helper only (never on the exec'd CNI path); the helper
 imports everything it runs before it chroots, since nothing of the image is visible
@@ -64,6 +66,15 @@ log = logging.getLogger("netattach.spawner")
 
 SUBCOMMAND = "spawner"
 """The CLI subcommand that runs the helper (cli.SUBCOMMANDS)."""
+START_TIMEOUT = 60.0
+"""Seconds a starting helper has to say it is in the root (READY): the bundle's start,
+under load."""
+SEND_TIMEOUT = 10.0
+"""Seconds the daemon waits to pass a child's connection to the helper: one that does
+not read its control socket that long is killed and started again."""
+READY = b"ready"
+"""The helper's first line on the control socket once it serves; any other line is why
+it cannot."""
 ANSWER_GRACE = 15.0
 """Seconds the daemon waits for an answer beyond the child's own timeout: the helper's
 kill of a timed-out tree and its wait for the pipes (run_child: up to 5 s) come first."""
@@ -75,6 +86,17 @@ def _read_to_end(conn: socket.socket) -> bytes:
     while chunk := conn.recv(1 << 16):
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _read_line(conn: socket.socket, limit: int = 4096) -> bytes:
+    """One line (without its newline) read from `conn`; what came before end of file."""
+    data = b""
+    while b"\n" not in data and len(data) < limit:
+        chunk = conn.recv(limit)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n", 1)[0]
 
 
 def _frame(header: dict[str, Any], *parts: bytes) -> bytes:
@@ -109,6 +131,7 @@ class Spawner:
         self._lock = threading.Lock()
         self._control: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._closed = False
 
     @property
     def pid(self) -> int | None:
@@ -116,17 +139,21 @@ class Spawner:
         return self._proc.pid if self._proc is not None else None
 
     def start(self) -> None:
-        """Start the helper unless it runs. Raises OSError when it cannot be executed."""
+        """Start the helper unless it runs, and wait until it is in the root (READY).
+        Raises OSError when it cannot be executed or says why it cannot serve (it
+        cannot chroot, or the root's /proc is not its own: `serve`)."""
         with self._lock:
             self._start_locked()
 
     def _start_locked(self) -> None:
+        if self._closed:
+            raise OSError("the daemon is stopping: the spawner was closed")
         if self._proc is not None and self._proc.poll() is None and self._control is not None:
             return
-        self._close_locked()
+        self._close_locked(kill=True)
         mine, theirs = socket.socketpair()
         try:
-            self._proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 [*self.helper_argv, "--root", self.root, "--fd", str(theirs.fileno())],
                 stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), close_fds=True)
         except OSError:
@@ -134,30 +161,44 @@ class Spawner:
             raise
         finally:
             theirs.close()
-        self._control = mine
+        try:
+            mine.settimeout(START_TIMEOUT)
+            said = _read_line(mine)
+        except OSError as e:
+            said = f"no answer ({e})".encode()
+        if said != READY:
+            mine.close()
+            proc.kill()
+            proc.wait()
+            raise OSError(f"the spawner in {self.root} did not start: "
+                          f"{said.decode('utf-8', 'replace') or 'it exited'}")
+        mine.settimeout(SEND_TIMEOUT)
+        self._proc, self._control = proc, mine
         self.started += 1
         if self.started > 1:
             log.warning("the spawner (the helper that runs children in %s) was gone; "
-                        "started it again (pid %d)", self.root, self._proc.pid)
+                        "started it again (pid %d)", self.root, proc.pid)
 
-    def _close_locked(self) -> None:
+    def _close_locked(self, kill: bool) -> None:
+        """Drop the helper: close the control socket, and reap it, killed first when
+        `kill` and it still runs (it stopped taking children)."""
         if self._control is not None:
             self._control.close()
             self._control = None
-        if self._proc is not None:
-            try:
-                self._proc.wait(timeout=0)
-            except subprocess.TimeoutExpired:
-                pass
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None and kill:
+            log.warning("the spawner (pid %d) does not take children any more: killed",
+                        proc.pid)
+            proc.kill()
+            proc.wait()
 
     def close(self, timeout: float = 10.0) -> None:
         """Close the control socket; the helper ends once its children are done (waited
-        for up to `timeout` s, then left)."""
+        for up to `timeout` s, then left). No child runs through this Spawner after."""
         with self._lock:
-            proc, self._proc = self._proc, None
-            if self._control is not None:
-                self._control.close()
-                self._control = None
+            self._closed = True
+            proc = self._proc
+            self._close_locked(kill=False)
         if proc is not None:
             try:
                 proc.wait(timeout=timeout)
@@ -166,7 +207,8 @@ class Spawner:
                             "daemon closed it", proc.pid, timeout)
 
     def _hand_over(self, conn: socket.socket) -> None:
-        """Pass `conn` to the helper, starting it (again) when it is gone."""
+        """Pass `conn` to the helper, starting it (again) when it is gone or does not
+        take it within SEND_TIMEOUT."""
         with self._lock:
             for attempt in (1, 2):
                 self._start_locked()
@@ -177,14 +219,15 @@ class Spawner:
                 except OSError:
                     if attempt == 2:
                         raise
-                    self._close_locked()
+                    self._close_locked(kill=True)
 
     def run(self, argv: list[str], environ: dict[str, str], data: bytes,
             timeout: float) -> ChildOutcome:
         """invoke.run_child's contract, the child run by the helper in the root. Raises
-        IOFailure (5) when argv[0] cannot be executed or the helper cannot be started,
-        ChildError 999 when the helper ended while the child ran, TryAgain (11) when the
-        helper did not answer within the child's timeout and ANSWER_GRACE."""
+        IOFailure (5) when argv[0] cannot be executed or the helper cannot be started
+        (the reason it gave), ChildError 999 when the helper ended while the child ran
+        (no whole answer), TryAgain (11) when the helper did not answer within the
+        child's timeout and ANSWER_GRACE."""
         name = os.path.basename(argv[0])
         mine, theirs = socket.socketpair()
         with mine:
@@ -207,14 +250,16 @@ class Spawner:
                 log.warning("plugin %s: the spawner's connection failed: %s", name, e)
         try:
             answer, rest = _unframe(raw)
-        except ValueError:
+            if "error" in answer:
+                raise IOFailure(str(answer["error"]), str(answer.get("details", "")))
+            out, err = int(answer["stdout"]), int(answer["stderr"])
+            if len(rest) != out + err:
+                raise ValueError("answer cut short")
+        except (ValueError, KeyError, TypeError):
             raise ChildError(INTERNAL, f"plugin {name!r}: the spawner (the daemon's helper "
                              f"in {self.root}) ended while it ran; its outcome is unknown",
                              "", plugin=name, stderr="") from None
-        if "error" in answer:
-            raise IOFailure(str(answer["error"]), str(answer.get("details", "")))
-        size = int(answer["stdout"])
-        return ChildOutcome(answer["returncode"], rest[:size], rest[size:],
+        return ChildOutcome(answer["returncode"], rest[:out], rest[out:],
                             float(answer["elapsed"]))
 
 
@@ -327,7 +372,8 @@ def _serve_one(conn: socket.socket) -> None:
             outcome = run_child(list(request["argv"]), dict(request["env"]), data,
                                 float(request["timeout"]))
             answer = _frame({"returncode": outcome.returncode, "elapsed": outcome.elapsed,
-                             "stdout": len(outcome.stdout)}, outcome.stdout, outcome.stderr)
+                             "stdout": len(outcome.stdout), "stderr": len(outcome.stderr)},
+                            outcome.stdout, outcome.stderr)
         except CniError as e:  # IOFailure: argv[0] cannot be executed
             answer = _frame({"error": e.msg, "details": e.details})
         except Exception as e:  # a bug: answered, so the daemon's call fails now
@@ -345,8 +391,16 @@ def serve(control: socket.socket, root: str) -> int:
         os.chroot(root)
         os.chdir("/")
     except OSError as e:
-        print(f"netattach spawner: cannot chroot to {root}: {e}", file=sys.stderr)
-        return 1
+        return _refuse(control, f"cannot chroot to {root}: {e}")
+    try:
+        own = os.readlink("/proc/self") == str(os.getpid())
+    except OSError:
+        own = False
+    if not own:  # _kill_tree would find no process, or other processes, by these PIDs
+        return _refuse(control, f"{root}/proc is not the /proc of the daemon's PID "
+                       "namespace: mount the host's /proc there and run the daemon with "
+                       "hostPID, as deploy/thick does")
+    control.sendall(READY + b"\n")
     while True:
         try:
             msg, fds, _flags, _addr = socket.recv_fds(control, 1, 16)
@@ -358,6 +412,16 @@ def serve(control: socket.socket, root: str) -> int:
         for fd in fds:
             threading.Thread(target=_serve_one, args=(socket.socket(fileno=fd),),
                              name="spawn").start()
+
+
+def _refuse(control: socket.socket, why: str) -> int:
+    """Tell the daemon why this helper cannot serve (its first line), and on stderr."""
+    print(f"netattach spawner: {why}", file=sys.stderr)
+    try:
+        control.sendall(why.encode() + b"\n")
+    except OSError:
+        pass
+    return 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -224,7 +224,11 @@ def _descendants(pid: int) -> list[int]:
     """PIDs of the live descendants of `pid`, whatever their process group or session,
     from the parent links in /proc."""
     children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:  # no /proc here: the process group alone is killed (_kill_tree)
+        return []
+    for entry in entries:
         if not entry.name.isdigit():
             continue
         try:

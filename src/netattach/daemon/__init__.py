@@ -76,7 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "<binDir>/<type> by a helper chrooted there once (`netattach "
                              "spawner`), so they see the "
                              "host's files, tools and /proc as a runtime-exec'd plugin does "
-                             "(Multus' chrootDir). Needs a privileged container. Default: "
+                             "(Multus' chrootDir). Needs a privileged container with hostPID "
+                             "and the host's /proc under the dir. Default: "
                              "none, children run in the daemon's own root")
     parser.add_argument("--max-parallel", type=_number(int), default=8,
                         help="CNI calls served at once, each running its children; one "
