@@ -94,7 +94,7 @@ def node(admin_api, plugin_kubeconfig, host_env, k8s_namespace):
              "--dra", "--dra-registry-dir", str(registry), "--dra-plugin-dir", str(plugin),
              "--dra-interfaces", link, "--dra-devices-per-interface", "2",
              "--dra-generic-devices", "2",
-             "--chroot-dir", "/",  # children run through chroot(8) into the host's root
+             "--chroot-dir", "/",  # children run by the spawner in the host's root
              "--hotplug-interval", "0.5")
     s = sc.setup(admin_api, plugin_kubeconfig, host_env, k8s_namespace)
     s = dataclasses.replace(s, netconf={**s.netconf, "hotplug": True})
