@@ -354,7 +354,6 @@ class ChrootExecutor:
         return exec_plugin(path, command, config, env, timeout, runner=self.spawner.run)
 
 
-
 def helper_command() -> list[str]:
     """argv that starts the helper: the built executable's subcommand, else this
     interpreter running netattach's CLI."""
