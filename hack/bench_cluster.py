@@ -18,10 +18,16 @@ needed by either daemon. Phases, per subject:
   * churn (--churn s): every second a NAD created, one updated, one deleted, a pod
     created on the next node and one deleted (grace 0): the same, per daemon; the
     WATCHes each daemon opened (audit log, from its start to the end of the churn);
-  * both first with the first half of the daemons running, then with all of them: the
-    slope, API CPU per added daemon on one API server, is the per-daemon cost without
-    the baseline (fresh API servers' baselines differed by a third from one to the
-    next, more than the daemons' share);
+  * settle (--settle s, before the baseline): a fresh API server's own CPU falls over
+    its first minutes (0.035-0.055 CPU s/s in its first two, 0.024 in its third, on
+    the project's machine), by more than the daemons' share; the rate of each 30 s is
+    recorded;
+  * both idle and churn first with the first half of the daemons running, then with
+    all of them, then with the first half again (the second half stopped, then started
+    again for what follows): the slope, API CPU per added daemon on one API server, is
+    the rate with all of them minus the mean of the two half windows' rates, so the
+    baseline and a drift of the API server's own CPU that is linear in time cancel
+    out;
   * propagation (--propagation NADs, one at a time): from the create request until every
     daemon's cache holds the NAD. netattach: its /metrics
     netattach_cache_changed_resource_version / _timestamp_seconds (the time it stored
@@ -123,8 +129,9 @@ class Fleet:
     def pids(self) -> list[int]:
         return [p.popen.pid for p in self.procs if p.popen is not None]
 
-    def stop(self) -> None:
-        for p in getattr(self, "procs", []):
+    def stop(self, part: slice = slice(None)) -> None:
+        """Stop the daemons of `part` (all by default); `start(part)` starts them again."""
+        for p in getattr(self, "procs", [])[part]:
             try:
                 p.stop()
             except cl.ClusterError as e:
@@ -276,6 +283,19 @@ class Run:
             cl.NAD_GROUP, cl.NAD_VERSION, ns, cl.NAD_PLURAL, nad(name, k))
         return int(obj["metadata"]["resourceVersion"])
 
+    def settle(self) -> None:
+        """Wait --settle s with no daemon, recording the API server's CPU rate (CPU s/s)
+        of each 30 s (module doc: a fresh one's falls over its first minutes)."""
+        rates: list[float] = []
+        end = time.monotonic() + self.args.settle
+        while (left := end - time.monotonic()) > 0:
+            c0, t0 = self.apiserver_cpu(), time.monotonic()
+            time.sleep(min(30.0, left))
+            rates.append((self.apiserver_cpu() - c0) / (time.monotonic() - t0))
+        self.r["settle_cpu_per_s"] = rates
+        if rates:
+            log("settle: API CPU s/s " + ", ".join(f"{r:.3f}" for r in rates))
+
     def baseline(self) -> None:
         seconds = min(self.args.idle, 20.0)
         c0 = self.apiserver_cpu()
@@ -322,12 +342,17 @@ class Run:
         return tick
 
     def slope(self, name: str, half: int) -> None:
-        """API CPU per daemon of phase `name` from the difference between its window with
-        every daemon and its window `<name>_half` with the first `half` of them, on the
-        same API server: CPU s per added daemon over the full window's length (its
-        baseline, which differs between fresh API servers, cancels out)."""
-        a, b = self.r[f"{name}_half"], self.r[name]
-        rate = b["api_cpu"] / b["seconds"] - a["api_cpu"] / a["seconds"]
+        """API CPU per daemon of phase `name`: the API server's CPU rate (CPU s/s) in its
+        window with every daemon minus the mean of its rates in the windows
+        `<name>_half` (before) and `<name>_half2` (after) with the first `half` of them,
+        on the same API server, as CPU s per added daemon over the full window's length.
+        The baseline, which differs between fresh API servers, cancels out, and so does a
+        drift of the API server's own CPU that is linear in time. `<name>_half2` absent:
+        the rate of `<name>_half` alone."""
+        b = self.r[name]
+        halves = [self.r[k] for k in (f"{name}_half", f"{name}_half2") if k in self.r]
+        lower = sum(h["api_cpu"] / h["seconds"] for h in halves) / len(halves)
+        rate = b["api_cpu"] / b["seconds"] - lower
         b["api_cpu_slope_per_daemon"] = rate * b["seconds"] / (self.fleet.n - half)
 
     def propagation(self) -> None:
@@ -444,7 +469,8 @@ def run_subject(key: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
         sc.ensure_namespace(api, NAMESPACE)
         run = Run(args, fleet, cluster, api)
         try:
-            log(f"{key}: baseline (no daemon)")
+            log(f"{key}: settle {args.settle:.0f} s, then the baseline (no daemon)")
+            run.settle()
             run.baseline()
             fleet.setup(cluster, api)
             half = fleet.n // 2
@@ -463,12 +489,19 @@ def run_subject(key: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
             time.sleep(2.0)
             run.window("idle", args.idle)
             run.window("churn", args.churn, run.churner("churn"))
-            if half:
-                run.slope("idle", half)
-                run.slope("churn", half)
             watches = cs.watches_per_user(run.events(), fleet.users, t_start, time.time())
             run.r["watches"] = watches
             run.r["watches_per_daemon"] = sum(watches.values()) / fleet.n
+            if half:  # the first half alone again: a linear drift cancels (module doc)
+                fleet.stop(slice(half, None))
+                time.sleep(2.0)
+                run.window("idle_half2", args.idle, daemons=half)
+                run.window("churn_half2", args.churn, run.churner("half2"), daemons=half)
+                run.slope("idle", half)
+                run.slope("churn", half)
+                fleet.start(slice(half, None))
+                log(f"{key}: {fleet.n} daemons ready again")
+                time.sleep(2.0)
             run.propagation()
             run.restart()
             run.rss()
@@ -493,6 +526,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds of the idle phase (default $IDLE or 60)")
     p.add_argument("--churn", type=float, default=env_num("CHURN", 60),
                    help="seconds of the churn phase (default $CHURN or 60)")
+    p.add_argument("--settle", type=float, default=env_num("SETTLE", 180),
+                   help="seconds a fresh API server runs with no daemon before the baseline "
+                   "(default $SETTLE or 180)")
     p.add_argument("--propagation", type=int, default=int(env_num("PROPAGATION", 20)),
                    help="NADs timed one at a time (default $PROPAGATION or 20)")
     p.add_argument("--down", type=float, default=env_num("DOWN", 10),
@@ -519,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown subjects: {sorted(unknown)}", file=sys.stderr)
         return 2
     multus.require_binaries()
-    params = {k: getattr(args, k) for k in ("daemons", "rounds", "idle", "churn",
+    params = {k: getattr(args, k) for k in ("daemons", "rounds", "settle", "idle", "churn",
                                             "propagation", "down", "pods", "nads")}
     results: dict[str, Any] = {"machine": measure.machine(), "params": params,
                                "multus_version": multus.version(), "subjects": {}}

@@ -38,7 +38,8 @@ def test_one_round_with_two_daemons_per_subject(tmp_path):
         pytest.fail(str(e), pytrace=False)
     out = tmp_path / "out"
     p = subprocess.run(
-        [sys.executable, str(HARNESS), "--daemons", "2", "--idle", "1", "--churn", "3",
+        [sys.executable, str(HARNESS), "--daemons", "2", "--settle", "1", "--idle", "1",
+         "--churn", "3",
          "--propagation", str(PROPAGATION), "--down", "1", "--pods", "3", "--nads", "20",
          "--out", str(out)],
         capture_output=True, text=True, timeout=HANG_GUARD, cwd=ROOT,
@@ -59,7 +60,12 @@ def test_one_round_with_two_daemons_per_subject(tmp_path):
 
     for key, process in (("netattach", "netattach"), ("multus", "multus-daemon")):
         r = results["subjects"][key]
-        assert r["daemons"] == 2 and r["running_at_end"] == 2
+        assert r["daemons"] == 2 and r["running_at_end"] == 2  # the second half back
+        assert len(r["settle_cpu_per_s"]) == 1
+        # idle and churn with the first daemon, both, then the first again: the slope's
+        for phase in ("idle", "churn"):
+            assert {f"{phase}_half", phase, f"{phase}_half2"} <= r.keys()
+            assert "api_cpu_slope_per_daemon" in r[phase]
         assert r["watches_per_daemon"] >= 2  # pods and NADs, each daemon
         prop = r["propagation"]
         # the API server sent every NAD to every daemon: its NAD WATCH was open

@@ -127,3 +127,18 @@ def test_the_slope_is_cpu_per_added_daemon_over_the_full_window():
     run.slope("idle", 25)
     # 0.03 - 0.02 CPU s/s, times 60 s, over 25 added daemons
     assert run.r["idle"]["api_cpu_slope_per_daemon"] == pytest.approx(0.024)
+
+
+def test_the_slope_takes_the_mean_of_the_half_windows_before_and_after():
+    """Run.slope with `<name>_half2`: a drift of the API server's own CPU that is linear
+    in time cancels out (half, all, half)."""
+    import bench_cluster
+    run = bench_cluster.Run.__new__(bench_cluster.Run)
+    run.fleet = types.SimpleNamespace(n=50)
+    drift = 0.01  # CPU s/s lost per window by the API server's own work
+    run.r = {"churn_half": {"api_cpu": (0.05 + 2 * drift) * 60, "seconds": 60.0},
+             "churn": {"api_cpu": (0.08 + drift) * 60, "seconds": 60.0},
+             "churn_half2": {"api_cpu": 0.05 * 60, "seconds": 60.0}}
+    run.slope("churn", 25)
+    # 0.03 CPU s/s more with 25 more daemons, times 60 s, over 25: the drift is gone
+    assert run.r["churn"]["api_cpu_slope_per_daemon"] == pytest.approx(0.072)
