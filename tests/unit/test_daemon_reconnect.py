@@ -127,6 +127,30 @@ def test_a_broken_watch_resumes_from_the_last_version_it_delivered(monkeypatch):
     assert c.get("a", "n2") is not None
 
 
+def test_each_watch_draws_its_timeout_between_one_and_two_watch_seconds():
+    """As client-go's reflector: a fleet of daemons that started together does not
+    re-open its WATCHes in the same second every WATCH_SECONDS."""
+    assert cache.watch_seconds(rand=lambda: 0.0) == cache.WATCH_SECONDS
+    assert cache.watch_seconds(rand=lambda: 0.999999) == 2 * cache.WATCH_SECONDS - 1
+    rng = random.Random(3)
+    drawn = [cache.watch_seconds(rand=rng.random) for _ in range(400)]
+    assert min(drawn) < 1.1 * cache.WATCH_SECONDS and max(drawn) > 1.9 * cache.WATCH_SECONDS
+
+
+def test_the_watch_asks_for_a_drawn_timeout(monkeypatch):
+    monkeypatch.setattr(cache, "reconnect_pause", lambda *a, **k: 0.0)
+    draws = iter([0.0, 0.5, 0.25])
+    drawn = cache.watch_seconds
+    monkeypatch.setattr(cache, "watch_seconds", lambda: drawn(rand=lambda: next(draws)))
+    ref: list = []
+    http = _Http(ref, [])
+    c = cache.WatchCache(cache.NADS, "/x", None, http, cache.nad_trimmer(1024))
+    ref.append(c)
+    c._list = lambda: "100"  # type: ignore[method-assign]
+    c._run()
+    assert [p["timeoutSeconds"] for p in http.calls] == ["300", "450", "375"]
+
+
 def test_the_step_never_exceeds_the_time_since_the_first_failure():
     """Full jitter makes failures come fast: by count alone a 15 s outage reaches the
     64 s step, and the last daemon is back a minute after the API server. Capped by the

@@ -9,7 +9,7 @@ an httpx2 client with the kubeconfig's server, CA, client certificate and bearer
 or token file) used for raw REST, as kube/ uses it: objects stay JSON dicts, and only
 the fields the orchestrator reads are kept (`trim`, `nad_trimmer`), so a node's cache
 stays small. Each LIST and WATCH re-reads the kubeconfig, so a rotated token is picked
-up by the next reconnect (a watch ends at least every WATCH_SECONDS).
+up by the next reconnect (a watch ends at least every 2 x WATCH_SECONDS).
 
 Bounded memory (issue 21): NetworkAttachmentDefinitions are tenants' objects, of any
 namespace, up to the API server's object size (etcd's 1.5 MiB by default). The cache
@@ -38,7 +38,17 @@ from ..node.devices import RESOURCE_NAME_ANNOTATION
 log = logging.getLogger("netattach.daemon")
 
 WATCH_SECONDS = 300
-"""timeoutSeconds of each WATCH (the API server ends it then; it is resumed at once)."""
+"""The shortest timeoutSeconds of a WATCH (the API server ends it then; it is resumed at
+once); each draws its own from [WATCH_SECONDS, 2 x WATCH_SECONDS) (`watch_seconds`)."""
+
+
+def watch_seconds(rand: Callable[[], float] = random.random) -> int:
+    """timeoutSeconds (s, an int) of one WATCH: WATCH_SECONDS x (1 + `rand()`), `rand`
+    in [0, 1), as client-go's reflector draws its own (minWatchTimeout 5 min x (1 +
+    rand), k8s.io/client-go/tools/cache/reflector.go). The daemons of every node start
+    together after an API server restart or a rollout; with one fixed timeout they would
+    all re-open their WATCHes in the same second every 5 minutes from then on."""
+    return int(WATCH_SECONDS * (1.0 + rand()))
 LIST_LIMIT = 500
 """Objects per LIST page (`limit`, followed by `continue`)."""
 BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 120.0)
@@ -337,10 +347,11 @@ class WatchCache:
         """One WATCH from `version` until the server ends it; returns the last
         resourceVersion seen. Raises Gone on 410, anything else on failures."""
         http = self.connect()
+        seconds = watch_seconds()
         params = {**self._params(), "watch": "1", "resourceVersion": version,
-                  "allowWatchBookmarks": "true", "timeoutSeconds": str(WATCH_SECONDS)}
+                  "allowWatchBookmarks": "true", "timeoutSeconds": str(seconds)}
         import httpx2
-        timeout = httpx2.Timeout(10.0, read=WATCH_SECONDS + 30.0)
+        timeout = httpx2.Timeout(10.0, read=seconds + 30.0)
         self._seen = version
         try:
             self.requests += 1
