@@ -146,12 +146,14 @@ bench-node: sysdeps venv testbin testbin-multus image
 # many Multus thick daemons on a fresh one: the API server's CPU and the daemons'
 # requests idle and under churn, their WATCHes, NAD propagation, the reconnect after an
 # API server restart, one daemon's RSS at PODS pods and NADS NADs. SETTLE (a fresh API
-# server's idle seconds before the baseline, default 180), IDLE, CHURN, DOWN
+# server's idle seconds before the baseline, default 180), SHARED_ROUNDS (rounds of both
+# subjects and no daemon on one API server, default 3), IDLE, CHURN, DOWN
 # (seconds), PROPAGATION (NADs timed), PODS (110), NADS (5000), ROUNDS (interleaved,
 # default 1; the table has the medians); BENCH_CLUSTER_OUT=<dir>.
 # The daemon is the built artifact's `netattach daemon` (what the image ships).
 DAEMONS ?=
 SETTLE ?=
+SHARED_ROUNDS ?=
 IDLE ?=
 CHURN ?=
 DOWN ?=
@@ -161,7 +163,7 @@ NADS ?=
 BENCH_CLUSTER_OUT ?= build/bench-cluster
 bench-cluster: sysdeps venv testbin testbin-multus build
 	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) ROUNDS=$(ROUNDS) DAEMONS=$(DAEMONS) \
-	  SETTLE=$(SETTLE) IDLE=$(IDLE) CHURN=$(CHURN) DOWN=$(DOWN) \
+	  SETTLE=$(SETTLE) SHARED_ROUNDS=$(SHARED_ROUNDS) IDLE=$(IDLE) CHURN=$(CHURN) DOWN=$(DOWN) \
 	  PROPAGATION=$(PROPAGATION) PODS=$(PODS) NADS=$(NADS) \
 	  $(PY) hack/bench_cluster.py --out $(BENCH_CLUSTER_OUT)
 

@@ -28,6 +28,14 @@ needed by either daemon. Phases, per subject:
     the rate with all of them minus the mean of the two half windows' rates, so the
     baseline and a drift of the API server's own CPU that is linear in time cancel
     out;
+  * one API server (--shared-rounds R, after the rounds above): both subjects' fleets
+    set up on one fresh API server, which settles first; each round runs idle and churn
+    with every netattach daemon, with every Multus daemon and with no daemon, in an
+    order rotated from round to round, each fleet started for its windows and stopped
+    after them. Per round, a subject's API CPU per daemon is its window's CPU minus the
+    no-daemon window's of the same round, over N; the table has the median over the
+    rounds. Fresh API servers' baselines, which differ, do not enter it, and the
+    subjects alternate on the same one;
   * propagation (--propagation NADs, one at a time): from the create request until every
     daemon's cache holds the NAD. netattach: its /metrics
     netattach_cache_changed_resource_version / _timestamp_seconds (the time it stored
@@ -302,9 +310,9 @@ class Run:
         time.sleep(seconds)
         self.r["baseline_cpu_per_s"] = (self.apiserver_cpu() - c0) / seconds
 
-    def window(self, name: str, seconds: float, work=None, daemons: int | None = None) -> None:
-        """API CPU and the daemons' requests over `seconds`, `work(tick)` each second;
-        `daemons`: how many of the fleet run (the first ones; default all)."""
+    def measure(self, seconds: float, work=None) -> tuple[float, float, float]:
+        """(start, end: epoch s; the API server's CPU s in between) of `seconds` of
+        `work(tick)` each second (None: nothing)."""
         c0, t0 = self.apiserver_cpu(), time.time()
         tick = 0
         while time.time() < t0 + seconds:
@@ -312,15 +320,20 @@ class Run:
                 work(tick)
             tick += 1
             time.sleep(max(0.0, t0 + tick - time.time()))
-        t1, c1 = time.time(), self.apiserver_cpu()
+        return t0, time.time(), self.apiserver_cpu() - c0
+
+    def window(self, name: str, seconds: float, work=None, daemons: int | None = None) -> None:
+        """API CPU and the daemons' requests over `seconds`, `work(tick)` each second;
+        `daemons`: how many of the fleet run (the first ones; default all)."""
+        t0, t1, cpu = self.measure(seconds, work)
         n, dur = daemons or self.fleet.n, t1 - t0
         reqs = cs.requests_per_user(self.events(), self.fleet.users[:n], t0, t1)
-        net = (c1 - c0) - self.r["baseline_cpu_per_s"] * dur
-        self.r[name] = {"seconds": dur, "api_cpu": c1 - c0, "api_cpu_net": net,
+        net = cpu - self.r["baseline_cpu_per_s"] * dur
+        self.r[name] = {"seconds": dur, "api_cpu": cpu, "api_cpu_net": net,
                         "api_cpu_per_daemon": max(net, 0.0) / n,
                         "requests": reqs,
                         "requests_per_s_per_daemon": sum(reqs.values()) / n / dur}
-        log(f"{name}: API CPU {c1 - c0:.2f} s ({net:.2f} s over the baseline) in {dur:.0f} s, "
+        log(f"{name}: API CPU {cpu:.2f} s ({net:.2f} s over the baseline) in {dur:.0f} s, "
             f"{sum(reqs.values())} daemon requests")
 
     def churner(self, prefix: str) -> Callable[[int], None]:
@@ -460,6 +473,65 @@ class Run:
         log(f"rss of node-0's daemon: {kib / 1024:.1f} MiB (caches: {counts})")
 
 
+def shared_order(keys: list[str], rnd: int) -> list[str]:
+    """The windows' order in round `rnd` of the one-API-server phase: the subjects and
+    "none" (no daemon), rotated by one each round, so each takes every place."""
+    order = [*keys, "none"]
+    k = rnd % len(order)
+    return order[k:] + order[:k]
+
+
+def shared_per_daemon(rounds: list[dict[str, dict[str, float]]], key: str, phase: str,
+                      n: int) -> float:
+    """API CPU s per daemon of `key` in `phase` over the one-API-server rounds: per
+    round, its window's CPU s minus the no-daemon window's, over `n` daemons; the
+    median over the rounds."""
+    import statistics
+    return statistics.median((r[key][phase] - r["none"][phase]) / n for r in rounds)
+
+
+def run_shared(keys: list[str], args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """The one-API-server phase (module doc): {"rounds": [{key or "none": {"idle": CPU
+    s, "churn": CPU s, "order": place}}], "settle_cpu_per_s": [...], key: {"idle": CPU s
+    per daemon, "churn": ...}}."""
+    fleets = {k: FLEETS[k](args.daemons, workdir / k) for k in keys}
+    with cl.Cluster.start(workdir / "cluster", audit=True) as cluster, \
+            cluster.admin_api() as api:
+        cl.apply_documents(api, cl.kustomize(cl.DEPLOY_DIR))
+        sc.ensure_namespace(api, NAMESPACE)
+        run = Run(args, fleets[keys[0]], cluster, api)
+        rounds: list[dict[str, dict[str, float]]] = []
+        try:
+            for f in fleets.values():
+                f.setup(cluster, api)
+            log(f"one API server: settle {args.settle:.0f} s")
+            run.settle()
+            for rnd in range(args.shared_rounds):
+                got: dict[str, dict[str, float]] = {}
+                for place, key in enumerate(shared_order(keys, rnd)):
+                    fleet = fleets.get(key)
+                    if fleet is not None:
+                        fleet.start()
+                        time.sleep(2.0)
+                    got[key] = {"order": place}
+                    for phase, seconds in (("idle", args.idle), ("churn", args.churn)):
+                        work = run.churner(f"s{rnd}-{key}") if phase == "churn" else None
+                        got[key][phase] = run.measure(seconds, work)[2]
+                    if fleet is not None:
+                        fleet.stop()
+                    log(f"one API server, round {rnd + 1}, {key}: API CPU idle "
+                        f"{got[key]['idle']:.2f} s, churn {got[key]['churn']:.2f} s")
+                rounds.append(got)
+        finally:
+            for f in fleets.values():
+                f.stop()
+    out: dict[str, Any] = {"rounds": rounds, "settle_cpu_per_s": run.r["settle_cpu_per_s"]}
+    for key in keys:
+        out[key] = {phase: shared_per_daemon(rounds, key, phase, args.daemons)
+                    for phase in ("idle", "churn")}
+    return out
+
+
 def run_subject(key: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """One round of one subject, in `workdir` (its own: a fresh API server each time)."""
     fleet = FLEETS[key](args.daemons, workdir / "daemons")
@@ -521,7 +593,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="daemons per subject (default $DAEMONS or 50)")
     p.add_argument("--rounds", type=int, default=int(env_num("ROUNDS", 1)),
                    help="interleaved rounds (netattach, Multus, netattach, ...), each subject "
-                   "on a fresh API server each time; the table has the medians ($ROUNDS, 1)")
+                   "on a fresh API server each time; the table has the medians ($ROUNDS, 1; "
+                   "0: the one-API-server phase alone)")
     p.add_argument("--idle", type=float, default=env_num("IDLE", 60),
                    help="seconds of the idle phase (default $IDLE or 60)")
     p.add_argument("--churn", type=float, default=env_num("CHURN", 60),
@@ -529,6 +602,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--settle", type=float, default=env_num("SETTLE", 180),
                    help="seconds a fresh API server runs with no daemon before the baseline "
                    "(default $SETTLE or 180)")
+    p.add_argument("--shared-rounds", type=int, default=int(env_num("SHARED_ROUNDS", 3)),
+                   help="rounds of the one-API-server phase, 0 for none (default "
+                   "$SHARED_ROUNDS or 3)")
     p.add_argument("--propagation", type=int, default=int(env_num("PROPAGATION", 20)),
                    help="NADs timed one at a time (default $PROPAGATION or 20)")
     p.add_argument("--down", type=float, default=env_num("DOWN", 10),
@@ -544,6 +620,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.daemons < 1 or args.propagation < 1:
         p.error("--daemons and --propagation must be at least 1")
+    if args.rounds < 0 or args.shared_rounds < 0 or not (args.rounds or args.shared_rounds):
+        p.error("--rounds and --shared-rounds are at least 0, and one of them more")
     return args
 
 
@@ -555,7 +633,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown subjects: {sorted(unknown)}", file=sys.stderr)
         return 2
     multus.require_binaries()
-    params = {k: getattr(args, k) for k in ("daemons", "rounds", "settle", "idle", "churn",
+    params = {k: getattr(args, k) for k in ("daemons", "rounds", "shared_rounds", "settle",
+                                            "idle", "churn",
                                             "propagation", "down", "pods", "nads")}
     results: dict[str, Any] = {"machine": measure.machine(), "params": params,
                                "multus_version": multus.version(), "subjects": {}}
@@ -566,8 +645,15 @@ def main(argv: list[str] | None = None) -> int:
             for key in keys:
                 log(f"round {rnd + 1}/{args.rounds}, subject {key}: {args.daemons} daemons")
                 rounds[key].append(run_subject(key, args, workdir / f"{key}-{rnd}"))
-        for key in keys:
-            results["subjects"][key] = cs.over_rounds(rounds[key])
+        for key in keys:  # --rounds 0: the one-API-server phase alone
+            results["subjects"][key] = (cs.over_rounds(rounds[key]) if rounds[key]
+                                        else {"daemons": args.daemons})
+        if args.shared_rounds:
+            log(f"one API server: {args.shared_rounds} rounds of {', '.join(keys)} and none")
+            shared = run_shared(keys, args, workdir / "shared")
+            results["shared"] = shared
+            for key in keys:
+                results["subjects"][key]["shared"] = shared[key]
     finally:
         if os.environ.get("NETATTACH_KEEP_BENCH") == "1":
             print(f"workdir kept: {workdir}")

@@ -168,6 +168,8 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str], bool], ...] = (
     ("daemons", "daemons", str, False),
     ("API CPU s/daemon idle", "idle.api_cpu_per_daemon", _num("{:.4f}"), True),
     ("API CPU s/daemon churn", "churn.api_cpu_per_daemon", _num("{:.4f}"), True),
+    ("API CPU s/daemon idle, one API server", "shared.idle", _num("{:.4f}"), True),
+    ("API CPU s/daemon churn, one API server", "shared.churn", _num("{:.4f}"), True),
     ("API CPU s/added daemon idle", "idle.api_cpu_slope_per_daemon", _num("{:.4f}"), True),
     ("API CPU s/added daemon churn", "churn.api_cpu_slope_per_daemon", _num("{:.4f}"), True),
     ("req/s/daemon idle", "idle.requests_per_s_per_daemon", _num("{:.3f}"), True),
@@ -235,7 +237,8 @@ def table(results: dict[str, Any]) -> str:
     rounds = p.get("rounds", 1)
     lines = [f"netattach bench-cluster, {m.get('date', '?')}: {p.get('daemons', '?')} daemons "
              f"per subject, median of {rounds} interleaved round{'s' * (rounds != 1)}, each "
-             f"subject on a fresh API server; idle {p.get('idle', '?')} s, "
+             f"subject on a fresh API server; then {p.get('shared_rounds', 0)} rounds of "
+             f"both and none on one API server; idle {p.get('idle', '?')} s, "
              f"churn {p.get('churn', '?')} s, {p.get('propagation', '?')} NADs timed, API "
              f"server down {p.get('down', '?')} s, RSS at {p.get('pods', '?')} pods and "
              f"{p.get('nads', '?')} NADs; {m.get('nproc', '?')} CPUs ({m.get('cpu', '?')}), "

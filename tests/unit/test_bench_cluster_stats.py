@@ -80,6 +80,7 @@ def subject(cpu: float, p99: float | None, why: str | None = None) -> dict:
                                 "api_cpu_slope_per_daemon": cpu / 2},
          "churn": {"api_cpu_per_daemon": 2 * cpu, "requests_per_s_per_daemon": 0.5,
                    "api_cpu_slope_per_daemon": cpu},
+         "shared": {"idle": cpu / 4, "churn": 3 * cpu},
          "watches_per_daemon": 2.0, "propagation": {"p50": p99, "p99": p99},
          "restart": {"spread": 1.0, "last": 2.0, "api_cpu": 3.0}, "rss": {"mib": 40.0}}
     if why:
@@ -98,6 +99,7 @@ def test_the_table_has_a_row_per_subject_and_the_ratios():
     col = dict(zip(head, ratio, strict=True))
     assert col["API CPU s/daemon idle"] == "0.50x" and col["req/s/daemon churn"] == "1.00x"
     assert col["API CPU s/added daemon churn"] == "0.50x"
+    assert col["API CPU s/daemon churn, one API server"] == "0.50x"
     assert col["req/s/daemon idle"] == ""  # 0 / 0: no ratio
     assert col["NAD propagation p99 s"] == ""
     multus = dict(zip(head, [c.strip() for c in rows[2].strip("|").split("|")], strict=True))
@@ -142,3 +144,22 @@ def test_the_slope_takes_the_mean_of_the_half_windows_before_and_after():
     run.slope("churn", 25)
     # 0.03 CPU s/s more with 25 more daemons, times 60 s, over 25: the drift is gone
     assert run.r["churn"]["api_cpu_slope_per_daemon"] == pytest.approx(0.072)
+
+
+def test_the_one_api_server_order_rotates_so_each_takes_every_place():
+    import bench_cluster
+    orders = [bench_cluster.shared_order(["netattach", "multus"], r) for r in range(3)]
+    assert orders == [["netattach", "multus", "none"], ["multus", "none", "netattach"],
+                      ["none", "netattach", "multus"]]
+    assert bench_cluster.shared_order(["netattach", "multus"], 3) == orders[0]
+
+
+def test_one_api_server_cpu_per_daemon_is_net_of_the_same_rounds_none():
+    """Per round the subject's window minus that round's no-daemon window, over N; the
+    median over the rounds: a drift between rounds does not enter it."""
+    import bench_cluster
+    rounds = [{"netattach": {"churn": 3.0}, "none": {"churn": 1.0}},
+              {"netattach": {"churn": 4.5}, "none": {"churn": 2.0}},   # the API server drifted
+              {"netattach": {"churn": 9.0}, "none": {"churn": 1.0}}]   # an outlier
+    assert bench_cluster.shared_per_daemon(rounds, "netattach", "churn", 50) == \
+        pytest.approx(2.5 / 50)
