@@ -33,9 +33,10 @@ needed by either daemon. Phases, per subject:
     with every netattach daemon, with every Multus daemon and with no daemon, in an
     order rotated from round to round, each fleet started for its windows and stopped
     after them. Per round, a subject's API CPU per daemon is its window's CPU minus the
-    no-daemon window's of the same round, over N; the table has the median over the
-    rounds. Fresh API servers' baselines, which differ, do not enter it, and the
-    subjects alternate on the same one;
+    no-daemon window's of the same round, over N; the table has the mean over the
+    rounds (a multiple of 3: a drift linear in time cancels). Fresh API servers'
+    baselines, which differ, do not enter it, and the subjects alternate on the same
+    one;
   * propagation (--propagation NADs, one at a time): from the create request until every
     daemon's cache holds the NAD. netattach: its /metrics
     netattach_cache_changed_resource_version / _timestamp_seconds (the time it stored
@@ -484,10 +485,12 @@ def shared_order(keys: list[str], rnd: int) -> list[str]:
 def shared_per_daemon(rounds: list[dict[str, dict[str, float]]], key: str, phase: str,
                       n: int) -> float:
     """API CPU s per daemon of `key` in `phase` over the one-API-server rounds: per
-    round, its window's CPU s minus the no-daemon window's, over `n` daemons; the
-    median over the rounds."""
-    import statistics
-    return statistics.median((r[key][phase] - r["none"][phase]) / n for r in rounds)
+    round, its window's CPU s minus the no-daemon window's, over `n` daemons; the mean
+    over the rounds. Over a whole number of rotations (`shared_order`: 3 rounds for two
+    subjects) every subject and "none" took each place once, so a drift of the API
+    server's own CPU that is linear in time cancels out of the mean (not out of a
+    median, which keeps the round where the subject came first or last)."""
+    return sum((r[key][phase] - r["none"][phase]) / n for r in rounds) / len(rounds)
 
 
 def run_shared(keys: list[str], args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
