@@ -147,13 +147,15 @@ bench-node: sysdeps venv testbin testbin-multus image
 # requests idle and under churn, their WATCHes, NAD propagation, the reconnect after an
 # API server restart, one daemon's RSS at PODS pods and NADS NADs. SETTLE (a fresh API
 # server's idle seconds before the baseline, default 180), SHARED_ROUNDS (rounds of both
-# subjects and no daemon on one API server, default 3), IDLE, CHURN, DOWN
+# subjects and no daemon on one API server, default 3), CHURN_RATE (churn ticks a second,
+# default 1), IDLE, CHURN, DOWN
 # (seconds), PROPAGATION (NADs timed), PODS (110), NADS (5000), ROUNDS (interleaved,
 # default 1; the table has the medians); BENCH_CLUSTER_OUT=<dir>.
 # The daemon is the built artifact's `netattach daemon` (what the image ships).
 DAEMONS ?=
 SETTLE ?=
 SHARED_ROUNDS ?=
+CHURN_RATE ?=
 IDLE ?=
 CHURN ?=
 DOWN ?=
@@ -163,7 +165,8 @@ NADS ?=
 BENCH_CLUSTER_OUT ?= build/bench-cluster
 bench-cluster: sysdeps venv testbin testbin-multus build
 	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) ROUNDS=$(ROUNDS) DAEMONS=$(DAEMONS) \
-	  SETTLE=$(SETTLE) SHARED_ROUNDS=$(SHARED_ROUNDS) IDLE=$(IDLE) CHURN=$(CHURN) DOWN=$(DOWN) \
+	  SETTLE=$(SETTLE) SHARED_ROUNDS=$(SHARED_ROUNDS) CHURN_RATE=$(CHURN_RATE) \
+	  IDLE=$(IDLE) CHURN=$(CHURN) DOWN=$(DOWN) \
 	  PROPAGATION=$(PROPAGATION) PODS=$(PODS) NADS=$(NADS) \
 	  $(PY) hack/bench_cluster.py --out $(BENCH_CLUSTER_OUT)
 

@@ -15,8 +15,9 @@ needed by either daemon. Phases, per subject:
   * baseline: the API server's CPU with no daemon (subtracted from what follows);
   * idle (--idle s): the API server's CPU (utime + stime of kube-apiserver, /proc) and
     the daemons' requests (audit log), per daemon;
-  * churn (--churn s): every second a NAD created, one updated, one deleted, a pod
-    created on the next node and one deleted (grace 0): the same, per daemon; the
+  * churn (--churn s): every second (--churn-rate times) a NAD created, one updated,
+    one deleted, a pod created on the next node and one deleted (grace 0): the same,
+    per daemon; the
     WATCHes each daemon opened (audit log, from its start to the end of the churn);
   * settle (--settle s, before the baseline): a fresh API server's own CPU falls over
     its first minutes (0.035-0.055 CPU s/s in its first two, 0.024 in its third, on
@@ -313,14 +314,17 @@ class Run:
 
     def measure(self, seconds: float, work=None) -> tuple[float, float, float]:
         """(start, end: epoch s; the API server's CPU s in between) of `seconds` of
-        `work(tick)` each second (None: nothing)."""
+        `work(tick)` --churn-rate times a second (None: nothing). The ticks done are
+        added to r["ticks"] (a harness that cannot keep up shows there)."""
         c0, t0 = self.apiserver_cpu(), time.time()
-        tick = 0
+        tick, rate = 0, self.args.churn_rate
         while time.time() < t0 + seconds:
             if work is not None:
                 work(tick)
             tick += 1
-            time.sleep(max(0.0, t0 + tick - time.time()))
+            time.sleep(max(0.0, t0 + tick / rate - time.time()))
+        if work is not None:
+            self.r.setdefault("ticks", []).append(tick)
         return t0, time.time(), self.apiserver_cpu() - c0
 
     def window(self, name: str, seconds: float, work=None, daemons: int | None = None) -> None:
@@ -520,6 +524,8 @@ def run_shared(keys: list[str], args: argparse.Namespace, workdir: Path) -> dict
                     for phase, seconds in (("idle", args.idle), ("churn", args.churn)):
                         work = run.churner(f"s{rnd}-{key}") if phase == "churn" else None
                         got[key][phase] = run.measure(seconds, work)[2]
+                        if work is not None:
+                            got[key]["churn_ticks"] = run.r["ticks"][-1]
                     if fleet is not None:
                         fleet.stop()
                     log(f"one API server, round {rnd + 1}, {key}: API CPU idle "
@@ -608,6 +614,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shared-rounds", type=int, default=int(env_num("SHARED_ROUNDS", 3)),
                    help="rounds of the one-API-server phase, 0 for none (default "
                    "$SHARED_ROUNDS or 3)")
+    p.add_argument("--churn-rate", type=float, default=env_num("CHURN_RATE", 1),
+                   help="churn ticks a second: each creates, updates and deletes a NAD and "
+                   "creates and deletes a pod (default $CHURN_RATE or 1)")
     p.add_argument("--propagation", type=int, default=int(env_num("PROPAGATION", 20)),
                    help="NADs timed one at a time (default $PROPAGATION or 20)")
     p.add_argument("--down", type=float, default=env_num("DOWN", 10),
@@ -621,6 +630,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=ROOT / "build" / "bench-cluster",
                    help="where bench-cluster.json and bench-cluster.md go")
     args = p.parse_args(argv)
+    if args.churn_rate <= 0:
+        p.error("--churn-rate must be positive")
     if args.daemons < 1 or args.propagation < 1:
         p.error("--daemons and --propagation must be at least 1")
     if args.rounds < 0 or args.shared_rounds < 0 or not (args.rounds or args.shared_rounds):
@@ -637,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     multus.require_binaries()
     params = {k: getattr(args, k) for k in ("daemons", "rounds", "shared_rounds", "settle",
-                                            "idle", "churn",
+                                            "idle", "churn", "churn_rate",
                                             "propagation", "down", "pods", "nads")}
     results: dict[str, Any] = {"machine": measure.machine(), "params": params,
                                "multus_version": multus.version(), "subjects": {}}

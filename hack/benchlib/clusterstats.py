@@ -239,7 +239,8 @@ def table(results: dict[str, Any]) -> str:
              f"per subject, median of {rounds} interleaved round{'s' * (rounds != 1)}, each "
              f"subject on a fresh API server; then {p.get('shared_rounds', 0)} rounds of "
              f"both and none on one API server; idle {p.get('idle', '?')} s, "
-             f"churn {p.get('churn', '?')} s, {p.get('propagation', '?')} NADs timed, API "
+             f"churn {p.get('churn', '?')} s at {p.get('churn_rate', 1)}/s, "
+             f"{p.get('propagation', '?')} NADs timed, API "
              f"server down {p.get('down', '?')} s, RSS at {p.get('pods', '?')} pods and "
              f"{p.get('nads', '?')} NADs; {m.get('nproc', '?')} CPUs ({m.get('cpu', '?')}), "
              f"{m.get('kernel', '?')}; Multus {results.get('multus_version', '?')}", "", body]

@@ -39,7 +39,7 @@ def test_one_round_with_two_daemons_per_subject(tmp_path):
     out = tmp_path / "out"
     p = subprocess.run(
         [sys.executable, str(HARNESS), "--daemons", "2", "--settle", "1", "--idle", "1",
-         "--churn", "3", "--shared-rounds", "1",
+         "--churn", "3", "--churn-rate", "2", "--shared-rounds", "1",
          "--propagation", str(PROPAGATION), "--down", "1", "--pods", "3", "--nads", "20",
          "--out", str(out)],
         capture_output=True, text=True, timeout=HANG_GUARD, cwd=ROOT,
@@ -76,6 +76,7 @@ def test_one_round_with_two_daemons_per_subject(tmp_path):
     (shared,) = results["shared"]["rounds"]
     assert set(shared) == {"netattach", "multus", "none"}
     assert all({"idle", "churn"} <= set(w) for w in shared.values())
+    assert all(w["churn_ticks"] >= 1 for w in shared.values())
     assert len(results["shared"]["settle_cpu_per_s"]) == 1
     prop = results["subjects"]["netattach"]["propagation"]
     # every netattach daemon's cache stored every NAD (its metrics say so)
