@@ -148,7 +148,7 @@ bench-node: sysdeps venv testbin testbin-multus image
 # API server restart, one daemon's RSS at PODS pods and NADS NADs. SETTLE (a fresh API
 # server's idle seconds before the baseline, default 180), SHARED_ROUNDS (rounds of both
 # subjects and no daemon on one API server, default 3), CHURN_RATE (churn ticks a second,
-# default 1), IDLE, CHURN, DOWN
+# default 5), IDLE, CHURN, DOWN
 # (seconds), PROPAGATION (NADs timed), PODS (110), NADS (5000), ROUNDS (interleaved,
 # default 1; the table has the medians); BENCH_CLUSTER_OUT=<dir>.
 # The daemon is the built artifact's `netattach daemon` (what the image ships).

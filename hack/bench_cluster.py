@@ -614,9 +614,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shared-rounds", type=int, default=int(env_num("SHARED_ROUNDS", 3)),
                    help="rounds of the one-API-server phase, 0 for none (default "
                    "$SHARED_ROUNDS or 3)")
-    p.add_argument("--churn-rate", type=float, default=env_num("CHURN_RATE", 1),
+    p.add_argument("--churn-rate", type=float, default=env_num("CHURN_RATE", 5),
                    help="churn ticks a second: each creates, updates and deletes a NAD and "
-                   "creates and deletes a pod (default $CHURN_RATE or 1)")
+                   "creates and deletes a pod (default $CHURN_RATE or 5)")
     p.add_argument("--propagation", type=int, default=int(env_num("PROPAGATION", 20)),
                    help="NADs timed one at a time (default $PROPAGATION or 20)")
     p.add_argument("--down", type=float, default=env_num("DOWN", 10),
