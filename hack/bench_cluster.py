@@ -328,7 +328,8 @@ class Run:
         return t0, time.time(), self.apiserver_cpu() - c0
 
     def window(self, name: str, seconds: float, work=None, daemons: int | None = None) -> None:
-        """API CPU and the daemons' requests over `seconds`, `work(tick)` each second;
+        """API CPU and the daemons' requests over `seconds`, `work(tick)` --churn-rate
+        times a second;
         `daemons`: how many of the fleet run (the first ones; default all)."""
         t0, t1, cpu = self.measure(seconds, work)
         n, dur = daemons or self.fleet.n, t1 - t0
@@ -342,7 +343,8 @@ class Run:
             f"{sum(reqs.values())} daemon requests")
 
     def churner(self, prefix: str) -> Callable[[int], None]:
-        """The churn's work of second k (module doc), its objects named `<prefix>-<k>`."""
+        """The churn's work of tick k (module doc; --churn-rate ticks a second), its
+        objects named `<prefix>-<k>`."""
         def tick(k: int) -> None:
             n = self.fleet.n
             self.create_nad(NAMESPACE, f"{prefix}-{k}", k)
@@ -492,8 +494,10 @@ def shared_per_daemon(rounds: list[dict[str, dict[str, float]]], key: str, phase
     round, its window's CPU s minus the no-daemon window's, over `n` daemons; the mean
     over the rounds. Over a whole number of rotations (`shared_order`: 3 rounds for two
     subjects) every subject and "none" took each place once, so a drift of the API
-    server's own CPU that is linear in time cancels out of the mean (not out of a
-    median, which keeps the round where the subject came first or last)."""
+    server's own CPU that is linear in the windows' order cancels out of the mean (not
+    out of a median, which keeps the round where the subject came first or last). In
+    time it nearly does: a fleet's start (1-8 s at N = 50) and stop come between its
+    windows and not around the no-daemon ones, against 80-120 s of windows a slot."""
     return sum((r[key][phase] - r["none"][phase]) / n for r in rounds) / len(rounds)
 
 
@@ -511,6 +515,11 @@ def run_shared(keys: list[str], args: argparse.Namespace, workdir: Path) -> dict
         try:
             for f in fleets.values():
                 f.setup(cluster, api)
+            places = len(keys) + 1
+            if args.shared_rounds % places:
+                log(f"one API server: {args.shared_rounds} rounds are not a whole number of "
+                    f"rotations ({places} rounds each): a drift of the API server's own CPU "
+                    "does not cancel out of the mean")
             log(f"one API server: settle {args.settle:.0f} s")
             run.settle()
             for rnd in range(args.shared_rounds):

@@ -225,8 +225,9 @@ def table(results: dict[str, Any]) -> str:
         ratio = ["netattach / Multus"]
         for _, path, _, has in COLUMNS:
             va, vb = _get(a, path), _get(b, path)
+            # no ratio of a value at or below 0 (a per-daemon CPU lost in the noise)
             ratio.append(f"{va / vb:.2f}x" if has and isinstance(va, (int, float))
-                         and isinstance(vb, (int, float)) and vb else "")
+                         and isinstance(vb, (int, float)) and vb > 0 and va >= 0 else "")
         rows.append(ratio)
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     body = "\n".join("| " + " | ".join(c.ljust(w) if c != "---" else "-" * w

@@ -101,6 +101,10 @@ def test_the_table_has_a_row_per_subject_and_the_ratios():
     assert col["API CPU s/added daemon churn"] == "0.50x"
     assert col["API CPU s/daemon churn, one API server"] == "0.50x"
     assert col["req/s/daemon idle"] == ""  # 0 / 0: no ratio
+    negative = cs.table({"machine": {}, "params": {"daemons": 2}, "subjects": {
+        "netattach": subject(-0.01, 0.2), "multus": subject(-0.02, 0.2)}})
+    cells = [c.strip() for c in negative.splitlines()[-1].strip("|").split("|")]
+    assert dict(zip(head, cells, strict=True))["API CPU s/daemon churn, one API server"] == ""
     assert col["NAD propagation p99 s"] == ""
     multus = dict(zip(head, [c.strip() for c in rows[2].strip("|").split("|")], strict=True))
     assert multus["NAD propagation p99 s"] == "n/a (no observable)"
