@@ -74,7 +74,7 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
@@ -272,6 +272,20 @@ FLEETS = {"netattach": NetattachFleet, "multus": MultusFleet}
 
 # ---------------------------------------------------------------- the phases
 
+class Window(NamedTuple):
+    """One measured window (Run.measure): start and end (epoch s), the API server's CPU
+    s in between, the work's ticks done (0 without work)."""
+    t0: float
+    t1: float
+    cpu: float
+    ticks: int
+
+    @property
+    def rate(self) -> float:
+        """The API server's CPU s per s over the window."""
+        return self.cpu / (self.t1 - self.t0)
+
+
 class Run:
     def __init__(self, args: argparse.Namespace, fleet: Fleet, cluster: cl.Cluster,
                  api: k8s.ApiClient):
@@ -299,23 +313,17 @@ class Run:
         rates: list[float] = []
         end = time.monotonic() + self.args.settle
         while (left := end - time.monotonic()) > 0:
-            c0, t0 = self.apiserver_cpu(), time.monotonic()
-            time.sleep(min(30.0, left))
-            rates.append((self.apiserver_cpu() - c0) / (time.monotonic() - t0))
+            rates.append(self.measure(min(30.0, left)).rate)
         self.r["settle_cpu_per_s"] = rates
         if rates:
             log("settle: API CPU s/s " + ", ".join(f"{r:.3f}" for r in rates))
 
     def baseline(self) -> None:
-        seconds = min(self.args.idle, 20.0)
-        c0 = self.apiserver_cpu()
-        time.sleep(seconds)
-        self.r["baseline_cpu_per_s"] = (self.apiserver_cpu() - c0) / seconds
+        self.r["baseline_cpu_per_s"] = self.measure(min(self.args.idle, 20.0)).rate
 
-    def measure(self, seconds: float, work=None) -> tuple[float, float, float]:
-        """(start, end: epoch s; the API server's CPU s in between) of `seconds` of
-        `work(tick)` --churn-rate times a second (None: nothing). The ticks done are
-        added to r["ticks"] (a harness that cannot keep up shows there)."""
+    def measure(self, seconds: float, work=None) -> Window:
+        """The API server's CPU over `seconds` of `work(tick)` --churn-rate times a
+        second (None: nothing)."""
         c0, t0 = self.apiserver_cpu(), time.time()
         tick, rate = 0, self.args.churn_rate
         while time.time() < t0 + seconds:
@@ -323,15 +331,14 @@ class Run:
                 work(tick)
             tick += 1
             time.sleep(max(0.0, t0 + tick / rate - time.time()))
-        if work is not None:
-            self.r.setdefault("ticks", []).append(tick)
-        return t0, time.time(), self.apiserver_cpu() - c0
+        return Window(t0, time.time(), self.apiserver_cpu() - c0,
+                      tick if work is not None else 0)
 
     def window(self, name: str, seconds: float, work=None, daemons: int | None = None) -> None:
         """API CPU and the daemons' requests over `seconds`, `work(tick)` --churn-rate
         times a second;
         `daemons`: how many of the fleet run (the first ones; default all)."""
-        t0, t1, cpu = self.measure(seconds, work)
+        t0, t1, cpu, _ = self.measure(seconds, work)
         n, dur = daemons or self.fleet.n, t1 - t0
         reqs = cs.requests_per_user(self.events(), self.fleet.users[:n], t0, t1)
         net = cpu - self.r["baseline_cpu_per_s"] * dur
@@ -532,9 +539,10 @@ def run_shared(keys: list[str], args: argparse.Namespace, workdir: Path) -> dict
                     got[key] = {"order": place}
                     for phase, seconds in (("idle", args.idle), ("churn", args.churn)):
                         work = run.churner(f"s{rnd}-{key}") if phase == "churn" else None
-                        got[key][phase] = run.measure(seconds, work)[2]
-                        if work is not None:
-                            got[key]["churn_ticks"] = run.r["ticks"][-1]
+                        w = run.measure(seconds, work)
+                        got[key][phase] = w.cpu
+                        if work is not None:  # a harness that cannot keep up shows here
+                            got[key]["churn_ticks"] = w.ticks
                     if fleet is not None:
                         fleet.stop()
                     log(f"one API server, round {rnd + 1}, {key}: API CPU idle "
