@@ -106,8 +106,19 @@ def _defer_inspect() -> None:
     sys.modules["inspect"] = stand_in
 
 
+KUBECTL_PLUGIN = "kubectl-netattach"
+"""The name kubectl finds a plugin by (`kubectl netattach ...` execs `kubectl-netattach`
+from PATH with the arguments after `netattach`, as given, and its own environment):
+a symlink to the executable, or the console script of that name (docs/tools.md)."""
+KUBECTL_SUBCOMMANDS = ("status", "validate")
+"""The subcommands `kubectl netattach` offers: the operators' (not install, daemon,
+spawner, which only the DaemonSet runs)."""
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console script `netattach`: CNI mode when CNI_COMMAND is set, else a subcommand."""
+    """Console script `netattach`: CNI mode when CNI_COMMAND is set, else a subcommand.
+    Run as `kubectl-netattach` (its argv[0]'s file name: kubectl's plugin, KUBECTL_PLUGIN),
+    the operator subcommands only, named `kubectl netattach` in usage and help."""
     if "CNI_COMMAND" in os.environ:
         call.quiet = True  # no last-resort handler printing to stderr before setup
         # One CNI call lives for a fraction of a second and ends with os._exit (_emit):
@@ -123,7 +134,10 @@ def main(argv: list[str] | None = None) -> None:
         doc, code = cni_main(dict(os.environ), sys.stdin.buffer.read())
         _emit(doc, code)
     import argparse
-    parser = argparse.ArgumentParser(prog="netattach", description=(
+    kubectl = os.path.basename(sys.argv[0]) == KUBECTL_PLUGIN
+    parser = argparse.ArgumentParser(prog="kubectl netattach" if kubectl else "netattach",
+                                     description=(
+        "netattach's operator commands, as a kubectl plugin." if kubectl else
         "CNI delegating meta-plugin for Kubernetes. Invoked by the container runtime with "
         "CNI_COMMAND set; the subcommands below are for people."))
     parser.add_argument("--version", action="version",
@@ -132,6 +146,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, help_text in SUBCOMMANDS.items():
+        if kubectl and name not in KUBECTL_SUBCOMMANDS:
+            continue
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:  # only the chosen module is imported
             module = _subcommand(name)

@@ -3,8 +3,10 @@ ConfigMaps, DRA ResourceClaims and ResourceSlices, the installer's DaemonSet. Ea
 GET retried as every call (kube/session.py, "Retries"), None for a 404."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+from .errors import KubeError
 from .session import Session
 
 NAD_GROUP = "k8s.cni.cncf.io"
@@ -17,6 +19,11 @@ NAD_PLURAL = "network-attachment-definitions"
 
 
 RESOURCE_GROUP = "resource.k8s.io"
+
+
+LIST_LIMIT = 500
+"""Objects per page of a paginated LIST (`list_pages`): the API server's own chunking,
+so neither it nor the client holds a big cluster's objects in one answer."""
 
 
 RESOURCE_VERSION = "v1"
@@ -79,3 +86,37 @@ class ObjectReads(Session):
         DaemonSet by name."""
         return self._get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}",
                          f"DaemonSet {namespace}/{name}", "daemonsets.apps")
+
+    def list_pages(self, path: str, what: str, resource: str,
+                   limit: int = LIST_LIMIT) -> Iterator[list[dict[str, Any]]]:
+        """The objects of a LIST at `path` (a collection: "/api/v1/pods", a namespace's
+        or a custom resource's), one page of at most `limit` of them at a time, following
+        the answer's `metadata.continue` (the API server's chunking) until it has none.
+
+        `what` ("pods in all namespaces") and `resource` ("pods", for the RBAC verb
+        "list pods") word the errors. A 404 (the resource or namespace does not exist)
+        ends the listing with no page. Each page is retried as every call (kube/session.py,
+        "Retries"), within the client's one budget for all of them. Raises KubeError for
+        any other failure, a 410 included (the continue token expired: the listing took
+        longer than the API server keeps it, about 5 minutes).
+        """
+        from urllib.parse import quote
+        token = ""
+        while True:
+            query = f"limit={limit}" + (f"&continue={quote(token, safe='')}" if token else "")
+            sep = "&" if "?" in path else "?"
+            resp, _ = self._exchange("GET", f"{path}{sep}{query}", f"list {what}",
+                                     f"list {resource}")
+            if resp.status_code == 404:
+                return
+            if resp.status_code != 200:
+                raise KubeError(self._why(resp.status_code, f"list {what}", resp.content,
+                                          f"list {resource}"), resp.status_code)
+            page = self._object(resp, "GET", path, f"list {what}")
+            items = page.get("items")
+            yield [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+            meta = page.get("metadata")
+            more = meta.get("continue") if isinstance(meta, dict) else None
+            if not isinstance(more, str) or not more:
+                return
+            token = more

@@ -859,15 +859,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `netattach validate` options."""
     parser.description = (
         "Lint NetworkAttachmentDefinition and pod manifests (also the pod templates of "
-        "workloads) with the rules netattach applies when it attaches a pod. Exit status: "
-        "0 no errors, 1 errors found, 2 a file could not be read or a usage error.")
-    parser.add_argument("files", nargs="+", metavar="FILE",
+        "workloads) with the rules netattach applies when it attaches a pod; with --cluster, "
+        "the migration pre-flight: what would change for a running cluster's pods and NADs "
+        "once netattach replaces Multus. Exit status: 0 no errors, 1 errors found (with "
+        "--cluster: a pod would fail to start), 2 a file, the conf or the cluster could not "
+        "be read, or a usage error.")
+    parser.set_defaults(usage_error=parser.error)
+    parser.add_argument("files", nargs="*", metavar="FILE",
                         help="YAML or JSON manifests, several documents each; '-' reads "
                              "stdin; a directory means its *.yaml, *.yml and *.json files "
-                             "(not its subdirectories)")
-    parser.add_argument("-n", "--namespace", default="default",
+                             "(not its subdirectories); none with --cluster")
+    parser.add_argument("-n", "--namespace", default=None,
                         help="namespace of objects that set none, as with kubectl apply -n "
-                             "(default: %(default)s)")
+                             "(default: default); with --cluster, the namespace whose pods "
+                             "are checked (default: all)")
+    cluster = parser.add_argument_group(
+        "migration pre-flight (docs/tools.md, docs/migration.md)")
+    cluster.add_argument("--cluster", action="store_true",
+                         help="read the cluster's NetworkAttachmentDefinitions (all "
+                              "namespaces) and pods with your kubeconfig instead of files, "
+                              "and list what would behave differently under netattach than "
+                              "under Multus")
+    cluster.add_argument("--kubeconfig",
+                         help="with --cluster: kubeconfig file (default: $KUBECONFIG, else "
+                              "~/.kube/config, else the in-cluster ServiceAccount)")
+    cluster.add_argument("--conf", metavar="FILE",
+                         help="with --cluster: the conf netattach will run with (a node's "
+                              "00-netattach.conflist, Multus' conf or conflist, or the "
+                              "netconf.yaml of deploy/components/netconf): its "
+                              "namespaceIsolation, allowedPluginTypes, caps, defaultNetworks "
+                              "and Multus keys are judged too (default: the defaults deploy/ "
+                              "installs)")
     parser.add_argument("--strict", action="store_true",
                         help="a selected NetworkAttachmentDefinition missing from the files "
                              "is an error (default: a note, the cluster may have it)")
@@ -942,10 +964,23 @@ def run(args: argparse.Namespace) -> int:
     given: each is an error finding naming it, and the rest is still linted), else 1
     when there is an error, else 0.
     """
+    usage = getattr(args, "usage_error", None)  # argparse's error: usage, message, exit 2
+    if args.cluster:
+        if args.files and usage:
+            usage("--cluster reads the cluster, not files: give one or the other")
+        from . import preflight
+        return preflight.run(args)
+    if usage:
+        if not args.files:
+            usage("the following arguments are required: FILE (or --cluster)")
+        for flag in ("kubeconfig", "conf"):
+            if getattr(args, flag) is not None:
+                usage(f"--{flag} goes with --cluster")
     sources, failed = _read(args.files)
     allowed = (None if args.allowed_plugin_types is None else
                frozenset(t.strip() for t in args.allowed_plugin_types.split(",") if t.strip()))
-    findings = failed + lint_sources(sources, namespace=args.namespace, strict=args.strict,
+    findings = failed + lint_sources(sources, namespace=args.namespace or "default",
+                                     strict=args.strict,
                                      allowed_plugin_types=allowed,
                                      claim_config_sources=args.claim_config_sources)
     counts = summary(findings)
