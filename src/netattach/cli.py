@@ -49,7 +49,8 @@ def _emit(doc: dict[str, Any] | None, code: int) -> NoReturn:
 SUBCOMMANDS = {
     "install": "DaemonSet entry point: install the binary, kubeconfig and conflist on the "
                "node and keep them current",
-    "validate": "lint NetworkAttachmentDefinition and pod YAML before applying it",
+    "validate": "lint NetworkAttachmentDefinition and pod YAML before applying it; "
+                "--cluster: the pre-flight of a switch from Multus",
     "status": "show a pod's attachments from its network-status annotation",
     "daemon": "thick mode's node daemon: watch this node's pods and the "
               "NetworkAttachmentDefinitions, serve the shim's CNI calls on a unix socket",

@@ -260,7 +260,8 @@ def _nad_problem(nad: _Nad | None, element: selection.NetworkSelectionElement) -
     if nad is None:
         return f"NetworkAttachmentDefinition {element.ref} not found"
     if nad.problem:
-        return f"NetworkAttachmentDefinition {element.ref}: {nad.problem}"
+        return (nad.problem if f"NetworkAttachmentDefinition {element.ref}" in nad.problem
+                else f"NetworkAttachmentDefinition {element.ref}: {nad.problem}")
     return None
 
 
@@ -341,7 +342,11 @@ def _check_networks(value: str, key: str, pod: PodRef, nads: dict[tuple[str, str
     try:
         ifnames = plan.interface_names(RUNTIME_IFNAME, elements)
     except CniError as e:
-        report(ERROR, key, f"{e.msg}: the ADD fails (code 7)")
+        bad = next(i for i in range(len(elements)) if _ifnames_fail(elements[:i + 1]))
+        where = (_element_key(key, own[bad - len(defaults)].index, "interface")
+                 if bad >= len(defaults) else key)
+        report(ERROR, where, f"{e.msg}: the ADD fails (code 7); the runtime's "
+               f"{RUNTIME_IFNAME} is the cluster default network's")
         return
     try:
         routes.plan_default_routes([(RUNTIME_IFNAME, None, "the cluster default network")]
@@ -352,6 +357,14 @@ def _check_networks(value: str, key: str, pod: PodRef, nads: dict[tuple[str, str
         report(ERROR, _element_key(key, bad, "default-route"), f"{e.msg}: the ADD fails")
     for element in own:
         _check_element(element, _element_key(key, element.index, None), pod, nads, conf, report)
+
+
+def _ifnames_fail(elements: list[selection.NetworkSelectionElement]) -> bool:
+    try:
+        plan.interface_names(RUNTIME_IFNAME, elements)
+    except CniError:
+        return True
+    return False
 
 
 def _check_element(element: selection.NetworkSelectionElement, ekey: str, pod: PodRef,
@@ -501,18 +514,19 @@ def check_cluster(nad_objects: Iterable[dict[str, Any]], pods: Iterable[dict[str
 
 # ---------------------------------------------------------------- reading the cluster
 
-def read_cluster(kube: Any, namespace: str | None
+def read_cluster(kube: Any, namespace: str | None, chunk: int = 500
                  ) -> tuple[list[dict[str, Any]], Iterator[dict[str, Any]]]:
     """(every NAD of the cluster, the pods of `namespace` or of all namespaces (None) as
-    an iterator over the pages of a paginated LIST: kube.reads.ObjectReads.list_pages).
+    an iterator over the pages of a paginated LIST of `chunk` objects a page:
+    kube.reads.ObjectReads.list_pages). Only a page of pods is held at a time.
     Raises KubeError (from the NAD LIST at once, from the pods' while iterated)."""
     from ..kube.reads import NAD_GROUP, NAD_PLURAL, NAD_VERSION
     nads = [n for page in kube.list_pages(f"/apis/{NAD_GROUP}/{NAD_VERSION}/{NAD_PLURAL}",
                                           "NetworkAttachmentDefinitions in all namespaces",
-                                          f"{NAD_PLURAL}.{NAD_GROUP}") for n in page]
+                                          f"{NAD_PLURAL}.{NAD_GROUP}", chunk) for n in page]
     path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
     what = f"pods in namespace {namespace}" if namespace else "pods in all namespaces"
-    return nads, (p for page in kube.list_pages(path, what, "pods") for p in page)
+    return nads, (p for page in kube.list_pages(path, what, "pods", chunk) for p in page)
 
 
 def summary(findings: list[Finding]) -> dict[str, int]:
@@ -549,7 +563,7 @@ def run(args: argparse.Namespace) -> int:
             t.strip() for t in args.allowed_plugin_types.split(",") if t.strip()))
     kube = Kube(kubeconfig_path(args.kubeconfig, os.environ), timeout=CLUSTER_TIMEOUT)
     try:
-        nads, pods = read_cluster(kube, args.namespace)
+        nads, pods = read_cluster(kube, args.namespace, max(1, args.chunk_size))
         findings, checked = check_cluster(nads, pods, conf, label)
     except KubeError as e:
         hint = ""

@@ -890,6 +890,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "namespaceIsolation, allowedPluginTypes, caps, defaultNetworks "
                               "and Multus keys are judged too (default: the defaults deploy/ "
                               "installs)")
+    cluster.add_argument("--chunk-size", type=int, default=500, metavar="N",
+                         help="with --cluster: objects per page of each LIST, as kubectl's "
+                              "--chunk-size (default: %(default)s)")
     parser.add_argument("--strict", action="store_true",
                         help="a selected NetworkAttachmentDefinition missing from the files "
                              "is an error (default: a note, the cluster may have it)")
