@@ -353,8 +353,8 @@ def _check_networks(value: str, key: str, pod: PodRef, nads: dict[tuple[str, str
                                    + [(n, e.default_route, e.ref)
                                       for n, e in zip(ifnames, elements)])
     except CniError as e:
-        bad = next((el.index for el in own if el.default_route is not None), None)
-        report(ERROR, _element_key(key, bad, "default-route"), f"{e.msg}: the ADD fails")
+        at = next((el.index for el in own if el.default_route is not None), None)
+        report(ERROR, _element_key(key, at, "default-route"), f"{e.msg}: the ADD fails")
     for element in own:
         _check_element(element, _element_key(key, element.index, None), pod, nads, conf, report)
 
