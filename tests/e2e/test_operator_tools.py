@@ -330,6 +330,17 @@ def test_kubectl_plugin(admin_api, migrating, kubeconfig, tmp_path):
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.splitlines()[1].split()[:2] == ["cluster-net", "eth0"]
 
+    # kubectl hands the plugin no flag of its own, and refuses them before its name:
+    # --kubeconfig and -n go after the subcommand (or $KUBECONFIG), as docs/tools.md says
+    done = validate("status", "web", "-n", ns, "--kubeconfig", str(kubeconfig), "-o", "json",
+                    command=kubectl, env={"PATH": env["PATH"]})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["networks"] == ENTRIES
+    done = validate("--kubeconfig", str(kubeconfig), "netattach", "status", "web",
+                    command=[str(cl.kubectl())], env=env)
+    assert done.returncode != 0
+    assert "flags cannot be placed before plugin name: --kubeconfig" in done.stderr
+
     done = validate("install", command=kubectl, env=env)
     assert done.returncode == 2
     assert "invalid choice: 'install' (choose from 'validate', 'status')" in done.stderr

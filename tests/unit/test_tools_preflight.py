@@ -236,3 +236,30 @@ def test_conf_forms():
         load_conf(b'{"plugins": [{"type": "bridge"}]}', "x")
     with pytest.raises(ConfError, match="not list"):
         load_conf(b"[1]", "x")
+
+
+# ---------------------------------------------------------------- kubectl-netattach
+
+def test_kubectl_netattach_offers_the_operator_subcommands_only(monkeypatch, capsys):
+    """Started as kubectl-netattach (kubectl's plugin: argv[0]'s file name), the program
+    is `kubectl netattach` with status and validate; the node's commands are refused."""
+    from netattach import cli
+    monkeypatch.setattr("sys.argv", ["/home/me/bin/kubectl-netattach"])
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["install"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: kubectl netattach ")
+    assert "invalid choice: 'install' (choose from 'validate', 'status')" in err
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["validate", "--help"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: kubectl netattach validate ")
+
+
+def test_console_script_kubectl_netattach():
+    import tomllib
+    from pathlib import Path
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    scripts = tomllib.loads(pyproject.read_text())["project"]["scripts"]
+    assert scripts["kubectl-netattach"] == scripts["netattach"] == "netattach.cli:main"
