@@ -258,6 +258,8 @@ def test_preflight_lists_each_difference(migrating, kubeconfig, tmp_path):
     assert f"NetworkAttachmentDefinition {ns}/gone not found" in by_pod["lost"]["message"]
     # 13 pods with a selection (host is hostNetwork: no CNI call, not counted)
     assert doc["summary"]["pods"] == 13 and doc["summary"]["errors"] == 7
+    assert doc["summary"]["conf"] == str(netconf)
+    assert doc["summary"]["settings"]["namespaceIsolation"] is True
 
     # netattach's defaults (no --conf): no namespaceIsolation, so cross and eth are
     # fine; text output, one line per finding, a count on stderr
@@ -270,7 +272,8 @@ def test_preflight_lists_each_difference(migrating, kubeconfig, tmp_path):
     assert (f"Pod {ns}/web-1: error: {NA}[0].name: NetworkAttachmentDefinition {ns}/gone not "
             "found: the ADD fails (also 2 other pods of the same controller and annotations: "
             "web-2, web-3)") in lines
-    assert "pod(s) with a selection checked" in done.stderr
+    assert "pod(s) with a selection checked; judged with namespaceIsolation false, " \
+        in done.stderr and done.stderr.endswith("(netattach defaults)\n")
 
 
 def test_preflight_exit_0_paginated(admin_api, k8s_namespace, kubeconfig):

@@ -529,6 +529,18 @@ def read_cluster(kube: Any, namespace: str | None, chunk: int = 500
     return nads, (p for page in kube.list_pages(path, what, "pods", chunk) for p in page)
 
 
+def settings(conf: NetConf) -> dict[str, Any]:
+    """The conf's settings the pod findings depend on, as the summary shows them."""
+    return {"namespaceIsolation": conf.namespace_isolation,
+            "globalNamespaces": list(conf.global_namespaces),
+            "multusNamespace": conf.multus_namespace,
+            "allowedPluginTypes": (None if conf.allowed_plugin_types is None
+                                   else sorted(conf.allowed_plugin_types)),
+            "maxNetworksPerPod": conf.max_networks_per_pod,
+            "maxSameNetworkPerPod": conf.max_same_network_per_pod,
+            "defaultNetworks": list(conf.default_networks)}
+
+
 def summary(findings: list[Finding]) -> dict[str, int]:
     """{"errors": n, "warnings": n, "notes": n}."""
     return {f"{s}s": sum(f.severity == s for f in findings) for s in (ERROR, WARNING, NOTE)}
@@ -578,15 +590,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"netattach validate: {e}{hint}", file=sys.stderr)
         return 2
     counts = summary(findings)
+    used = settings(conf)
     if args.output == "json":
         json.dump({"findings": [f.to_dict() for f in findings],
-                   "summary": {**counts, "nads": len(nads), "pods": checked}}, sys.stdout,
+                   "summary": {**counts, "nads": len(nads), "pods": checked,
+                               "conf": label, "settings": used}}, sys.stdout,
                   indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
     else:
         sys.stdout.write("".join(f.text() + "\n" for f in findings))
+        shown = ", ".join(f"{k} {json.dumps(v)}" for k, v in used.items())
         print(f"netattach validate: {counts['errors']} error(s), {counts['warnings']} "
               f"warning(s), {counts['notes']} note(s); {len(nads)} "
-              f"NetworkAttachmentDefinition(s), {checked} pod(s) with a selection checked",
+              f"NetworkAttachmentDefinition(s), {checked} pod(s) with a selection checked; "
+              f"judged with {shown} ({f'from {label}' if label else 'netattach defaults'})",
               file=sys.stderr)
     return 1 if counts["errors"] else 0

@@ -12,6 +12,9 @@ names through `request.validate_network_name`, the selection annotation through
 top is what only a linter can say (a field the API server would drop, a NAD that is
 not among the files, a gateway outside every subnet, a burst too small for a frame).
 
+With --cluster, `run` hands over to tools/preflight.py, the migration pre-flight: the
+running cluster's NADs and pods instead of files.
+
 Input: files (`-` is stdin, a directory means the regular files in it named *.yaml,
 *.yml and *.json, not its subdirectories), each a YAML stream of documents
 separated by `---` (JSON is YAML). Documents checked:
