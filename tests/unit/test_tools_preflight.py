@@ -102,7 +102,8 @@ def test_allowed_plugin_types_of_the_conf():
 
 
 def test_missing_nad_and_on_disk_nad():
-    sel = json.dumps([{"name": "gone"}, {"name": "disk", "ips": ["10.0.0.1/24"]}])
+    sel = json.dumps([{"name": "gone"}, {"name": "disk", "ips": ["10.0.0.1/24"]},
+                      {"name": "gone"}])  # named once
     findings = run([nad("app", "disk", None)], [pod("app", "web", sel)])
     assert found(findings) == [
         ("NetworkAttachmentDefinition", "app/disk", "spec.config", NOTE),

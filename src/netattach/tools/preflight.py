@@ -355,8 +355,10 @@ def _check_networks(value: str, key: str, pod: PodRef, nads: dict[tuple[str, str
     except CniError as e:
         at = next((el.index for el in own if el.default_route is not None), None)
         report(ERROR, _element_key(key, at, "default-route"), f"{e.msg}: the ADD fails")
+    failed: set[str] = set()  # a NAD that fails is named once (§4.2: a,a is fine)
     for element in own:
-        _check_element(element, _element_key(key, element.index, None), pod, nads, conf, report)
+        _check_element(element, _element_key(key, element.index, None), pod, nads, conf,
+                       report, failed)
 
 
 def _ifnames_fail(elements: list[selection.NetworkSelectionElement]) -> bool:
@@ -368,8 +370,10 @@ def _ifnames_fail(elements: list[selection.NetworkSelectionElement]) -> bool:
 
 
 def _check_element(element: selection.NetworkSelectionElement, ekey: str, pod: PodRef,
-                   nads: dict[tuple[str, str], _Nad], conf: NetConf, report: Any) -> None:
-    """One element of the pod's networks annotation against the conf and its NAD."""
+                   nads: dict[tuple[str, str], _Nad], conf: NetConf, report: Any,
+                   failed: set[str]) -> None:
+    """One element of the pod's networks annotation against the conf and its NAD;
+    `failed`: the NADs of the pod already reported missing or refused (added to)."""
     try:
         networks.check_isolation(conf, pod, element, selection.NETWORKS_ANNOTATION)
     except CniError as e:
@@ -385,7 +389,9 @@ def _check_element(element: selection.NetworkSelectionElement, ekey: str, pod: P
     nad = nads.get((element.namespace, element.name))
     problem = _nad_problem(nad, element)
     if problem or nad is None:
-        report(ERROR, f"{ekey}.name", f"{problem}: the ADD fails")
+        if element.ref not in failed:
+            failed.add(element.ref)
+            report(ERROR, f"{ekey}.name", f"{problem}: the ADD fails")
         return
     asked = [attr for attr, _, section in plan.RUNTIME_KEYS
              if section and getattr(element, attr) is not None]
