@@ -417,7 +417,7 @@ def _check_element(element: selection.NetworkSelectionElement, ekey: str, pod: P
         else:
             report(WARNING, f"{ekey}.deviceID", f"used only when the kubelet allocated the pod "
                    f"device {element.device_id!r} for {nad.resource_name}, else the ADD fails "
-                   "(code 7); Multus ignored it and gave the next device (docs/selection.md)")
+                   "(code 7); Multus ignored it (docs/selection.md)")
 
 
 def _check_element_keys(value: str, key: str, report: Any) -> None:
