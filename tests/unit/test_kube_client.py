@@ -163,6 +163,26 @@ def test_requests_on_the_wire(stub, tmp_path):
     assert kube.requests_made() - before == 4
 
 
+def test_list_pages_follows_continue(stub, tmp_path):
+    """A LIST in pages (the migration pre-flight's): `limit`, then the answer's continue
+    token, quoted, until an answer has none; a 404 is no page; a 410 (the token
+    expired) is an error naming the list."""
+    s = stub((200, {"items": [{"n": 1}, {"n": 2}], "metadata": {"continue": "a/b=="}}),
+             (200, {"items": [{"n": 3}, "junk"], "metadata": {}}),
+             (404, status_doc(404, "no such resource")),
+             (410, status_doc(410, "The provided continue parameter is too old")))
+    k = Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0)
+    assert list(k.list_pages("/api/v1/pods", "pods in all namespaces", "pods", 2)) == [
+        [{"n": 1}, {"n": 2}], [{"n": 3}]]
+    assert list(k.list_pages("/apis/x/v1/ys", "ys", "ys")) == []
+    with pytest.raises(KubeError) as e:
+        list(k.list_pages("/api/v1/pods", "pods in all namespaces", "pods"))
+    assert e.value.status == 410 and "list pods in all namespaces: HTTP 410" in str(e.value)
+    assert [r["path"] for r in s.seen] == [
+        "/api/v1/pods?limit=2", "/api/v1/pods?limit=2&continue=a%2Fb%3D%3D",
+        "/apis/x/v1/ys?limit=500", "/api/v1/pods?limit=500"]
+
+
 def test_raw_request_passes_status_and_bytes(stub, tmp_path):
     s = stub((500, {"oops": 1}), (201, {"ok": True}))
     k = Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0)
