@@ -40,7 +40,7 @@ $(VENV)/.installed: pyproject.toml testbed/pyproject.toml
 NETATTACH_EXE := $(CURDIR)/dist/netattach/netattach
 LOCK := hack/lock/build.txt
 BUILD_INPUTS := netattach.spec hack/pyinstaller_entry.py hack/shim_entry.py \
-	hack/gen-dataclass-code.py pyproject.toml $(LOCK) \
+	hack/gen-dataclass-code.py hack/build-commit.sh pyproject.toml $(LOCK) \
 	$(shell find src/netattach src/netattach_shim -type f ! -path '*/__pycache__/*' ! -name '*.pyc')
 
 # The build's own virtualenv (docs/build.md, "The lock"): exactly what $(LOCK) pins,
@@ -70,6 +70,7 @@ $(NETATTACH_EXE): $(BUILD_VENV)/.installed $(BUILD_INPUTS)
 # so one lock serves `make build` and the Containerfile (docs/build.md, "The lock").
 # Pins that still fit stay; UPGRADE=1 takes the newest of everything.
 UPGRADE ?=
+SBOM_LOCK := hack/lock/sbom.txt
 .PHONY: lock
 lock: venv
 	@# the current pins are uv's preferences (it reads them from the output file)
@@ -81,6 +82,13 @@ lock: venv
 	  --custom-compile-command 'make lock' $(if $(UPGRADE),--upgrade) --quiet --output-file $(LOCK).new
 	@# an unchanged lock keeps its mtime: nothing of `make build` or `make image` reruns
 	@if cmp -s $(LOCK).new $(LOCK); then rm $(LOCK).new; else mv $(LOCK).new $(LOCK); echo "$(LOCK) changed"; fi
+	@# the image's SBOM tool (cyclonedx-bom), pinned by hack/lock/sbom.in, for the same target
+	@cp $(SBOM_LOCK) $(SBOM_LOCK).new
+	$(VENV)/bin/uv pip compile hack/lock/sbom.in --generate-hashes --only-binary :all: \
+	  --emit-build-options --python-version $(IMAGE_PYTHON_VERSION) \
+	  --python-platform x86_64-manylinux_$(subst .,_,$(IMAGE_GLIBC_FLOOR)) \
+	  --custom-compile-command 'make lock' $(if $(UPGRADE),--upgrade) --quiet --output-file $(SBOM_LOCK).new
+	@if cmp -s $(SBOM_LOCK).new $(SBOM_LOCK); then rm $(SBOM_LOCK).new; else mv $(SBOM_LOCK).new $(SBOM_LOCK); echo "$(SBOM_LOCK) changed"; fi
 
 # The container image (docs/build.md, "make image"): build/image/netattach.tar, built with
 # buildah from the Containerfile on Debian bullseye bases made here; defines `image`,

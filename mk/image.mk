@@ -26,7 +26,9 @@ IMAGE_VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | 
 IMAGE_REF := ghcr.io/netattach/netattach:$(IMAGE_VERSION)
 IMAGE_ARCHIVE := $(CURDIR)/build/image/netattach.tar
 # (BUILD_INPUTS has the lock the build stage installs, hack/lock/build.txt)
-IMAGE_INPUTS := Containerfile .dockerignore $(IMAGE_SRC)/build.sh $(BUILD_INPUTS)
+# (and the SBOM's: its tool's lock and the script that picks the bundle's pins)
+IMAGE_INPUTS := Containerfile .dockerignore $(IMAGE_SRC)/build.sh $(BUILD_INPUTS) \
+	hack/lock/sbom.txt hack/sbom-requirements.py
 
 IMAGE_ENV := NETATTACH_IMAGE=$(IMAGE_ARCHIVE) NETATTACH_IMAGE_REF=$(IMAGE_REF)
 
@@ -48,22 +50,31 @@ $(IMAGE_KEY_DIR)/bases.done: | image-sysdeps
 
 # The archive gets the build's start time, as the executable of `make build` does.
 # An archive built from the same inputs (their names and contents, the bases' key, the
-# reference) is kept in the cache, the last IMAGE_ARCHIVES_KEPT of them: a fresh clone
-# of a commit built before copies it instead of building again (buildah's build is
-# reproducible from these inputs alone: the Containerfile pins every pip package).
+# reference, the commit) is kept in the cache, the last IMAGE_ARCHIVES_KEPT of them: a
+# fresh clone of a commit built before copies it instead of building again (buildah's
+# build is reproducible from these inputs alone: the Containerfile pins every pip package).
+# The commit (hack/build-commit.sh) is stamped into the bundle and the image's
+# org.opencontainers.image.revision; org.opencontainers.image.created is that commit's
+# time (SOURCE_DATE_EPOCH's convention: one commit, one value), the build's start
+# without one. A new commit alone does not rebuild an archive that is up to date: its
+# stamp stays the commit it was built from (docs/build.md, "Version and commit").
 IMAGE_ARCHIVES := $(IMAGE_KEY_DIR)/archives
 IMAGE_ARCHIVES_KEPT := 4
 image: $(IMAGE_ARCHIVE)
 $(IMAGE_ARCHIVE): $(IMAGE_KEY_DIR)/bases.done $(IMAGE_INPUTS) | image-sysdeps
 	@mkdir -p $(@D)
 	@touch $(@D)/.started
-	@digest=$$( { echo $(IMAGE_KEY) $(IMAGE_REF); sha256sum $(IMAGE_INPUTS); } | sha256sum | cut -c1-16); \
+	@commit=$$(hack/build-commit.sh); \
+	case $$commit in unknown) created=$$(date -u +%Y-%m-%dT%H:%M:%SZ);; \
+	  *) created=$$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ);; esac; \
+	digest=$$( { echo $(IMAGE_KEY) $(IMAGE_REF) $$commit; sha256sum $(IMAGE_INPUTS); } | sha256sum | cut -c1-16); \
 	cached=$(IMAGE_ARCHIVES)/$$digest.tar; \
 	if [ -f $$cached ]; then \
 	  echo "make image: the inputs of $$cached, built before: copied"; \
 	  cp $$cached $@.tmp && mv $@.tmp $@; \
 	else \
-	  $(SUDO) env IMAGE_KEY_DIR=$(IMAGE_KEY_DIR) $(IMAGE_SRC)/build.sh $(IMAGE_REF) $@ && \
+	  $(SUDO) env IMAGE_KEY_DIR=$(IMAGE_KEY_DIR) NETATTACH_COMMIT=$$commit NETATTACH_CREATED=$$created \
+	    NETATTACH_VERSION=$(IMAGE_VERSION) $(IMAGE_SRC)/build.sh $(IMAGE_REF) $@ && \
 	  mkdir -p $(IMAGE_ARCHIVES) && cp $@ $$cached.tmp && mv $$cached.tmp $$cached && \
 	  ls -1t $(IMAGE_ARCHIVES)/*.tar | tail -n +$$(( $(IMAGE_ARCHIVES_KEPT) + 1 )) | xargs -r rm -f; \
 	fi

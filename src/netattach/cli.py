@@ -116,6 +116,25 @@ KUBECTL_SUBCOMMANDS = ("status", "validate")
 spawner, which only the DaemonSet runs)."""
 
 
+def version_line() -> str:
+    """What `netattach --version` prints: "netattach <release> (commit <commit>; CNI
+    <versions>)", the commit as buildinfo.commit stamped it (40 hex digits, "-dirty"
+    after it, or "unknown")."""
+    from .buildinfo import commit
+    return (f"netattach {__version__} (commit {commit()}; "
+            f"CNI {', '.join(SUPPORTED_VERSIONS)})")
+
+
+def _version_action(argparse: Any) -> Any:
+    """--version's action: version_line on one line (argparse's own "version" action
+    wraps its text at the terminal's width)."""
+    class Version(argparse.Action):
+        def __call__(self, parser: Any, *_: Any) -> None:
+            sys.stdout.write(version_line() + "\n")
+            parser.exit()
+    return Version
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console script `netattach`: CNI mode when CNI_COMMAND is set, else a subcommand.
     Run as `kubectl-netattach` (its argv[0]'s file name: kubectl's plugin, KUBECTL_PLUGIN),
@@ -141,8 +160,9 @@ def main(argv: list[str] | None = None) -> None:
         "netattach's operator commands, as a kubectl plugin." if kubectl else
         "CNI delegating meta-plugin for Kubernetes. Invoked by the container runtime with "
         "CNI_COMMAND set; the subcommands below are for people."))
-    parser.add_argument("--version", action="version",
-                        version=f"netattach {__version__} (CNI {', '.join(SUPPORTED_VERSIONS)})")
+    parser.add_argument("--version", action=_version_action(argparse), nargs=0,
+                        help="print the release, the git commit it was built from and the "
+                             "CNI versions it speaks, then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     argv = sys.argv[1:] if argv is None else argv
     chosen = next((a for a in argv if not a.startswith("-")), None)

@@ -11,18 +11,22 @@ daemon` (the built artifact, testbed/netattach_testbed/daemon.py).
   (the API server frozen): the state holds it as pending, and the restarted daemon
   sends it, unless the pod was re-created in between;
 * a GC that releases a container drops the writes still queued for it;
-* ADD and STATUS with no daemon; only root may call; health and metrics.
+* ADD and STATUS with no daemon; only root may call; health and metrics; the Grafana
+  dashboard (deploy/grafana/netattach.json) reads only what the daemon exports, and
+  docs/metrics.md lists exactly that.
 No assertion is about time: every wait polls for its condition under a hang guard.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
 
-from netattach_testbed import faults
+from netattach import __version__
+from netattach_testbed import dashboard, faults
 from netattach_testbed import scenario as sc
 from tests.e2e.test_faults_children import del_twice, saved_state, with_fault_network
 
@@ -294,4 +298,41 @@ def test_health_and_metrics(admin_api, make_scenario):
     assert bad.code == 1 and bad.doc["code"] == 4
     assert m("netattach_requests_total", command="ADD", code="4") == 1
     assert s.run("DEL").code == 0
+    sc.assert_clean(s)
+
+
+def test_the_dashboard_reads_only_what_the_daemon_exports(make_scenario):
+    """A real daemon's /metrics after an ADD and a DEL of scenario 1 (so every histogram
+    has series): every query of deploy/grafana/netattach.json names a series it exports
+    and only labels that series carries; docs/metrics.md's reference table lists exactly
+    its families (DRA's are there only with --dra); each delegate was timed by type,
+    command and result; build_info is the artifact's --version."""
+    s = make_scenario()
+    assert s.run("ADD").code == 0, s.log_text()
+    assert s.run("DEL").code == 0, s.log_text()
+    status, text = s.daemon.endpoint("/metrics")
+    assert status == 200, text
+    assert dashboard.problems(dashboard.load(), dashboard.exported(text)) == []
+    documented = {name: kind for name, kind in dashboard.documented().items()
+                  if not name.startswith("netattach_dra_")}
+    assert dashboard.family_names(text) == documented
+    # scenario 1's delegates, in each direction: the cluster default network's bridge,
+    # net-a's macvlan then tuning, net-b's bridge (host-local is run by macvlan)
+    for command in ("ADD", "DEL"):
+        for plugin, runs in (("bridge", 2), ("macvlan", 1), ("tuning", 1)):
+            assert dashboard.value(text, "netattach_delegate_duration_seconds_count",
+                                   plugin_type=plugin, command=command,
+                                   result="success") == runs, (plugin, command)
+    assert {x["result"] for x in dashboard.samples(
+        text, "netattach_delegate_duration_seconds_count")} == {"success"}
+    # what the daemon says it is: the artifact's release and commit
+    p = subprocess.run([sc.netattach_command(), "--version"], capture_output=True, text=True,
+                       timeout=60)
+    commit = re.fullmatch(rf"netattach {re.escape(__version__)} \(commit (\S+); CNI .*\)\n",
+                          p.stdout)[1]
+    [info] = dashboard.samples(text, "netattach_build_info")
+    assert info["version"] == __version__ and info["commit"] == commit, (info, p.stdout)
+    assert re.fullmatch(r"3\.\d+\.\d+", info["python"]), info
+    assert f"netattach daemon {__version__} (commit {commit}), Python {info['python']}" in \
+        s.daemon.log_text()
     sc.assert_clean(s)

@@ -4,14 +4,20 @@ of the repository's Containerfile; docs/build.md, "make image"), read as an impo
 The installer copies the image's /opt/netattach onto every node, where the container runtime
 execs it against the HOST's glibc: no file of that dist may need a GLIBC_ symbol version above
 the floor the README promises (hack/image/base.env, IMAGE_GLIBC_FLOOR), and the dist runs in
-the image's own root, which is Debian bullseye with exactly that glibc. Needs root (chroot).
+the image's own root, which is Debian bullseye with exactly that glibc. Its OCI labels name the
+release and the commit the dist was built from; its CycloneDX SBOM lists exactly the Python
+packages the dist carries. Needs root (chroot).
 """
 from __future__ import annotations
 
+import datetime
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -63,7 +69,7 @@ def test_archive_holds_the_versioned_reference_the_installer_and_its_layers(arch
     assert config.get("User") in ("0", "root")
     assert archive.config["os"] == "linux" and archive.config["architecture"] == "amd64"
     # an import checks each layer against the config's diff_ids; two layers: the runtime
-    # base and the dist
+    # base, and the dist with its SBOM
     assert im.layer_digests(archive) == archive.config["rootfs"]["diff_ids"]
     assert len(archive.layers) == 2
 
@@ -100,7 +106,7 @@ def test_dist_runs_on_the_floors_glibc_in_the_images_root(rootfs):
 
     p = in_root(rootfs, ENTRYPOINT + ["--version"])
     assert p.returncode == 0, p.stderr.decode()
-    assert p.stdout.decode().startswith(f"netattach {__version__} (CNI ")
+    assert p.stdout.decode().startswith(f"netattach {__version__} (commit ")
 
     for exe in (ENTRYPOINT[0], f"/{DIST}/shim/netattach-shim"):
         p = in_root(rootfs, [exe], {"CNI_COMMAND": "VERSION"}, '{"cniVersion":"1.0.0"}')
@@ -121,3 +127,95 @@ def test_add_loads_the_api_client_and_tls_on_the_floors_glibc(rootfs):
     error = json.loads(p.stdout)
     assert error["code"] == 11 and "a/b" in error["msg"], error
     assert "127.0.0.1:1" in error["msg"] + error.get("details", ""), error
+
+
+OCI = "org.opencontainers.image."
+
+
+def dist_commit(rootfs: Path) -> str:
+    """The commit the image's dist says it was built from (--version)."""
+    p = in_root(rootfs, ENTRYPOINT + ["--version"])
+    m = re.fullmatch(rf"netattach {re.escape(__version__)} \(commit (\S+); CNI .*\)\n",
+                     p.stdout.decode())
+    assert m, p.stdout.decode() + p.stderr.decode()
+    return m[1]
+
+
+def test_oci_labels_name_the_release_and_the_commit_the_dist_was_built_from(archive, rootfs):
+    """`make image` passes hack/build-commit.sh's answer: the label and the dist's stamp are
+    that commit (of this repository when the checkout has .git), `created` its time."""
+    labels = archive.config["config"]["Labels"]
+    project = tomllib.loads((im.ROOT / "pyproject.toml").read_text())["project"]
+    assert labels[OCI + "title"] == "netattach"
+    assert labels[OCI + "description"] == project["description"]
+    assert labels[OCI + "version"] == __version__ == project["version"]
+    assert labels[OCI + "licenses"] == project["license"]
+    assert labels[OCI + "source"].startswith("https://")
+    commit = dist_commit(rootfs)
+    assert labels[OCI + "revision"] == commit
+    created = datetime.datetime.fromisoformat(labels[OCI + "created"])
+    assert created.tzinfo is not None and created.utcoffset() == datetime.timedelta(0)
+    if commit == "unknown":  # built from a tree without .git: the build's time
+        return
+    sha = commit.removesuffix("-dirty")
+    assert re.fullmatch(r"[0-9a-f]{40}", sha), commit
+    p = subprocess.run(["git", "-C", str(im.ROOT), "show", "-s", "--format=%cI", sha],
+                       capture_output=True, text=True)
+    if p.returncode == 0:  # a commit of this checkout: created is its time
+        assert created == datetime.datetime.fromisoformat(p.stdout.strip())
+
+
+# What each package of the lock puts into the dist's _internal/ (PyInstaller collects the
+# modules the analysis finds), and what only builds the dist: every pin of
+# hack/lock/build.txt is one or the other.
+IN_DIST = {"anyio": "anyio", "grpcio": "grpc", "h11": "h11", "h2": "h2", "hpack": "hpack",
+           "httpcore2": "httpcore2", "httpx2": "httpx2", "hyperframe": "hyperframe",
+           "idna": "idna", "ijson": "ijson", "lightkube": "lightkube",
+           "lightkube-models": "lightkube/models", "msgspec": "msgspec",
+           "prometheus-client": "prometheus_client", "protobuf": "google/protobuf",
+           "pyroute2": "pyroute2", "pyyaml": "yaml", "truststore": "truststore",
+           "typing-extensions": "typing_extensions.pyc", "wsproto": "wsproto"}
+BUILD_ONLY = {"pyinstaller": "PyInstaller", "pyinstaller-hooks-contrib":
+              "_pyinstaller_hooks_contrib", "altgraph": "altgraph", "packaging": "packaging",
+              "pip": "pip", "setuptools": "setuptools", "wheel": "wheel"}
+
+
+def lock_pins() -> dict[str, tuple[str, list[str]]]:
+    """hack/lock/build.txt: name -> (version, sha256 hashes)."""
+    text = re.sub(r"\s*\\\n\s*", " ", (im.ROOT / "hack" / "lock" / "build.txt").read_text())
+    out = {}
+    for m in re.finditer(r"^([\w.-]+)==(\S+)((?: --hash=sha256:[0-9a-f]{64})+)", text, re.M):
+        out[m[1]] = (m[2], re.findall(r"sha256:([0-9a-f]{64})", m[3]))
+    return out
+
+
+def test_the_sbom_lists_exactly_the_python_packages_the_dist_carries(rootfs):
+    sbom = json.loads((rootfs / "usr/share/doc/netattach/sbom.cdx.json").read_text())
+    assert sbom["bomFormat"] == "CycloneDX" and sbom["specVersion"] == "1.6"
+    root = sbom["metadata"]["component"]
+    assert (root["name"], root["version"], root["type"]) == ("netattach", __version__,
+                                                             "application")
+    # reproducible: no time, no random serial number
+    assert "timestamp" not in sbom["metadata"] and "serialNumber" not in sbom
+    pins = lock_pins()
+    assert set(IN_DIST) | set(BUILD_ONLY) == set(pins), "a pin of the lock is not classified"
+    components = {c["name"]: c for c in sbom["components"]}
+    assert set(components) == set(IN_DIST)
+    internal = rootfs / DIST / "_internal"
+    for name, component in components.items():
+        version, hashes = pins[name]
+        assert component["version"] == version and component["purl"] == \
+            f"pkg:pypi/{name}@{version}", component
+        [dist] = [r for r in component["externalReferences"] if r["type"] == "distribution"]
+        assert sorted(h["content"] for h in dist["hashes"]) == sorted(hashes), name
+        assert (internal / IN_DIST[name]).exists(), f"{name}: no {IN_DIST[name]} in the dist"
+    for name, path in BUILD_ONLY.items():
+        assert not (internal / path).exists(), f"{name} (a build tool) is in the dist"
+    # the list is hack/sbom-requirements.py's reading of the lock
+    spec = importlib.util.spec_from_file_location("sbom_requirements",
+                                                  im.ROOT / "hack" / "sbom-requirements.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    project = tomllib.loads((im.ROOT / "pyproject.toml").read_text())
+    kept = module.runtime((im.ROOT / "hack" / "lock" / "build.txt").read_text(), project)
+    assert {name for name, _ in kept} == set(IN_DIST)

@@ -68,11 +68,52 @@ def test_cni_version_answer_is_the_venv_commands(exe, cni_version):
 
 
 def test_version_flag_agrees_with_cni_version_and_the_venv(exe):
+    """--version: the release, the commit stamped at build time (the virtualenv, not a
+    build, says "unknown"), the CNI versions of the VERSION answer."""
     frozen = run([str(exe), "--version"], {})
     assert frozen.returncode == 0 and frozen.stderr == b""
-    assert frozen.stdout == run([venv_command(), "--version"], {}).stdout
     supported = version_answer(exe)["supportedVersions"]
-    assert frozen.stdout.decode() == f"netattach {__version__} (CNI {', '.join(supported)})\n"
+    m = re.fullmatch(rf"netattach {re.escape(__version__)} \(commit (\S+); "
+                     rf"CNI {re.escape(', '.join(supported))}\)\n", frozen.stdout.decode())
+    assert m, frozen.stdout
+    assert run([venv_command(), "--version"], {}).stdout.decode() == \
+        frozen.stdout.decode().replace(f"(commit {m[1]};", "(commit unknown;")
+
+
+def test_the_bundle_is_stamped_with_the_commit_it_was_built_from(exe):
+    """`make build` stamps hack/build-commit.sh's answer for this checkout: a commit of
+    this repository (with "-dirty" when tracked files differed from it), or "unknown"
+    only when the checkout has no .git. The artifact may be older than HEAD (an input-less
+    commit does not rebuild it), never of another repository."""
+    stamp = (exe.parent / "_internal" / "netattach" / "build-commit").read_text().strip()
+    assert f"(commit {stamp};" in run([str(exe), "--version"], {}).stdout.decode()
+    root = Path(__file__).resolve().parents[2]
+    here = subprocess.run([str(root / "hack" / "build-commit.sh")], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    if here == "unknown":
+        assert stamp == "unknown"
+        return
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", stamp), stamp
+    sha = stamp.removesuffix("-dirty")
+    assert subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{sha}^{{commit}}"],
+                          capture_output=True).returncode == 0, f"{sha} is not a commit here"
+    # the script itself: the commit of HEAD, -dirty exactly when a tracked file changed
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                            "--untracked-files=no"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    assert here == head + ("-dirty" if dirty else "")
+
+
+def test_the_commit_of_a_tree_without_git_is_unknown(tmp_path):
+    """A source tree without .git (a tarball, the image's build context) says so."""
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "hack").mkdir()
+    shutil.copy2(root / "hack" / "build-commit.sh", tmp_path / "hack")
+    p = subprocess.run([str(tmp_path / "hack" / "build-commit.sh")], capture_output=True,
+                       text=True, check=True)
+    assert p.stdout == "unknown\n"
 
 
 def test_the_bundle_holds_no_build_tool(exe):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from netattach import install
+from netattach import __version__, install
 from netattach.cni.chain import NetworkConfig
 from netattach.cni.errors import CniError
 from netattach.cni.version import SUPPORTED_VERSIONS, config_version
@@ -229,6 +229,11 @@ def test_once_installs_binary_kubeconfig_and_conflist(node):
                          "--claim-config-sources", "class",
                          "--cni-dir", "/var/lib/cni/na", "--api-server", "", env=env)
     assert code == 0, err
+    # its first line: the release and the commit it was built from, as --version says
+    version = subprocess.run([netattach_command(), "--version"], capture_output=True,
+                             text=True, timeout=30).stdout
+    commit = re.search(r"\(commit (\S+);", version)[1]
+    assert f"netattach install {__version__} (commit {commit})" in err, err
 
     installed = node.bin / "netattach"
     assert installed.read_bytes() == node.source_bytes

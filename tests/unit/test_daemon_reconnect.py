@@ -64,7 +64,8 @@ def test_metrics_show_the_last_change_of_each_cache():
         in_flight=0, calls=SimpleNamespace(waiting=lambda: 0, saturated_for=lambda: 0.0),
         pods=pods, nads=nads,
         publisher=SimpleNamespace(sent=0, failed=0, dropped=0, pending=lambda: 0),
-        hotplug=SimpleNamespace(lock=threading.Lock(), changes={}, queued=lambda: 0), dra=None)
+        hotplug=SimpleNamespace(lock=threading.Lock(), changes={}, queued=lambda: 0), dra=None,
+        executor=SimpleNamespace(observers=[]))
     text = generate_latest(metrics.registry_for(d)).decode()
     kind = 'kind="NetworkAttachmentDefinition"'
     assert f"netattach_cache_changed_resource_version{{{kind}}} 1234.0" in text

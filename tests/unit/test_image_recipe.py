@@ -1,12 +1,16 @@
 """The glibc floor of the image (hack/image/base.env) is the one the README promises hosts and
 the one of the Containerfile's public bases, pinned by digest; the build's Python packages are
 the lock's (hack/lock/build.txt), hash-checked, in `make build` and the Containerfile alike;
-and the reading of `objdump -p` that tests/image checks the dist with."""
+the SBOM's tool is its own lock's (hack/lock/sbom.txt), in a virtualenv of its own, and the
+SBOM lists the lock's runtime pins (hack/sbom-requirements.py); the image's OCI labels; and
+the reading of `objdump -p` that tests/image checks the dist with."""
 from __future__ import annotations
 
+import importlib.util
 import re
 import tomllib
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -18,6 +22,7 @@ MAKEFILE = im.ROOT / "Makefile"
 PYPROJECT = im.ROOT / "pyproject.toml"
 LOCK = "hack/lock/build.txt"
 LOCK_INPUT = im.ROOT / "hack" / "lock" / "build.in"
+SBOM_LOCK = "hack/lock/sbom.txt"
 
 
 def test_readme_promises_the_floor_the_image_is_built_for():
@@ -30,7 +35,7 @@ def test_readme_promises_the_floor_the_image_is_built_for():
 
 
 def _base_args() -> dict[str, str]:
-    return dict(re.findall(r"^ARG (\w+)=(\S+)$", CONTAINERFILE.read_text(), re.M))
+    return dict(re.findall(r"^ARG (\w+_BASE)=(\S+)$", CONTAINERFILE.read_text(), re.M))
 
 
 def test_containerfile_defaults_to_public_bases_of_the_same_suite_and_python():
@@ -73,8 +78,13 @@ def test_every_pip_install_of_the_builds_takes_the_lock_with_hashes_or_nothing()
     containerfile = CONTAINERFILE.read_text()
     assert "PIP_CONSTRAINT" not in containerfile
     assert f"COPY {LOCK} " in containerfile
+    assert f"COPY {SBOM_LOCK} " in containerfile
     assert _pip_installs(containerfile) == [
-        f"-q --require-hashes -r {LOCK}", "-q --no-deps --no-build-isolation ."]
+        f"-q --require-hashes -r {LOCK}", f"-q --require-hashes -r {SBOM_LOCK}",
+        "-q --no-deps --no-build-isolation ."]
+    # the SBOM tool's install is its own virtualenv's pip, not the build's
+    assert re.search(rf"python -m venv (\S+) && \1/bin/pip install -q --require-hashes -r "
+                     rf"{re.escape(SBOM_LOCK)}", containerfile)
     makefile = MAKEFILE.read_text()
     assert re.search(rf"^LOCK := {re.escape(LOCK)}$", makefile, re.M)
     build_venv = makefile[makefile.index("$(BUILD_VENV)/.installed:"):]
@@ -86,9 +96,10 @@ def test_every_pip_install_of_the_builds_takes_the_lock_with_hashes_or_nothing()
                      makefile, re.M)
 
 
-def _lock() -> tuple[list[str], dict[str, tuple[str, list[str]]]]:
-    """hack/lock/build.txt: (its option lines, {canonical name: (version, hashes)})."""
-    text = re.sub(r"\s*\\\n\s*", " ", (im.ROOT / LOCK).read_text())
+def _lock(lock: str = LOCK) -> tuple[list[str], dict[str, tuple[str, list[str]]]]:
+    """hack/lock/build.txt (or `lock`): (its option lines, {canonical name: (version,
+    hashes)})."""
+    text = re.sub(r"\s*\\\n\s*", " ", (im.ROOT / lock).read_text())
     options, pins = [], {}
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
@@ -98,16 +109,58 @@ def _lock() -> tuple[list[str], dict[str, tuple[str, list[str]]]]:
             options.append(line)
             continue
         m = re.fullmatch(r"([\w.-]+)==(\S+)((?: --hash=sha256:[0-9a-f]{64})+)", line)
-        assert m, f"{LOCK}: not an exact pin with sha256 hashes: {line[:80]}"
+        assert m, f"{lock}: not an exact pin with sha256 hashes: {line[:80]}"
         assert canonicalize_name(m[1]) not in pins, m[1]
         pins[canonicalize_name(m[1])] = (m[2], re.findall(r"sha256:([0-9a-f]{64})", m[3]))
     return options, pins
 
 
-def test_the_lock_pins_and_hashes_every_package_wheels_only():
-    options, pins = _lock()
+@pytest.mark.parametrize("lock", [LOCK, SBOM_LOCK])
+def test_the_lock_pins_and_hashes_every_package_wheels_only(lock):
+    options, pins = _lock(lock)
     assert options == ["--only-binary :all:"]
     assert pins and all(hashes for _, hashes in pins.values())
+
+
+def test_the_sbom_tool_is_pinned_and_its_lock_covers_it():
+    wanted = [line.split("#", 1)[0].strip()
+              for line in (im.ROOT / "hack/lock/sbom.in").read_text().splitlines()]
+    _, pins = _lock(SBOM_LOCK)
+    [tool] = [Requirement(w) for w in wanted if w]
+    assert tool.name == "cyclonedx-bom" and str(tool.specifier).startswith("==")
+    assert tool.specifier.contains(pins["cyclonedx-bom"][0])
+
+
+def test_the_sbom_lists_the_runtime_pins_of_the_lock_and_no_build_tool():
+    """hack/sbom-requirements.py keeps pyproject's dependencies and what they need, each
+    pinned and hashed as in the lock; PyInstaller, pip and the build backend only build
+    the bundle."""
+    spec = importlib.util.spec_from_file_location("sbom_requirements",
+                                                  im.ROOT / "hack" / "sbom-requirements.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    project = tomllib.loads(PYPROJECT.read_text())
+    kept = dict(module.runtime((im.ROOT / LOCK).read_text(), project))
+    _, pins = _lock()
+    assert {canonicalize_name(Requirement(d).name) for d in project["project"]["dependencies"]} \
+        <= set(kept)
+    assert not set(kept) & {"pyinstaller", "pyinstaller-hooks-contrib", "altgraph", "pip",
+                            "setuptools", "wheel", "packaging"}
+    assert {"typing-extensions", "httpx2", "h11", "idna"} <= set(kept)  # through "# via"
+    for name, lines in kept.items():
+        assert lines[0].startswith(f"{name}=={pins[name][0]} ")
+        assert [h.split("sha256:")[1].rstrip(" \\") for h in lines[1:]] == pins[name][1]
+
+
+def test_the_image_carries_the_oci_labels_and_the_version_of_pyproject():
+    containerfile = CONTAINERFILE.read_text()
+    runtime = containerfile[containerfile.rindex("FROM "):]
+    labels = dict(re.findall(r'(org\.opencontainers\.image\.\w+)="([^"]*)"', runtime))
+    assert set(labels) == {f"org.opencontainers.image.{k}" for k in (
+        "title", "description", "version", "revision", "source", "licenses")}
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    assert labels["org.opencontainers.image.licenses"] == project["license"]
+    assert f"ARG NETATTACH_VERSION={project['version']}\n" in runtime
 
 
 def test_the_lock_covers_what_pyproject_asks_for_the_build():

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import platform
 import signal
 import threading
 from collections.abc import Callable
@@ -170,6 +171,8 @@ def run(args: argparse.Namespace) -> int:
     import faulthandler
     faulthandler.enable()  # a crash in a C extension leaves every thread's stack on stderr
     setup_logging(args.log_file, args.log_level, True, None)
+    from ..buildinfo import describe
+    log.info("netattach daemon %s, Python %s", describe(), platform.python_version())
     if not args.node_name:
         log.error("no node name: set --node-name or $NODE_NAME (the DaemonSet passes "
                   "spec.nodeName through the downward API)")

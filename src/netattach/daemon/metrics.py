@@ -23,6 +23,11 @@ Metrics (all prefixed `netattach_`):
   the CNI error code);
 * request_duration_seconds{command}: histogram of the time from the call's arrival to
   its answer;
+* delegate_duration_seconds{plugin_type,command,result}: histogram of each child
+  plugin's execution, for the runtime's calls and hot-plug alike (delegates.py: what
+  each label holds and how it is bounded);
+* build_info{version,commit,python}: 1; the release, the git commit the daemon was built
+  from (buildinfo.py) and the Python it runs on;
 * attachments_total: attachments made by successful ADDs;
 * in_flight_requests: calls being served now;
 * waiting_requests: calls waiting in the queue, for a worker or for their sandbox's
@@ -56,20 +61,30 @@ Metrics (all prefixed `netattach_`):
   claim: "ok" or "error"), dra_slice_generation (the pool generation last published, 0
   none yet), dra_slice_failures_total (reconciles that failed);
 and prometheus_client's process_* metrics (RSS, CPU, open fds).
+docs/metrics.md is the reference table of all of them (name, type, labels, unit).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import platform
 import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
+from .. import __version__
+from ..buildinfo import commit
 from ..cni.invoke import child_seconds
 from ..kube.session import requests_made
 from .server import Daemon
@@ -79,6 +94,9 @@ log = logging.getLogger("netattach.daemon")
 BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 """Seconds: a cached ADD of a few networks takes 0.05-0.5 s; children and apiTimeout
 bound the tail."""
+DELEGATE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+"""Seconds: a reference plugin's ADD or DEL takes 5-50 ms (its exec included); DHCP or a
+slow IPAM takes seconds; a child's timeout ends it."""
 
 
 class _Collector:
@@ -86,9 +104,15 @@ class _Collector:
 
     def __init__(self, daemon: Daemon):
         self.d = daemon
+        self.build = (__version__, commit(), platform.python_version())
 
     def collect(self) -> Iterator[Any]:
         d = self.d
+        info = GaugeMetricFamily("netattach_build_info", "1; the release, the git commit it "
+                                 "was built from and the Python it runs on",
+                                 labels=["version", "commit", "python"])
+        info.add_metric(list(self.build), 1)
+        yield info
         with d.stats.lock:
             requests = dict(d.stats.requests)
             attachments = d.stats.attachments
@@ -189,7 +213,11 @@ def _dra_metrics(plugin: Any) -> Iterator[Any]:
 
 def registry_for(daemon: Daemon) -> CollectorRegistry:
     """A registry of the daemon's metrics (module doc); also hooks the duration
-    histogram into its Stats."""
+    histograms into its Stats and its executor (delegates.TimedExecutor)."""
+    # no `<histogram>_created` series beside each label set's buckets: the text format
+    # would carry them as gauges of their own (one more series per label set), and
+    # nothing here reads them (prometheus_client's setting is the process's)
+    disable_created_metrics()
     registry = CollectorRegistry()
     registry.register(_Collector(daemon))
     ProcessCollector(registry=registry)
@@ -197,6 +225,13 @@ def registry_for(daemon: Daemon) -> CollectorRegistry:
                           ["command"], buckets=BUCKETS, registry=registry)
     daemon.stats.observers.append(
         lambda command, code, seconds: durations.labels(command).observe(seconds))
+    delegates = Histogram("netattach_delegate_duration_seconds", "time one execution of a "
+                          "child plugin took, by its type, its CNI command and how it ended",
+                          ["plugin_type", "command", "result"], buckets=DELEGATE_BUCKETS,
+                          registry=registry)
+    daemon.executor.observers.append(
+        lambda plugin_type, command, result, seconds:
+        delegates.labels(plugin_type, command, result).observe(seconds))
     return registry
 
 

@@ -55,6 +55,7 @@ from ..spec.netconf import DEFAULT_CNI_DIR, NetConf
 from .admission import CallQueue, Refused
 from .backoff import Backoff
 from .cache import DEFAULT_MAX_NAD_CONFIG, NADS, REFUSED, WatchCache
+from .delegates import TimedExecutor
 from .events import EventRecorder
 from .hotplug import Hotplugger
 from .podapi import CachedPodApi, Publisher, republish
@@ -243,7 +244,8 @@ class Daemon:
                  max_nad_config: int = DEFAULT_MAX_NAD_CONFIG):
         self.pods, self.nads = pods, nads
         self.max_nad_config = max_nad_config
-        self.executor = executor
+        self.executor = TimedExecutor(executor)
+        """`executor`, every execution timed for /metrics (delegates.py)."""
         self.kubeconfig = kubeconfig
         self.cni_dir = cni_dir
         self._other_dirs: set[str] = set()
@@ -260,7 +262,7 @@ class Daemon:
                          for i in range(max_parallel)]
         self.events = EventRecorder()
         self.hotplug = Hotplugger(pods, cni_dir, lambda environ, conf: self._api(environ, conf, []),
-                                  self.publisher.cancel, hotplug_interval, executor=executor,
+                                  self.publisher.cancel, hotplug_interval, executor=self.executor,
                                   backoff=hotplug_backoff)
         pods.listeners.append(self.hotplug.pod_changed)
         nads.listeners.append(self._nad_changed)

@@ -306,6 +306,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.check:
             return _check(args, dict(os.environ))
+        from ..buildinfo import describe
+        log.info("netattach install %s", describe())
         if _thin_hotplug(args):
             return 1
         installer = Installer(args, dict(os.environ))
