@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import stat
 import subprocess
 import uuid
@@ -88,6 +89,35 @@ def test_token_never_shown_on_add_check_del(scenario, plugin_kubeconfig):
     assert "DEBUG" in runs[0].stderr  # and on stderr too
     assert_not_shown(outputs(s, runs), token_secrets(plugin_kubeconfig))
     assert mode(Path(s.netconf["logFile"])) == 0o600
+
+
+def test_json_logs_carry_pod_sandbox_network_and_never_the_token(scenario, plugin_kubeconfig):
+    """logFormat json (docs/configuration.md, "Logs"): every line of the log file and of
+    stderr is one JSON object with its UTC time; the call's lines name its pod and
+    sandbox, and each attachment's lines (the child plugins' debug lines included) its
+    network; the token is in none of them."""
+    s = scenario
+    conf = {**debug_everywhere(s, plugin_kubeconfig), "logFormat": "json"}
+    runs = [s.run(command, conf) for command in ("ADD", "CHECK", "DEL")]
+    assert [r.code for r in runs] == [0, 0, 0], [r.stdout for r in runs]
+    records = [json.loads(line) for text in [s.log_text()] + [r.stderr for r in runs]
+               for line in text.splitlines()]
+    assert len(records) > 20
+    for record in records:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", record["time"]), record
+        assert record["level"] in ("debug", "info", "warning") and record["msg"], record
+        assert record["pod"] == f"{s.namespace}/{s.pod_name}", record
+        assert record["sandbox"] == s.container_id, record
+    attached = {}
+    for record in records:
+        found = re.search(r": attached network (\S+) as (\S+)$", record["msg"])
+        if found:
+            attached[found[1]] = record["network"]
+    assert len(attached) == 3 and all(k == v for k, v in attached.items()), attached
+    # the children's own lines (cni/invoke.py's debug) carry the network they run for
+    children = [r for r in records if re.match(r"(ADD|DEL|CHECK) \S+ ifname=", r["msg"])]
+    assert children and all(r.get("network") in attached for r in children), children
+    assert_not_shown(outputs(s, runs), token_secrets(plugin_kubeconfig))
 
 
 def cert_kubeconfig(cluster, path: Path, key_pem: bytes) -> Path:
