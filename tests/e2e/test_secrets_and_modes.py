@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import stat
 import subprocess
 import uuid
@@ -88,6 +89,46 @@ def test_token_never_shown_on_add_check_del(scenario, plugin_kubeconfig):
     assert "DEBUG" in runs[0].stderr  # and on stderr too
     assert_not_shown(outputs(s, runs), token_secrets(plugin_kubeconfig))
     assert mode(Path(s.netconf["logFile"])) == 0o600
+
+
+JSON_DAEMON_FLAGS = ("--log-level", "debug", "--log-format", "json", "--max-parallel", "4")
+
+
+def test_json_logs_carry_pod_sandbox_network_and_never_the_token(make_scenario, mode,
+                                                                  plugin_kubeconfig):
+    """logFormat json (thin: the conf's key; thick: the daemon's --log-format;
+    docs/configuration.md, "Logs"): every line of the log file and of stderr is one JSON
+    object with its UTC time; the call's lines name its pod and sandbox (in thick mode,
+    from the daemon's worker threads), and each attachment's lines (the child plugins'
+    debug lines included) its network; the token is in none of them."""
+    s = make_scenario(daemon_flags=JSON_DAEMON_FLAGS)
+    conf = {**debug_everywhere(s, plugin_kubeconfig), "logFormat": "json"}
+    runs = [s.run(command, conf) for command in ("ADD", "CHECK", "DEL")]
+    assert [r.code for r in runs] == [0, 0, 0], [r.stdout for r in runs]
+    texts = [s.log_text()] + [r.stderr for r in runs]
+    if mode == "thick":
+        texts.append(s.daemon.stderr_file.read_text())
+    records = [json.loads(line) for text in texts for line in text.splitlines()]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", r["time"])
+               and r["level"] in ("debug", "info", "warning") and r["msg"] for r in records)
+    calls = [r for r in records if "sandbox" in r]
+    assert len(calls) > 20
+    assert {(r["pod"], r["sandbox"]) for r in calls} == {(f"{s.namespace}/{s.pod_name}",
+                                                          s.container_id)}
+    if mode == "thin":  # only the calls log; the daemon logs its caches too
+        assert calls == records
+    attached = {}
+    for record in calls:
+        found = re.search(r": attached network (\S+) as (\S+)$", record["msg"])
+        if found:
+            attached[found[1]] = record["network"]
+    assert len(attached) == 3 and all(k == v for k, v in attached.items()), attached
+    # the children's own lines (cni/invoke.py's debug) carry the network they run for
+    children = [r for r in records if re.match(r"(ADD|DEL|CHECK) \S+ ifname=\S+ rc=", r["msg"])]
+    assert len(children) >= 9 and [(r["msg"], r.get("network"), r.get("sandbox"))
+                                   for r in children if r.get("network") not in attached
+                                   or "sandbox" not in r] == []
+    assert_not_shown(outputs(s, runs), token_secrets(plugin_kubeconfig))
 
 
 def cert_kubeconfig(cluster, path: Path, key_pem: bytes) -> Path:

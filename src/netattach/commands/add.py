@@ -57,6 +57,7 @@ from ..cni.result import convert_result
 from ..kube.api import PodApi, pod_ref, where, writes_after_answer
 from ..kube.client import KubeError
 from ..node import devices, netnsinfo
+from ..node.logsetup import log_context
 from ..node.state import (
     CorruptState,
     HotplugContext,
@@ -315,19 +316,21 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
     for i, att in enumerate(plan.attachments):
         _abandon_step(orch, pod, state, f"before network {att.network} (interface {att.ifname})")
         saved = state.attachments[i]
-        try:
-            # its mark, with the result of the attachment before
-            result = attach_one(orch, req, conf, att, saved,
-                                partial(store.record_progress, state, [i - 1, i] if i else [i]),
-                                plan.devices.get(i))
-        except CniError as e:
-            log.error("%s: ADD of network %s (%s) failed: %s", where(pod), att.network,
-                      att.ifname, e)
-            raise _AttachFailed(e.within(where(pod, f"{att.network} (interface {att.ifname})"))) \
-                from None
-        results.append(result)
-        saved.result = result
-        log.info("%s: attached network %s as %s", where(pod), att.network, att.ifname)
+        with log_context(network=att.network):
+            try:
+                # its mark, with the result of the attachment before
+                result = attach_one(orch, req, conf, att, saved,
+                                    partial(store.record_progress, state,
+                                            [i - 1, i] if i else [i]),
+                                    plan.devices.get(i))
+            except CniError as e:
+                log.error("%s: ADD of network %s (%s) failed: %s", where(pod), att.network,
+                          att.ifname, e)
+                raise _AttachFailed(e.within(where(pod, f"{att.network} (interface "
+                                                        f"{att.ifname})"))) from None
+            results.append(result)
+            saved.result = result
+            log.info("%s: attached network %s as %s", where(pod), att.network, att.ifname)
     _abandon_step(orch, pod, state, "after its last attachment, before its answer")
     if plan.attachments:
         try:

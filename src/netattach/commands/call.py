@@ -51,6 +51,7 @@ def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator |
     cni_version = LATEST
     conf: NetConf | None = None  # thin mode: set up logging from it once parsed
     logging_ready = orchestrator is not None  # the node daemon set up its own
+    context = None  # the call's log_context, entered once logging is set up
     try:
         if environ.get("CNI_COMMAND") == "VERSION":  # reads nothing but stdin
             from ..cni.stdin import decode_json_object
@@ -71,6 +72,7 @@ def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator |
                     return None, 0
             _setup_logging(conf)
             logging_ready = True
+        context = _enter_context(req)
         log = _log()
         if conf.unhonoured:
             log.warning("configuration keys read but not honoured: %s", "; ".join(
@@ -104,6 +106,21 @@ def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator |
         else:
             _log().error("%s", error.msg)
         return error.to_dict(cni_version), 1
+    finally:
+        if context is not None:  # the node daemon's thread runs other calls next
+            context.__exit__()
+
+
+def _enter_context(req: CniRequest) -> Any:
+    """Enter the log_context of a call (node/logsetup.py): its pod (CNI_ARGS'
+    "namespace/name", when both are given) and sandbox (its container ID), for the
+    JSON lines' fields. Returns the entered context, for its __exit__."""
+    from ..node.logsetup import log_context
+    ns, name = req.arg("K8S_POD_NAMESPACE"), req.arg("K8S_POD_NAME")
+    context = log_context(pod=f"{ns}/{name}" if ns and name else None,
+                          sandbox=req.container_id or None)
+    context.__enter__()
+    return context
 
 
 def run_command(orch: Orchestrator, req: CniRequest, conf: NetConf) -> dict[str, Any] | None:
@@ -134,9 +151,10 @@ def run_command(orch: Orchestrator, req: CniRequest, conf: NetConf) -> dict[str,
 
 def _setup_logging(conf: NetConf) -> None:
     """Thin mode's logging, as the configuration says (logFile, logLevel, logToStderr,
-    logOptions)."""
+    logOptions, logFormat)."""
     from ..node.logsetup import setup_logging
-    setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr, conf.log_options)
+    setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr, conf.log_options,
+                  conf.log_format)
 
 
 def _quiet_status(req: CniRequest, conf: NetConf) -> bool:

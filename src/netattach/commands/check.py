@@ -10,6 +10,7 @@ from ..cni import chain, version
 from ..cni.errors import CniError, UnknownContainer, VersionError
 from ..cni.request import CniRequest
 from ..kube.api import pod_ref, where
+from ..node.logsetup import log_context
 from ..spec.netconf import NetConf
 
 if TYPE_CHECKING:
@@ -40,12 +41,14 @@ def cmd_check(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:
         raise UnknownContainer(f"pod {pod or '?'}: no saved attachments for container "
                                f"{req.container_id}: it was never added on this node")
     for att in state.attachments:
-        try:
-            config = chain.NetworkConfig.from_dict(att.config, att.source)
-            if not version.at_least(config.cni_version, "0.4.0"):
-                # CHECK does not exist before 0.4.0 (SPEC.md); such a delegate has nothing to check.
-                log.debug("CHECK skipped for %s: cniVersion %s", att.network, config.cni_version)
-                continue
-            chain.check(config, orch.saved_runtime_conf(req, conf, att), att.result)
-        except CniError as e:
-            raise e.within(where(pod, f"{att.network} (interface {att.ifname})")) from None
+        with log_context(network=att.network):
+            try:
+                config = chain.NetworkConfig.from_dict(att.config, att.source)
+                if not version.at_least(config.cni_version, "0.4.0"):
+                    # CHECK does not exist before 0.4.0 (SPEC.md): nothing to check.
+                    log.debug("CHECK skipped for %s: cniVersion %s", att.network,
+                              config.cni_version)
+                    continue
+                chain.check(config, orch.saved_runtime_conf(req, conf, att), att.result)
+            except CniError as e:
+                raise e.within(where(pod, f"{att.network} (interface {att.ifname})")) from None

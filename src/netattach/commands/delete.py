@@ -36,6 +36,7 @@ from ..cni.errors import CniError, ConfigError, TryAgain
 from ..cni.request import CniRequest
 from ..kube.api import PodApi, pod_ref, where
 from ..node import devices
+from ..node.logsetup import log_context
 from ..node.state import (
     CorruptState,
     DelPending,
@@ -103,16 +104,18 @@ def delete_attachment(orch: Orchestrator, req: CniRequest, conf: NetConf,
     if netns is None:
         netns = "" if is_missing_netns(req.netns) else req.netns
     what = f"network {att.network} (interface {att.ifname})"
-    try:
-        excused = chain.delete(chain.NetworkConfig.from_dict(att.config, att.source),
-                               orch.saved_runtime_conf(req, conf, att, netns), att.result,
-                               att.failed_add())
-        for x in excused:
-            log.warning("DEL of %s: %s; ignored: %s", what, x.error, x.why)
-        if att.device:
-            devices.remove_device_info(req.container_id, att.ifname, conf.device_info_dir)
-    except CniError as e:
-        return f"{what}: {e}"
+    with log_context(network=att.network):
+        try:
+            excused = chain.delete(chain.NetworkConfig.from_dict(att.config, att.source),
+                                   orch.saved_runtime_conf(req, conf, att, netns), att.result,
+                                   att.failed_add())
+            for x in excused:
+                log.warning("DEL of %s: %s; ignored: %s", what, x.error, x.why)
+            if att.device:
+                devices.remove_device_info(req.container_id, att.ifname,
+                                           conf.device_info_dir)
+        except CniError as e:
+            return f"{what}: {e}"
     return None
 
 

@@ -54,6 +54,7 @@ from ..cni.request import CniRequest, parse_request
 from ..kube.api import PodApi
 from ..node import netnsinfo
 from ..node.devices import nad_resource_name
+from ..node.logsetup import log_context
 from ..node.state import PendingStatus, SavedAttachment, SavedState
 from ..node.statestore import StateStore, is_missing_netns
 from ..spec import hotplug, policy, status
@@ -265,7 +266,17 @@ class _Change:
             # not a sandbox whose ADD completed (network_status is recorded last), or
             # one whose DEL began (it drops the context first)
             return
+        with log_context(pod=f"{state.pod.namespace}/{state.pod.name}",
+                         sandbox=state.container_id):
+            cls._begin(orchestrator, store, state, pods, waiting, outcome)
+
+    @classmethod
+    def _begin(cls, orchestrator: Callable[[dict[str, str]], Orchestrator], store: StateStore,
+               state: SavedState, pods: Callable[[str, str], dict[str, Any] | None],
+               waiting: frozenset[StepKey], outcome: Outcome) -> None:
+        """begin's work, in the sandbox's log_context."""
         ref = state.pod
+        assert ref is not None  # begin returned on None
         obj = pods(ref.namespace, ref.name)
         meta = (obj or {}).get("metadata") or {}
         if obj is None or (ref.uid and meta.get("uid") != ref.uid) \
@@ -417,22 +428,24 @@ class _Change:
         saved = networks.saved_attachment(att, attempted=True, identity=True)
         saved.change = "add"
         state.attachments.append(saved)
-        try:
-            result = attach_one(self.orch, self.req, conf, att, saved,
-                                lambda: self.store.save(state))  # recorded before the child runs
-        except CniError as e:
-            log.error("pod %s: hot-plug ADD of %s (%s) failed: %s", pod, att.network, ifname, e)
-            # an undo that fails keeps the "add" mark: the next look undoes it again, as
-            # an interrupted ADD, rather than taking the half-made attachment for one made
-            self.delete(saved, keep_mark=True)
-            self.outcome.steps.append(Step("add", element.ref, ifname, False))
-            self._event("Warning", "ErrorAddingNetwork",
-                        f"hot-plug of {att.network} (interface {ifname}) failed: {e.msg}")
-            return False
-        saved.result, saved.change = result, None
-        self.store.save(state)
-        self.outcome.steps.append(Step("add", element.ref, ifname, True))
-        log.info("pod %s: hot-plug attached network %s as %s", pod, att.network, ifname)
+        with log_context(network=att.network):
+            try:
+                result = attach_one(self.orch, self.req, conf, att, saved,
+                                    lambda: self.store.save(state))  # recorded before the child
+            except CniError as e:
+                log.error("pod %s: hot-plug ADD of %s (%s) failed: %s", pod, att.network, ifname,
+                          e)
+                # an undo that fails keeps the "add" mark: the next look undoes it again, as
+                # an interrupted ADD, rather than taking the half-made attachment for one made
+                self.delete(saved, keep_mark=True)
+                self.outcome.steps.append(Step("add", element.ref, ifname, False))
+                self._event("Warning", "ErrorAddingNetwork",
+                            f"hot-plug of {att.network} (interface {ifname}) failed: {e.msg}")
+                return False
+            saved.result, saved.change = result, None
+            self.store.save(state)
+            self.outcome.steps.append(Step("add", element.ref, ifname, True))
+            log.info("pod %s: hot-plug attached network %s as %s", pod, att.network, ifname)
         return True
 
     def publish(self, uid: str, fresh: set[tuple[str, str]]) -> None:

@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..node.logsetup import LOG_LEVELS, setup_logging
+from ..node.logsetup import LOG_FORMATS, LOG_LEVELS, setup_logging
 from ..spec.netconf import DEFAULT_CNI_DIR
 
 log = logging.getLogger("netattach.daemon")
@@ -119,6 +119,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-file", default=None, help="log file (default: stderr only)")
     parser.add_argument("--log-level", choices=tuple(LOG_LEVELS), default="info",
                         help="(default: %(default)s)")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default=LOG_FORMATS[0],
+                        help="text lines, or one JSON object a line with the pod, sandbox "
+                             "and network of each call's lines as fields "
+                             "(docs/configuration.md, \"Logs\") (default: %(default)s)")
     dra = parser.add_argument_group(
         "DRA driver", "the node side of the DRA driver cni.dra.networking.x-k8s.io "
         "(daemon/dra.py; docs/architecture.md, \"DRA kubelet plugin\")")
@@ -170,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     """`netattach daemon`: runs until SIGTERM/SIGINT; 0 then, 1 when it cannot start."""
     import faulthandler
     faulthandler.enable()  # a crash in a C extension leaves every thread's stack on stderr
-    setup_logging(args.log_file, args.log_level, True, None)
+    setup_logging(args.log_file, args.log_level, True, None, args.log_format)
     from ..buildinfo import describe
     log.info("netattach daemon %s, Python %s", describe(), platform.python_version())
     if not args.node_name:

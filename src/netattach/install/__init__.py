@@ -42,7 +42,7 @@ import sys
 from typing import Any
 
 from ..cni.version import SUPPORTED_VERSIONS
-from ..node.logsetup import LOG_LEVELS
+from ..node.logsetup import LOG_FORMATS, LOG_LEVELS, formatter
 from ..spec.netconf import CLAIM_CONFIG_SOURCES, DEFAULT_CLAIM_CONFIG_SOURCES, MAX_CAP, NetConf
 from .binary import tree_digest
 from .files import InstallError
@@ -146,6 +146,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the plugin's logLevel (default: %(default)s)")
     g.add_argument("--log-file", default=None,
                    help="the plugin's logFile (host path). Default: none, stderr only")
+    g.add_argument("--log-format", choices=LOG_FORMATS, default=LOG_FORMATS[0],
+                   help="the plugin's logFormat: text lines or one JSON object a line "
+                        "(docs/configuration.md, \"Logs\"); text is not written, being the "
+                        "plugin's default (default: %(default)s)")
     g.add_argument("--namespace-isolation", action="store_true",
                    help="namespaceIsolation: pods select NADs only in their own namespace or "
                         "--global-namespaces")
@@ -241,6 +245,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--installer-log-level", choices=("debug", "info", "warning", "error"),
                    default="info",
                    help="level of the installer's own logs on stderr (default: %(default)s)")
+    g.add_argument("--installer-log-format", choices=LOG_FORMATS, default=LOG_FORMATS[0],
+                   help="format of the installer's own logs: text lines or one JSON object "
+                        "a line (docs/configuration.md, \"Logs\") (default: %(default)s)")
     mode = g.add_mutually_exclusive_group()
     mode.add_argument("--once", action="store_true",
                       help="one pass (binary, kubeconfig, wait for the primary, conflist), "
@@ -253,15 +260,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "record is not ready. Writes nothing (the probes)")
 
 
-def _setup_logging(level: str) -> None:
+def _setup_logging(level: str, log_format: str = "text") -> None:
     """Route the `netattach.install` logger (the submodules' loggers are its children)
-    to stderr at `level`, and only there."""
+    to stderr at `level`, and only there, as `log_format` says (node/logsetup.py's
+    formats: the text line's time in UTC)."""
     log.handlers.clear()
     log.propagate = False
     log.setLevel(getattr(logging, level.upper()))
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(
-        f"%(asctime)s netattach-install[{os.getpid()}] %(levelname)s: %(message)s"))
+    handler.setFormatter(formatter(
+        log_format, f"netattach-install[{os.getpid()}] %(levelname)s: %(message)s"))
     log.addHandler(handler)
 
 
@@ -302,7 +310,7 @@ def _check(args: argparse.Namespace, environ: dict[str, str]) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """`netattach install`: 0 done or stopped by a signal, 1 failed (message on stderr)."""
-    _setup_logging(args.installer_log_level)
+    _setup_logging(args.installer_log_level, args.installer_log_format)
     try:
         if args.check:
             return _check(args, dict(os.environ))

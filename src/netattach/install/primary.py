@@ -202,6 +202,8 @@ class PluginSettings:
     conf_dir: str | None = None
     """confDir: where the plugin finds on-disk configs of NADs without spec.config."""
     log_file: str | None = None
+    log_format: str = "text"
+    """logFormat: "text" (the plugin's default, so not written) or "json"."""
     namespace_isolation: bool = False
     global_namespaces: str | None = None
     allowed_plugin_types: str | None = None
@@ -255,6 +257,8 @@ class PluginSettings:
                     "claimConfigSources": self.claim_config_sources,
                     "daemonSocketDir": self.daemon_socket_dir}
         plugin.update({k: v for k, v in optional.items() if v})
+        if self.log_format != "text":
+            plugin["logFormat"] = self.log_format
         if self.default_networks:
             plugin["defaultNetworks"] = list(self.default_networks)
         for key, seconds in (("apiTimeout", self.api_timeout),
@@ -288,6 +292,7 @@ def plugin_settings(args: Any, kubeconfig: str, plugin_type: str) -> PluginSetti
     return PluginSettings(
         bin_dir=args.host_bin_dir, cni_dir=args.cni_dir, kubeconfig=kubeconfig,
         log_level=args.log_level, conf_dir=args.plugin_conf_dir, log_file=args.log_file,
+        log_format=args.log_format,
         namespace_isolation=args.namespace_isolation,
         global_namespaces=args.global_namespaces, multus_namespace=args.multus_namespace,
         allowed_plugin_types=args.allowed_plugin_types,

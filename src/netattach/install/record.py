@@ -27,7 +27,8 @@ from .files import MAX_CONFIG_BYTES, InstallError, ensure_dir
 
 RECORD_NAME = "settings.json"
 VERSION = 1
-NOT_RECORDED = frozenset({"check", "once", "run_dir", "installer_log_level"})
+NOT_RECORDED = frozenset({"check", "once", "run_dir", "installer_log_level",
+                           "installer_log_format"})
 """Flags that say what this process does, not what is installed."""
 
 

@@ -1,5 +1,14 @@
 """Logging of the CNI path: the `netattach` logger to `logFile` and/or stderr, never stdout.
 
+Two formats (`logFormat`, the daemon's and the installer's `--log-format`;
+LOG_FORMAT_NAMES): "text", one line `<UTC time> netattach[<pid>] <LEVEL> <logger>:
+<message>`, the time ISO 8601 with milliseconds and `Z` whatever the node's TZ; and
+"json", one JSON object a line (JsonFormatter). The pod, sandbox and network a line is
+about reach the JSON object's fields from `log_context`, which the CNI call
+(commands/call.py), each attachment's ADD and DEL and a hot-plug change set for their
+thread; the text line carries them in its message, as before (docs/configuration.md,
+"Logs").
+
 `LOG_LEVELS` is the one table of the `logLevel` values netattach accepts (Multus'
 names, plus `warning` and `info`; their names are spec/netconf.py's LOG_LEVEL_NAMES,
 which the config schema uses) -> Python levels, used by the installer's and the
@@ -15,9 +24,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
+import time
 from typing import Any
 
-from ..spec.netconf import LOG_LEVEL_NAMES
+from ..spec.netconf import LOG_FORMAT_NAMES, LOG_LEVEL_NAMES
 
 LOG_LEVELS: dict[str, int] = dict(zip(LOG_LEVEL_NAMES, (
     logging.CRITICAL, logging.ERROR, logging.WARNING, logging.INFO, logging.DEBUG,
@@ -40,10 +51,128 @@ _STAMP = "%Y-%m-%dT%H-%M-%S"
 the milliseconds."""
 
 
+LOG_FORMATS: tuple[str, ...] = LOG_FORMAT_NAMES
+"""`logFormat` values, the default first: the daemon's and the installer's
+`--log-format` choices."""
+
+CONTEXT_FIELDS = ("pod", "sandbox", "network")
+"""The fields `log_context` sets and JsonFormatter writes, in order: the pod
+("namespace/name", from CNI_ARGS), the sandbox (the CNI container ID), the network
+(a NAD reference "namespace/name", or the cluster default network's name)."""
+
+_context = threading.local()
+"""This thread's CONTEXT_FIELDS (the node daemon runs calls on several threads)."""
+
+
+class log_context:  # noqa: N801 - used as a `with` statement, like a function
+    """`with log_context(pod=..., sandbox=..., network=...):` the records logged by this
+    thread meanwhile carry those fields (a None value: unknown, left out). Fields not
+    given keep their outer value; each is restored on exit, so contexts nest (a
+    network's inside a call's). A record's own `extra` value wins. Standard library
+    only, no contextlib: the exec'd path imports it."""
+
+    __slots__ = ("fields", "saved")
+
+    def __init__(self, **fields: str | None) -> None:
+        self.fields = fields
+        self.saved: dict[str, str | None] = {}
+
+    def __enter__(self) -> None:
+        for key, value in self.fields.items():
+            self.saved[key] = getattr(_context, key, None)
+            setattr(_context, key, value)
+
+    def __exit__(self, *exc: object) -> None:
+        for key, value in self.saved.items():
+            setattr(_context, key, value)
+
+
+class _ContextFilter(logging.Filter):
+    """Copies this thread's log_context onto each record a handler gets (as
+    record.pod, .sandbox, .network), unless the record has its own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key in CONTEXT_FIELDS:
+            if getattr(record, key, None) is None:
+                setattr(record, key, getattr(_context, key, None))
+        return True
+
+
+def iso_utc(seconds: float) -> str:
+    """RFC 3339 / ISO 8601 UTC time with milliseconds: `2026-11-28T20:41:07.123Z`.
+    seconds: since the epoch (a LogRecord's `created`)."""
+    whole, ms = divmod(int(seconds * 1000), 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{ms:03d}Z"
+
+
+class TextFormatter(logging.Formatter):
+    """logging.Formatter whose `%(asctime)s` is iso_utc: UTC whatever TZ says, so the
+    lines of every node and process sort and compare as text."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return iso_utc(record.created)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line (a newline in a message or a traceback
+    is escaped):
+
+        {"time": "2026-11-28T20:41:07.123Z", "level": "info", "pod": "ns/name",
+         "sandbox": "<container ID>", "network": "ns/net-a", "msg": "...",
+         "logger": "netattach.commands.add", "pid": 4242}
+
+    time: iso_utc of the record. level: Python's level name in lower case (debug,
+    info, warning, error, critical). pod, sandbox, network: the record's log_context,
+    each left out when unknown. msg: the message with its arguments. logger, pid: as
+    the text line's. exc: the traceback, when the record has one. Nothing else of the
+    record is written (no `extra` field but those three): what reaches a line is what
+    the message says, under the same rules (docs/security.md: no credential is logged).
+
+    Standard library only (the C string encoder `_json.encode_basestring_ascii`, which
+    escapes every control and non-ASCII character): the exec'd path formats with it
+    without importing the `json` package (docs/architecture.md, "Logs").
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        import _json
+        self._quote = _json.encode_basestring_ascii
+        self._pid = os.getpid()
+
+    def format(self, record: logging.LogRecord) -> str:
+        quote = self._quote
+        out = [f'{{"time": "{iso_utc(record.created)}", '
+               f'"level": {quote(record.levelname.lower())}']
+        for key in CONTEXT_FIELDS:
+            value = getattr(record, key, None)
+            if value is not None:
+                out.append(f'"{key}": {quote(str(value))}')
+        out.append(f'"msg": {quote(record.getMessage())}')
+        out.append(f'"logger": {quote(record.name)}')
+        out.append(f'"pid": {self._pid}')
+        if record.exc_info:
+            if not record.exc_text:
+                record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            out.append(f'"exc": {quote(record.exc_text)}')
+        if record.stack_info:
+            out.append(f'"stack": {quote(self.formatStack(record.stack_info))}')
+        return ", ".join(out) + "}"
+
+
+def formatter(log_format: str, template: str) -> logging.Formatter:
+    """The formatter of `log_format` (a LOG_FORMAT_NAMES value; anything else is
+    "text"). template: the text line after its time, %-style (e.g.
+    "netattach[42] %(levelname)s %(name)s: %(message)s"); JSON ignores it."""
+    if log_format == "json":
+        return JsonFormatter()
+    return TextFormatter("%(asctime)s " + template)
+
+
 def setup_logging(log_file: str | None, level: str, to_stderr: bool,
-                  options: dict[str, Any] | None = None) -> None:
+                  options: dict[str, Any] | None = None, log_format: str = "text") -> None:
     """Route the `netattach` logger to `log_file` and/or stderr; rotate `log_file` by
-    `options`.
+    `options`; format each record as `log_format` says ("text" or "json": module doc).
 
     log_file: path or None; opened O_APPEND, created 0600 (an existing file keeps
     its mode). level: a LOG_LEVELS key (anything else is "info"). to_stderr: also
@@ -93,8 +222,9 @@ def setup_logging(log_file: str | None, level: str, to_stderr: bool,
     root.handlers.clear()
     root.setLevel(LOG_LEVELS.get(level, logging.INFO))
     root.propagate = False
-    fmt = logging.Formatter(
-        f"%(asctime)s netattach[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
+    fmt = formatter(log_format,
+                    f"netattach[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
+    context = _ContextFilter()
     if log_file:
         try:
             fd = _open_append(log_file)
@@ -106,10 +236,12 @@ def setup_logging(log_file: str | None, level: str, to_stderr: bool,
                 if options is not None
                 else _AppendHandler(log_file, fd, stderr_fallback=not to_stderr))
             handler.setFormatter(fmt)
+            handler.addFilter(context)
             root.addHandler(handler)
     if to_stderr or not root.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(fmt)
+        handler.addFilter(context)
         root.addHandler(handler)
 
 

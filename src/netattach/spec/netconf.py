@@ -5,7 +5,8 @@ Keys are Multus-compatible, so a Multus user switches by changing `type`:
 `logFile`, `logLevel`, `logToStderr`, `multusNamespace`, `systemNamespaces`,
 `namespaceIsolation`, `globalNamespaces`, `readinessindicatorfile`, plus the CNI
 keys `name`, `type`, `cniVersion`, `capabilities`, `runtimeConfig`, `prevResult`.
-netattach adds `apiTimeout`, `delegateTimeout` and `readinessTimeout` (seconds),
+netattach adds `logFormat` (LOG_FORMAT_NAMES: text or JSON lines), `apiTimeout`,
+`delegateTimeout` and `readinessTimeout` (seconds),
 `podResourcesSocket` (the kubelet's PodResources API, for NADs annotated
 `k8s.v1.cni.cncf.io/resourceName`), `deviceInfoDir` (Device Information
 Specification files), `resourceClaims` (networks from DRA ResourceClaims are read
@@ -75,6 +76,9 @@ DEFAULT_DEVICE_INFO_DIR = "/var/run/k8s.cni.cncf.io/devinfo"
 LOG_LEVEL_NAMES = ("panic", "error", "warning", "info", "debug", "verbose")
 """The `logLevel` values netattach accepts (Multus'), most severe first;
 node/logsetup.py's LOG_LEVELS maps each to a Python logging level."""
+LOG_FORMAT_NAMES = ("text", "json")
+"""The `logFormat` values, the default first: one text line, or one JSON object, a
+record (node/logsetup.py; docs/configuration.md, "Logs")."""
 CONFLIST_NAME = "00-netattach.conflist"
 """The conflist `netattach install` writes: sorts before the cluster default network's
 (node/nodefiles.py names netattach's files on a node)."""
@@ -126,6 +130,7 @@ SCHEMA: dict[str, Any] = {
         "binDir": _PATH,
         "logFile": _PATH,
         "logLevel": {"enum": list(LOG_LEVEL_NAMES)},
+        "logFormat": {"enum": list(LOG_FORMAT_NAMES)},
         # Multus' logOptions (lumberjack): rotation of logFile.
         "logOptions": {"type": "object", "additionalProperties": False, "properties": {
             "maxAge": {"type": "integer", "minimum": 0},
@@ -204,6 +209,7 @@ class NetConf:
     bin_dir: str = DEFAULT_BIN_DIR
     log_file: str | None = None
     log_level: str = "info"
+    log_format: str = "text"
     log_to_stderr: bool = True
     log_options: dict[str, Any] | None = None
     multus_namespace: str = DEFAULT_NAMESPACE
@@ -338,6 +344,7 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         bin_dir=config.get("binDir", DEFAULT_BIN_DIR),
         log_file=config.get("logFile"),
         log_level=config.get("logLevel", "info"),
+        log_format=config.get("logFormat", LOG_FORMAT_NAMES[0]),
         log_to_stderr=config.get("logToStderr", True),
         log_options=(dict(config["logOptions"]) if isinstance(config.get("logOptions"), dict)
                      else None),
