@@ -174,6 +174,7 @@ def test_image_repository_and_tag_reach_every_container(home):
 # the presets as the chart defines them; docs/helm.md's table must say the same
 PRESETS = {
     "": ("/etc/cni/net.d", "/opt/cni/bin"),
+    "rke2": ("/etc/cni/net.d", "/opt/cni/bin"),
     "k3s": ("/var/lib/rancher/k3s/agent/etc/cni/net.d", "/var/lib/rancher/k3s/data/cni"),
     "microk8s": ("/var/snap/microk8s/current/args/cni-network",
                  "/var/snap/microk8s/current/opt/cni/bin"),

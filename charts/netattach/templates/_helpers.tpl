@@ -5,6 +5,9 @@ The host's CNI dirs of each preset (docs/helm.md gives each one's source): conf 
 "":
   confDir: /etc/cni/net.d
   binDir: /opt/cni/bin
+rke2:
+  confDir: /etc/cni/net.d
+  binDir: /opt/cni/bin
 k3s:
   confDir: /var/lib/rancher/k3s/agent/etc/cni/net.d
   binDir: /var/lib/rancher/k3s/data/cni
@@ -21,7 +24,7 @@ openshift:
 {{- $presets := include "netattach.presets" . | fromYaml -}}
 {{- $name := .Values.cni.preset | default "" -}}
 {{- if not (hasKey $presets $name) -}}
-{{- fail (printf "cni.preset: unknown preset %q: one of \"\" (default), k3s, microk8s, openshift" $name) -}}
+{{- fail (printf "cni.preset: unknown preset %q: one of \"\" (default), rke2, k3s, microk8s, openshift" $name) -}}
 {{- end -}}
 {{- get $presets $name | toYaml -}}
 {{- end -}}
