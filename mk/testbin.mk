@@ -14,9 +14,12 @@
 #   testbin         build whatever is missing (a second run only checks files)
 #   testbin-multus  build Multus (for `make bench*` and `make test`, whose
 #                   tests/integration/test_bench_cluster_harness.py runs its daemon; not part of `testbin`)
+#   testbin-helm    build the Helm client (for `make test`, whose tests lint, render and
+#                   install charts/netattach/; not part of `testbin`)
 #   TESTBIN_ENV     command prefix pointing the tests/demo/bench at the binaries
 #   TESTBIN_K8S_DIR, TESTBIN_CNI_DIR, TESTBIN_CONTAINERD_DIR, TESTBIN_MULTUS_DIR,
-#   K8S_VERSION, ETCD_VERSION, CNI_PLUGINS_VERSION, CONTAINERD_VERSION, MULTUS_VERSION
+#   TESTBIN_HELM_DIR, K8S_VERSION, ETCD_VERSION, CNI_PLUGINS_VERSION, CONTAINERD_VERSION,
+#   MULTUS_VERSION, HELM_VERSION
 
 TESTBIN_DIR := $(CACHE_DIR)/testbin
 TESTBIN_SRC := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))../hack/testbin)
@@ -32,7 +35,9 @@ CNI_PLUGINS_VERSION := $(call gomod_version,$(TESTBIN_SRC)/cni/go.mod,github.com
 CONTAINERD_VERSION := $(call gomod_version,$(TESTBIN_SRC)/containerd/go.mod,github.com/containerd/containerd/v2)
 MULTUS_MODULE := gopkg.in/k8snetworkplumbingwg/multus-cni.v4
 MULTUS_VERSION := $(call gomod_version,$(TESTBIN_SRC)/multus/go.mod,$(MULTUS_MODULE))
-ifeq ($(and $(K8S_VERSION),$(ETCD_VERSION),$(CNI_PLUGINS_VERSION),$(CONTAINERD_VERSION),$(MULTUS_VERSION)),)
+HELM_MODULE := helm.sh/helm/v3
+HELM_VERSION := $(call gomod_version,$(TESTBIN_SRC)/helm/go.mod,$(HELM_MODULE))
+ifeq ($(and $(K8S_VERSION),$(ETCD_VERSION),$(CNI_PLUGINS_VERSION),$(CONTAINERD_VERSION),$(MULTUS_VERSION),$(HELM_VERSION)),)
 $(error cannot read the test-bed versions from $(TESTBIN_SRC)/*/go.mod)
 endif
 
@@ -54,9 +59,12 @@ CONTAINERD_BINS := $(CONTAINERD_RELEASE_BINS) $(TESTBIN_CONTAINERD_DIR)/criclien
 TESTBIN_MULTUS_DIR := $(TESTBIN_DIR)/multus-$(MULTUS_VERSION)
 MULTUS_PKGS := $(call gomod_tools,$(TESTBIN_SRC)/multus/go.mod)
 MULTUS_BINS := $(addprefix $(TESTBIN_MULTUS_DIR)/,$(notdir $(MULTUS_PKGS)))
+TESTBIN_HELM_DIR := $(TESTBIN_DIR)/helm-$(HELM_VERSION)
+TESTBIN_HELM := $(TESTBIN_HELM_DIR)/helm
 
 TESTBIN_ENV := NETATTACH_K8S_BIN=$(TESTBIN_K8S_DIR) NETATTACH_CNI_BIN=$(TESTBIN_CNI_DIR) \
-	NETATTACH_CONTAINERD_BIN=$(TESTBIN_CONTAINERD_DIR) NETATTACH_MULTUS_BIN=$(TESTBIN_MULTUS_DIR)
+	NETATTACH_CONTAINERD_BIN=$(TESTBIN_CONTAINERD_DIR) NETATTACH_MULTUS_BIN=$(TESTBIN_MULTUS_DIR) \
+	NETATTACH_HELM=$(TESTBIN_HELM)
 
 # Build environment: the committed go.sum pins every module; -mod=readonly makes
 # a build fail rather than edit go.mod/go.sum. The checksum DB is only a second
@@ -80,7 +88,7 @@ K8S_LDFLAGS := -s -w \
 	-X $(K8S_VERSION_PKG).gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION:v%=%))) \
 	-X $(K8S_VERSION_PKG).gitTreeState=clean
 
-.PHONY: testbin testbin-multus testbin-clean
+.PHONY: testbin testbin-multus testbin-helm testbin-clean
 testbin: $(K8S_BINS) $(TESTBIN_K8S_DIR)/etcd $(CNI_BINS) $(CONTAINERD_BINS)
 
 # Each binary is linked to a temporary name and renamed into place, so an
@@ -144,9 +152,28 @@ $(MULTUS_BINS) &:
 	  -o $(TESTBIN_MULTUS_DIR).tmp/ $(MULTUS_PKGS)
 	@mkdir -p $(TESTBIN_MULTUS_DIR) && mv -f $(TESTBIN_MULTUS_DIR).tmp/* $(TESTBIN_MULTUS_DIR)/ && rmdir $(TESTBIN_MULTUS_DIR).tmp
 
+# The Helm client as its release is built (static, the version stamped, and the
+# Kubernetes version that `helm template` and `helm lint` assume by default taken from
+# the client-go its go.mod requires, as Helm's own Makefile does).
+HELM_K8S_MINOR := $(word 2,$(subst ., ,$(call gomod_version,$(TESTBIN_SRC)/helm/go.mod,k8s.io/client-go)))
+HELM_LDFLAGS := -s -w -X $(HELM_MODULE)/internal/version.version=$(HELM_VERSION) \
+	-X $(HELM_MODULE)/internal/version.gitTreeState=clean \
+	-X $(HELM_MODULE)/pkg/lint/rules.k8sVersionMajor=1 \
+	-X $(HELM_MODULE)/pkg/lint/rules.k8sVersionMinor=$(HELM_K8S_MINOR) \
+	-X $(HELM_MODULE)/pkg/chartutil.k8sVersionMajor=1 \
+	-X $(HELM_MODULE)/pkg/chartutil.k8sVersionMinor=$(HELM_K8S_MINOR)
+testbin-helm: $(TESTBIN_HELM)
+$(TESTBIN_HELM):
+	@mkdir -p $(@D)
+	@echo "building Helm $(HELM_VERSION) (takes ~2 min on 2 cores the first time, cached afterwards in $(@D))"
+	@$(call testbin_download,$(TESTBIN_SRC)/helm)
+	cd $(TESTBIN_SRC)/helm && CGO_ENABLED=0 $(TESTBIN_GOENV) $(GO) build -trimpath \
+	  -ldflags '$(HELM_LDFLAGS)' -o $@.tmp $(HELM_MODULE)/cmd/helm
+	@mv -f $@.tmp $@
+
 # Drops the binaries of the pinned versions only (Go's build cache stays, so a
 # rebuild is mostly linking).
 testbin-clean:
 	rm -rf $(TESTBIN_K8S_DIR) $(TESTBIN_K8S_DIR).tmp $(TESTBIN_CNI_DIR) $(TESTBIN_CNI_DIR).tmp \
 	  $(TESTBIN_CONTAINERD_DIR) $(TESTBIN_CONTAINERD_DIR).tmp \
-	  $(TESTBIN_MULTUS_DIR) $(TESTBIN_MULTUS_DIR).tmp
+	  $(TESTBIN_MULTUS_DIR) $(TESTBIN_MULTUS_DIR).tmp $(TESTBIN_HELM_DIR)

@@ -1073,25 +1073,31 @@ README = cl.REPO_ROOT / "README.md"
 
 def readme_clone(directory: Path) -> Path:
     """The reader's clone of this repository under `directory` (what README's install
-    commands need of it: deploy/); returns its path."""
+    commands need of it: deploy/ and charts/); returns its path."""
     clone = directory / "netattach"
     shutil.copytree(cl.DEPLOY_DIR, clone / "deploy")
+    shutil.copytree(cl.REPO_ROOT / "charts", clone / "charts")
     return clone
 
 
 def run_readme_block(node: RealNode, marker: str, cwd: Path,
-                     replace: tuple[str, str] | None = None) -> str:
+                     replace: tuple[str, str] | None = None,
+                     env: dict[str, str] | None = None) -> str:
     """Run README's shell block after `<!-- marker -->` with bash (-e: every line must
     succeed) in `cwd`, as an admin with the test bed's kubectl first on PATH; stdout.
     `replace` (old, new): the alternative a comment of the block gives (thick mode's
-    path), taken before running it. AssertionError with the output on failure."""
+    path), taken before running it. `env`: the environment instead of this process's
+    (its PATH after kubectl's dir; KUBECONFIG is the admin's whatever it says), e.g.
+    netattach_testbed.helm.helm_env for the Helm blocks. AssertionError with the output
+    on failure."""
     script = doc_block(README, marker, "sh")
     if replace:
         assert replace[0] in script, f"README block {marker} has no {replace[0]!r}"
         script = script.replace(replace[0], replace[1])
     assert node.cluster is not None
-    env = {**os.environ, "KUBECONFIG": str(node.cluster.admin_kubeconfig),
-           "PATH": f"{node.k8s_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    base = dict(os.environ if env is None else env)
+    env = {**base, "KUBECONFIG": str(node.cluster.admin_kubeconfig),
+           "PATH": f"{node.k8s_bin}:{base.get('PATH', '/usr/bin:/bin')}"}
     p = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env,
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, f"README block {marker} failed:\n{script}\n{p.stdout}\n{p.stderr}"
