@@ -225,7 +225,7 @@ def test_pod_with_nad_and_claim_gets_all_three(make_scenario, admin_api, k8s_nam
     assert table.returncode == 0, table.stderr
     row = next(line.split() for line in table.stdout.splitlines()
                if line.startswith(f"resourceclaim:{claim}/macvlan0"))
-    assert row[1:3] == ["dra0", addresses[0]]
+    assert row[1:3] == ["dra0", *tb.bare(addresses)]
 
     assert s.run("DEL").code == 0
     sc.assert_clean(s)
