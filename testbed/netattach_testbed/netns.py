@@ -43,6 +43,13 @@ def addresses(netns: str, ifname: str) -> list[str]:
             if a.get("scope") != "link"]
 
 
+def bare(cidrs: list[str]) -> list[str]:
+    """`cidrs` ("10.1.0.2/24", as `addresses` gives them) without their prefix lengths
+    ("10.1.0.2"): the form of network-status `ips` that netattach writes by default, as
+    Multus does (docs/behaviour.md, "The addresses in network-status")."""
+    return [c.split("/", 1)[0] for c in cidrs]
+
+
 def addresses_by_link(netns: str) -> dict[str, list[str]]:
     """Every link of `netns` -> its CIDR addresses (as `addresses`), from one `ip addr`:
     a consistent view while something adds or removes links there."""

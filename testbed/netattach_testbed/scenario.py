@@ -303,6 +303,22 @@ def network_status(api, namespace: str, name: str, timeout: float = 60.0) -> lis
         time.sleep(0.05)
 
 
+def assert_bare_ips(status: list[dict]) -> None:
+    """Every `ips` entry of the network-status entries `status` is a bare IPv4 or IPv6
+    address, as the annotation's readers parse it (Go's net.ParseIP in
+    multi-networkpolicy-iptables, whereabouts, KubeVirt; Python's ip_address refuses a
+    prefix length as ParseIP does), in canonical form (docs/behaviour.md, "The addresses
+    in network-status"). Raises AssertionError naming the entry."""
+    for entry in status:
+        for ip in entry.get("ips", []):
+            try:
+                parsed = ipaddress.ip_address(ip)
+            except ValueError:
+                raise AssertionError(f"{entry.get('name')}: {ip!r} is not a bare address") \
+                    from None
+            assert str(parsed) == ip, f"{entry.get('name')}: {ip!r} is not canonical"
+
+
 def writes_sent(s: Scenario) -> None:
     """Thick mode: until the daemon sent every queued network-status PATCH and Event
     (they go after the runtime's answer); thin mode sent them before it: nothing to wait."""

@@ -75,7 +75,8 @@ def assert_attached(s: sc.Scenario, networks: str, admin_api) -> list[str]:
         [addrs[ifname]] = tb.addresses(s.netns, ifname)
         assert sc.in_subnet(addrs[ifname], subnet), (s.pod_name, ifname, addrs[ifname])
     status = sc.network_status(admin_api, s.namespace, s.pod_name)  # thick: sent after ADD
-    assert {e["interface"]: e["ips"] for e in status} == {i: [a] for i, a in addrs.items()}
+    assert {e["interface"]: e["ips"] for e in status} == {i: tb.bare([a])
+                                                          for i, a in addrs.items()}
     return list(addrs.values())
 
 

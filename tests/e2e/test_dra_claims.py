@@ -214,8 +214,10 @@ def test_pod_with_nad_and_claim_gets_all_three(make_scenario, admin_api, k8s_nam
     assert [(e["name"], e["interface"]) for e in status] == [
         ("cluster-net", "eth0"), (f"{k8s_namespace}/net-a", "net1"),
         (f"resourceclaim:{claim}/macvlan0", "dra0")]
-    assert status[2]["ips"] == addresses and status[2]["mac"] == entry["networkData"][
+    # network-status: bare addresses (as Multus); networkData: CIDRs (the DRA API's form)
+    assert status[2]["ips"] == tb.bare(addresses) and status[2]["mac"] == entry["networkData"][
         "hardwareAddress"]
+    sc.assert_bare_ips(status)
     # the operator's view: `netattach status` lists the claim network too
     table = subprocess.run([sc.netattach_command(), "status", s.pod_name, "-n", s.namespace,
                             "--kubeconfig", str(cluster.admin_kubeconfig)],
@@ -223,7 +225,7 @@ def test_pod_with_nad_and_claim_gets_all_three(make_scenario, admin_api, k8s_nam
     assert table.returncode == 0, table.stderr
     row = next(line.split() for line in table.stdout.splitlines()
                if line.startswith(f"resourceclaim:{claim}/macvlan0"))
-    assert row[1:3] == ["dra0", addresses[0]]
+    assert row[1:3] == ["dra0", *tb.bare(addresses)]
 
     assert s.run("DEL").code == 0
     sc.assert_clean(s)

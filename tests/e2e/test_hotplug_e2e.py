@@ -76,12 +76,12 @@ def attached(admin_api, s: sc.Scenario) -> tuple[dict[str, list[str]], dict[str,
 def wait_attached(admin_api, s: sc.Scenario, expected: dict[str, str]) -> dict[str, str]:
     """Until the pod's netns has exactly the interfaces of `expected` (ifname -> subnet)
     besides lo, each with one address, and its network-status lists exactly those, with
-    those addresses (the daemon sends it after the ADD or the change). Asserts each
-    address is in its subnet; returns ifname -> address."""
+    those addresses, bare (the daemon sends it after the ADD or the change). Asserts each
+    address is in its subnet; returns ifname -> address (CIDR, as on the link)."""
     def done() -> bool:
         links, status = attached(admin_api, s)
         return (sorted(links) == sorted(expected) and all(len(a) == 1 for a in links.values())
-                and status == links)
+                and status == {k: tb.bare(v) for k, v in links.items()})
     faults.wait_for(f"pod {s.pod_name} to have {sorted(expected)} in its netns and status",
                     done, timeout=WAIT)
     got = {ifname: addrs[0] for ifname, addrs in attached(admin_api, s)[0].items()}
@@ -153,7 +153,7 @@ def test_a_network_added_then_one_removed_on_a_running_pod(admin_api, make_scena
     grown = wait_attached(admin_api, s, FULL)
     assert {k: grown[k] for k in before} == before
     wait_event(admin_api, s, "Normal", "AddedInterface",
-               f"Add data0 {[grown['data0']]} from other/net-b")
+               f"Add data0 {tb.bare([grown['data0']])} from other/net-b")
     assert allocated(s, sc.SUBNETS["net-b"]) == [grown["data0"].split("/")[0]]
 
     select(admin_api, s, "other/net-b@data0")

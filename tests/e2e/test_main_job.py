@@ -8,6 +8,7 @@ running `netattach daemon`)."""
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import os
 import subprocess
@@ -52,8 +53,9 @@ def test_add_three_networks_status_and_del(scenario, admin_api):
         (f"{s.namespace}/net-a", "net1", False),
         ("other/net-b", "data0", False),
     ]
+    sc.assert_bare_ips(status)  # what Multus writes and its readers parse
     for entry in status:
-        assert entry["ips"] == addrs[entry["interface"]]
+        assert entry["ips"] == tb.bare(addrs[entry["interface"]])
         assert entry["mac"] == tb.link_mac(s.netns, entry["interface"])
     assert [e["mtu"] for e in status] == [1500, sc.NET_A_MTU, 1500]  # read from the netns
 
@@ -65,6 +67,28 @@ def test_add_three_networks_status_and_del(scenario, admin_api):
     assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
 
     run = s.run("DEL")
+    assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
+    sc.assert_clean(s)
+
+
+def test_status_ips_in_cidr_form_when_the_node_conf_asks(scenario, admin_api):
+    """networkStatusIPFormat "cidr" (the node's conf, docs/configuration.md): every
+    network-status `ips` entry is the address with its prefix length, as on the link (the
+    spec's §5.4 examples' form), not a bare address; the runtime's result is the same."""
+    s = scenario
+    conf = {**s.netconf, "networkStatusIPFormat": "cidr"}
+    run = s.run("ADD", netconf=conf)
+    assert run.code == 0, run.stdout + run.stderr + s.log_text()
+    status = sc.network_status(admin_api, s.namespace, s.pod_name)
+    assert [e["interface"] for e in status] == ["eth0", "net1", "data0"]
+    for entry in status:
+        assert entry["ips"] == tb.addresses(s.netns, entry["interface"])
+        for ip in entry["ips"]:
+            assert "/" in ip and str(ipaddress.ip_interface(ip)) == ip
+    with pytest.raises(AssertionError, match="is not a bare address"):
+        sc.assert_bare_ips(status)
+    assert run.doc["ips"][0]["address"] == status[0]["ips"][0]
+    run = s.run("DEL", netconf=conf)
     assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
     sc.assert_clean(s)
 

@@ -21,7 +21,9 @@ pytestmark = pytest.mark.e2e
 SPEC_STATUS = Path(__file__).resolve().parents[1] / "data" / "spec_examples" / \
     "s5_4_status_single_gateway.yaml"
 
-# What netattach writes for scenario 1 (README), through its own encoder.
+# What netattach writes for scenario 1 (README), through its own encoder: bare addresses,
+# its default (the CIDR form of older pods and of networkStatusIPFormat "cidr" is shown by
+# test_status_finds_kubeconfig_and_namespace_like_kubectl, from the spec's §5.4 example).
 ENTRIES = [
     status_entry("cluster-net", {"cniVersion": "1.1.0", "interfaces": [
         {"name": "eth0", "mac": "0a:58:c6:12:01:02", "sandbox": "/var/run/netns/p", "mtu": 1500}],
@@ -65,10 +67,10 @@ def test_status_table_and_json(admin_api, k8s_namespace, kubeconfig):
     done = status("web", "-n", k8s_namespace, "--kubeconfig", str(kubeconfig))
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == (
-        "NETWORK      INTERFACE  IPS                         MAC                DEFAULT  MTU   DEVICE\n"
-        "cluster-net  eth0       198.18.1.2/24               0a:58:c6:12:01:02  yes      1500  -\n"
-        "demo/net-a   net1       198.18.2.2/24,fd00:2::2/64  0a:58:c6:12:02:02  no       9000  -\n"
-        "other/net-b  data0      -                           -                  no       -     pci 0000:03:00.1\n")
+        "NETWORK      INTERFACE  IPS                   MAC                DEFAULT  MTU   DEVICE\n"
+        "cluster-net  eth0       198.18.1.2            0a:58:c6:12:01:02  yes      1500  -\n"
+        "demo/net-a   net1       198.18.2.2,fd00:2::2  0a:58:c6:12:02:02  no       9000  -\n"
+        "other/net-b  data0      -                     -                  no       -     pci 0000:03:00.1\n")
 
     done = status("web", "-n", k8s_namespace, "--kubeconfig", str(kubeconfig), "-o", "json")
     assert done.returncode == 0
@@ -77,15 +79,17 @@ def test_status_table_and_json(admin_api, k8s_namespace, kubeconfig):
 
 def test_status_finds_kubeconfig_and_namespace_like_kubectl(admin_api, k8s_namespace, kubeconfig):
     """$KUBECONFIG (first existing path) and the context's namespace, no flags; the
-    spec's own §5.4 example annotation."""
+    spec's own §5.4 example annotation, its addresses in CIDR form shown as written."""
     spec_pod = yaml.safe_load(SPEC_STATUS.read_text())
     annotation = spec_pod["metadata"]["annotations"][NETWORK_STATUS_ANNOTATION]
     make_pod(admin_api, k8s_namespace, "my-pod", {NETWORK_STATUS_ANNOTATION: annotation})
     done = status("my-pod", env={"KUBECONFIG": f"/nonexistent/config{os.pathsep}{kubeconfig}"})
     assert done.returncode == 0, done.stderr
-    assert [line.split()[:2] for line in done.stdout.splitlines()] == [
-        ["NETWORK", "INTERFACE"], ["namespace-a/cluster-wide-default", "eth5"],
-        ["namespace-b/some-network", "eth1"], ["namespace-a/an-ip-over-infiniband-network", "ib0"]]
+    assert [line.split()[:3] for line in done.stdout.splitlines()] == [
+        ["NETWORK", "INTERFACE", "IPS"],
+        ["namespace-a/cluster-wide-default", "eth5", "192.0.2.2/24,2001:db8::2230/32"],
+        ["namespace-b/some-network", "eth1", "192.0.2.2/24,2001:db8::2234/32"],
+        ["namespace-a/an-ip-over-infiniband-network", "ib0", "198.51.100.1/24"]]
 
 
 def test_pod_missing(k8s_namespace, kubeconfig):

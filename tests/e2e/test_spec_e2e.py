@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 from kubernetes.client import CoreV1Api
 
+from netattach_testbed import cluster as cl
 from netattach_testbed import netns as tb
 from netattach_testbed import scenario as sc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+from benchlib import multus  # noqa: E402  (Multus in the test bed, as the bench runs it)
 
 
 def links(s):
@@ -94,9 +100,9 @@ def test_added_interface_events(scenario, admin_api):
     assert s.run("ADD").code == 0, s.log_text()
     got = events(admin_api, s.namespace, s.pod_name)
     assert sorted(m for t, r, m in got if r == "AddedInterface" and t == "Normal") == sorted([
-        f"Add eth0 {tb.addresses(s.netns, 'eth0')} from cluster-net",
-        f"Add net1 {tb.addresses(s.netns, 'net1')} from {s.namespace}/net-a",
-        f"Add data0 {tb.addresses(s.netns, 'data0')} from other/net-b"])
+        f"Add eth0 {tb.bare(tb.addresses(s.netns, 'eth0'))} from cluster-net",
+        f"Add net1 {tb.bare(tb.addresses(s.netns, 'net1'))} from {s.namespace}/net-a",
+        f"Add data0 {tb.bare(tb.addresses(s.netns, 'data0'))} from other/net-b"])
     assert s.run("DEL").code == 0
 
 
@@ -242,6 +248,47 @@ def test_a_device_info_file_that_cannot_be_written_is_an_io_failure(
         assert_clean(s)  # eth0 and its IP were released
 
 
+def test_status_ips_as_multus_writes_them(scenario, cluster, admin_api, tmp_path):
+    """Scenario 1's pod attached by the test bed's Multus v4.2.3 (its thin `multus`, run
+    as the runtime would, with the NADs and the cluster network netattach uses), then by
+    netattach: each writes one entry per interface whose `ips` are the bare addresses of
+    that link in the pod, which the annotation's readers parse (docs/behaviour.md, "The
+    addresses in network-status"). Addresses differ between the two (host-local hands
+    out the next one), the form does not."""
+    s = scenario
+    sa = multus.service_account(admin_api, "thin")
+    exe = s.bin_dir / "multus"
+    exe.symlink_to(multus.require_binaries() / "multus")
+    conf = multus.thin_conf(cl.plugin_kubeconfig(cluster, multus.NAMESPACE, sa),
+                            s.netconf["clusterNetwork"], s.env.conf_dir, tmp_path / "multus",
+                            s.bin_dir, s.env.log_dir / "multus.log")
+
+    def run_multus(command):
+        p = subprocess.run([str(exe)], input=json.dumps(conf), env=s.cni_env(command),
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p
+
+    def status_and_links():
+        status = json.loads(sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)[
+            sc.STATUS])
+        return ({e["interface"]: e["ips"] for e in status},
+                {i: tb.addresses(s.netns, i) for i in ("eth0", "net1", "data0")}, status)
+
+    run_multus("ADD")
+    by_multus, links, status = status_and_links()
+    run_multus("DEL")
+    assert by_multus == {i: tb.bare(a) for i, a in links.items()}, (by_multus, links)
+    sc.assert_bare_ips(status)
+
+    assert s.run("ADD").code == 0, s.log_text()
+    by_netattach, links, status = status_and_links()
+    assert by_netattach == {i: tb.bare(a) for i, a in links.items()}, (by_netattach, links)
+    sc.assert_bare_ips(status)
+    assert s.run("DEL").code == 0, s.log_text()
+    assert_clean(s)
+
+
 def test_status_fields_and_mixed_versions_in_one_pod(admin_api, plugin_kubeconfig, host_env,
                                                      k8s_namespace, cni_testbin):
     """One pod, delegates at 0.2.0, 0.3.1, 1.0.0 and 1.1.0 (reference plugins v1.9.1),
@@ -267,8 +314,9 @@ def test_status_fields_and_mixed_versions_in_one_pod(admin_api, plugin_kubeconfi
     status = json.loads(sc.read_pod_annotations(admin_api, s.namespace, s.pod_name)[sc.STATUS])
     by_if = {e["interface"]: e for e in status}
     assert list(by_if) == ["eth0", "net1", "data0", "net3", "net4"]
+    sc.assert_bare_ips(status)  # every result version's addresses, as Multus writes them
     for ifname, entry in by_if.items():
-        assert entry["ips"] == tb.addresses(s.netns, ifname)
+        assert entry["ips"] == tb.bare(tb.addresses(s.netns, ifname))
         assert entry["mtu"] == json.loads(tb.run("ip", "-j", "-n", s.netns, "link", "show",
                                                  ifname).stdout)[0]["mtu"]
     assert "mac" not in by_if["net3"]  # a 0.2.0 result has no interfaces (§5.3.4.1)

@@ -27,6 +27,7 @@ import pytest
 
 from netattach import __version__
 from netattach_testbed import dashboard, faults
+from netattach_testbed import netns as tb
 from netattach_testbed import scenario as sc
 from tests.e2e.test_faults_children import del_twice, saved_state, with_fault_network
 
@@ -185,7 +186,7 @@ def test_daemon_killed_with_the_status_patch_queued(admin_api, cluster, make_sce
     status = json.loads(pending["annotations"][sc.STATUS])
     assert [e.get("interface") for e in status] == ["eth0", "net1", "data0"]
     assert [e["ips"] for e in status] == [
-        [ip["address"] for ip in a["result"]["ips"]]
+        tb.bare([ip["address"] for ip in a["result"]["ips"]])
         for a in saved_state(s)["attachments"]]
     assert "re-sending the network-status" in s.daemon.log_text()
     assert s.run("DEL").code == 0, s.log_text()

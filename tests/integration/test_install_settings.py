@@ -176,6 +176,7 @@ defaultNetworks: [monitoring]
 podResourcesSocket: /var/lib/kubelet/pod-resources/kubelet.sock
 deviceInfoDir: /var/run/k8s.cni.cncf.io/devinfo
 retryDeleteOnError: true
+networkStatusIPFormat: cidr
 """)
     proc = node.start("--netconf-file", str(path), "--log-level", "error")
     wait_for(lambda: probe(node)[0] == 0, "the probe to pass")
@@ -183,6 +184,7 @@ retryDeleteOnError: true
     assert conf.log_level == "debug" and conf.log_to_stderr is False
     assert conf.log_options == {"maxSize": 50, "maxBackups": 2}
     assert conf.default_networks == ("monitoring",)
+    assert conf.network_status_cidr is True
 
     configmap(cm, 2, '{"logLevel": "verbose", "apiTimeout": 3}\n')  # JSON is YAML too
     wait_for(lambda: plugin_conf(node).get("apiTimeout") == 3, "the new keys in the conflist")
@@ -215,6 +217,7 @@ retryDeleteOnError: true
     ("apiTimeout: 0\n", (), "key 'apiTimeout'"),
     ("logOptions: {maxSize: -1}\n", (), "key 'logOptions.maxSize'"),
     ("multusNamespace: Kube_System\n", (), "key 'multusNamespace'"),
+    ("networkStatusIPFormat: prefix\n", (), "key 'networkStatusIPFormat'"),
     ("{}\n", ("--default-networks", "a,,b@"), "the installer's flags"),
     ("maxNetworksPerPod: 0\n", (), "key 'maxNetworksPerPod'"),
     ("maxSameNetworkPerPod: 1\n", ("--default-networks", "a@x,a@y"), "key 'defaultNetworks'"),

@@ -11,7 +11,9 @@ import textwrap
 
 import pytest
 
+from netattach_testbed import netns as tb
 from netattach_testbed import node as nd
+from netattach_testbed import scenario as sc
 from netattach_testbed.serviceaccount import wait_for
 
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
@@ -52,10 +54,12 @@ def test_scenario_pod_gets_three_interfaces_and_delete_frees_everything(
     assert _in(addrs["net1"][0], nd.NODE_SUBNETS["net-a"])
     assert _in(addrs["data0"][0], nd.NODE_SUBNETS["net-b"])
     status = nd.network_status(real_node, namespace, name)
+    # ips: bare addresses, as Multus writes them and its readers parse them
     assert [(e["name"], e["interface"], e["ips"], e.get("default", False)) for e in status] == [
-        ("cluster-net", "eth0", addrs["eth0"], True),
-        (f"{namespace}/net-a", "net1", addrs["net1"], False),
-        ("other/net-b", "data0", addrs["data0"], False)]
+        ("cluster-net", "eth0", tb.bare(addrs["eth0"]), True),
+        (f"{namespace}/net-a", "net1", tb.bare(addrs["net1"]), False),
+        ("other/net-b", "data0", tb.bare(addrs["data0"]), False)]
+    sc.assert_bare_ips(status)
     # macvlan + tuning: the NAD's MTU reached the interface
     assert status[1]["mtu"] == nd.NET_A_MTU
     assert real_node.node_ready()

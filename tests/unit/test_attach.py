@@ -217,6 +217,29 @@ def test_add_attaches_in_order_saves_everything_and_reports(bed):
     assert [r for r, _ in bed.api.events] == ["AddedInterface"] * 3
 
 
+@pytest.mark.parametrize("conf, ips", [
+    ({}, [["10.0.1.2"], ["10.0.2.2"], ["10.0.4.2"]]),                  # bare, as Multus
+    ({"networkStatusIPFormat": "address"}, [["10.0.1.2"], ["10.0.2.2"], ["10.0.4.2"]]),
+    ({"networkStatusIPFormat": "cidr"}, [["10.0.1.2/24"], ["10.0.2.2/24"], ["10.0.4.2/24"]]),
+])
+def test_add_writes_the_status_ips_in_the_configured_form(bed, conf, ips):
+    """network-status `ips` are bare addresses unless the node's conf asks for the CIDR
+    form (docs/configuration.md, networkStatusIPFormat); the AddedInterface events name
+    them as written; the runtime's result keeps the CIDR the plugin gave."""
+    out = bed.run("ADD", **conf)
+    assert out["ips"][0]["address"] == "10.0.1.2/24"
+    status = json.loads(bed.api.patched[0]["k8s.v1.cni.cncf.io/network-status"])
+    assert [e["ips"] for e in status] == ips
+    assert [m for _, m in bed.api.events][0] == f"Add eth0 {ips[0]} from cluster-net"
+
+
+def test_a_bad_network_status_ip_format_is_refused_naming_the_key(bed):
+    with pytest.raises(CniError) as e:
+        bed.run("ADD", networkStatusIPFormat="CIDR")
+    assert e.value.code == 7 and "networkStatusIPFormat" in e.value.msg
+    assert bed.exe.calls == [] and bed.api.patched == []
+
+
 POD_ANNOTATIONS = "io.kubernetes.cri.pod-annotations"
 
 

@@ -366,6 +366,23 @@ def test_hotplug_recovery_matrix(bed, caplog, row):
         assert bed.files() == [f"{CID}.deleted"]
 
 
+@pytest.mark.parametrize("conf, form", [({}, "{}"), ({"networkStatusIPFormat": "cidr"}, "{}/24")])
+def test_a_hot_plugged_entry_has_its_ips_in_the_form_of_the_sandbox_conf(bed, conf, form):
+    """The configuration the ADD saved says the form of a hot-plugged entry's `ips`
+    (networkStatusIPFormat), as of the ADD's entries."""
+    bed.api.networks = "net-a"
+    bed.run("ADD", netns=bed.netns, hotplug=True, **conf)
+    added = json.loads(bed.api.patched[0][STATUS])
+    bed.clear()
+    outcome = bed.look("net-a,other/net-b@data0")
+    assert [(s.kind, s.ifname, s.ok) for s in outcome.steps] == [("add", "data0", True)]
+    status = json.loads(bed.api.patched[0][STATUS])
+    assert status[:2] == added
+    # the fake plugins number their addresses by the ADDs they saw (bed.clear resets)
+    assert [e["ips"] for e in status] == [[form.format(a)] for a in ("10.0.1.2", "10.0.2.2",
+                                                                      "10.0.1.2")]
+
+
 def test_a_del_holding_the_lock_makes_the_look_wait_then_find_the_sandbox_gone(bed):
     """The runtime's DEL holds the container's lock (spec §7.3) while its children run;
     a look that starts then waits for the lock, finds no state, runs no child and

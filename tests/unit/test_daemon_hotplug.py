@@ -164,13 +164,17 @@ def test_network_status_keeps_the_entries_it_had_drops_the_removed_appends_the_n
     assert [(e["name"], e["interface"]) for e in entries] == [
         ("cluster-net", "eth0"), ("other/net-b", "data0"), ("ns/net-c", "net3")]
     assert entries[0] == recorded[0] and entries[1] == recorded[2]
-    assert entries[2]["ips"] == ["10.3.0.2/24"] and entries[2]["default"] is False
+    assert entries[2]["ips"] == ["10.3.0.2"] and entries[2]["default"] is False
+    # the recorded entries as they were (an ADD's of the CIDR form, or of a release that
+    # wrote it), the new one in the form the sandbox's configuration says
+    cidr = json.loads(synced_status(state, cidr=True))
+    assert cidr[:2] == entries[:2] and cidr[2]["ips"] == ["10.3.0.2/24"]
     # net-c as net3 removed, then added again before the status was sent: its recorded
     # entry is the old attachment's, and is made anew
     state.hotplug = HotplugContext({}, "", "", encode_status(
         recorded + [entry("ns/net-c", "net3", "10.3.0.99/24")]))
     entries = json.loads(synced_status(state, {("ns/net-c", "net3")}))
-    assert [e["ips"] for e in entries if e["name"] == "ns/net-c"] == [["10.3.0.2/24"]]
+    assert [e["ips"] for e in entries if e["name"] == "ns/net-c"] == [["10.3.0.2"]]
     state.hotplug = HotplugContext({}, "", "", "")
     assert synced_status(state) is None
 

@@ -428,6 +428,22 @@ def test_device_status_ready_with_the_pods_interface():
     assert (entry["driver"], entry["pool"], entry["device"]) == (DRIVER, "node-a", "cni")
 
 
+def test_network_data_ips_are_canonical_cidrs():
+    """resource.k8s.io NetworkDeviceData.ips: CIDR form, canonical, each once, at most
+    16 (the API server's IsValidInterfaceAddress and set rules): an address that cannot
+    be one is left out. (Not network-status: networkStatusIPFormat plays no part.)"""
+    result = {"cniVersion": "1.0.0", "interfaces": [{"name": "net9", "sandbox": "/x"}],
+              "ips": [{"address": "2001:DB8:0::5/64", "interface": 0},
+                      {"address": "10.0.0.2", "interface": 0},       # no prefix length
+                      {"address": "10.0.0.3/24", "interface": 0},
+                      {"address": "2001:db8::5/64", "interface": 0},  # the first, again
+                      {"address": "::ffff:10.0.0.4/120", "interface": 0}]
+              + [{"address": f"10.1.0.{i}/16", "interface": 0} for i in range(20)]}
+    ips = claims.network_data(result, "net9")["ips"]
+    assert ips[:3] == ["2001:db8::5/64", "10.0.0.3/24", "10.0.0.4/24"]
+    assert len(ips) == claims.MAX_IPS and ips[3:] == [f"10.1.0.{i}/16" for i in range(13)]
+
+
 def test_device_status_not_ready_carries_the_error():
     entry = claims.device_status(REF, "net9", None, "macvlan failed: Link not found", "t")
     assert entry["conditions"][0]["status"] == "False"

@@ -19,11 +19,19 @@ def test_defaults():
     assert c.namespace_isolation is False and c.global_namespaces == ("default",)
     assert c.runtime_config == {} and c.default_networks == ()
     assert c.claim_config_sources == "any"  # a claim's own CNI config runs, as before
+    # network-status ips as bare addresses, as Multus writes them (docs/behaviour.md)
+    assert c.network_status_ip_format == "address" and c.network_status_cidr is False
 
 
 @pytest.mark.parametrize("value", ["any", "class"])
 def test_claim_config_sources(value):
     assert parse_netconf({**BASE, "claimConfigSources": value}).claim_config_sources == value
+
+
+@pytest.mark.parametrize("value, cidr", [("address", False), ("cidr", True)])
+def test_network_status_ip_format(value, cidr):
+    c = parse_netconf({**BASE, "networkStatusIPFormat": value})
+    assert (c.network_status_ip_format, c.network_status_cidr) == (value, cidr)
 
 
 def test_multus_keys_and_global_namespaces_string():
@@ -46,6 +54,8 @@ def test_multus_keys_and_global_namespaces_string():
     ({"delegateTimeout": 0}, "delegateTimeout"),
     ({"claimConfigSources": "FromClass"}, "claimConfigSources"),
     ({"claimConfigSources": True}, "claimConfigSources"),
+    ({"networkStatusIPFormat": "CIDR"}, "networkStatusIPFormat"),
+    ({"networkStatusIPFormat": True}, "networkStatusIPFormat"),
     ({"cniVersion": "one"}, "cniVersion"),
 ])
 def test_bad_value_names_the_key(patch, key):

@@ -1,13 +1,20 @@
 """The network-status annotation (multi-net spec v1.3 §5)."""
 from __future__ import annotations
 
+import ipaddress
 import json
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netattach.spec.status import NETWORK_STATUS_ANNOTATION, encode_status, status_entry
+from netattach.spec.status import (
+    NETWORK_STATUS_ANNOTATION,
+    encode_status,
+    interface_address,
+    status_entry,
+    status_ips,
+)
 
 SANDBOX = "/var/run/netns/cni-1234"
 
@@ -52,7 +59,7 @@ def bridge_result(version="1.0.0", **extra):
 def test_sandbox_interface_of_a_bridge_result(version):
     # §5.3.2.1 interface, §5.3.3.1 rule 1 ips, §5.3.4.1 mac
     entry = status_entry("ns/br", bridge_result(version), ifname="net1", default=False)
-    assert entry == {"name": "ns/br", "interface": "eth1", "ips": ["10.1.0.5/24"],
+    assert entry == {"name": "ns/br", "interface": "eth1", "ips": ["10.1.0.5"],
                      "mac": "0a:00:00:00:00:03", "default": False}
 
 
@@ -67,7 +74,7 @@ def test_all_addresses_of_the_sandbox_interface_are_listed():
         ],
     }
     entry = status_entry("n", result, ifname="net1", default=False)
-    assert entry["ips"] == ["192.0.2.2/24", "2001:db8::2230/32"]
+    assert entry["ips"] == ["192.0.2.2", "2001:db8::2230"]
 
 
 def test_first_sandbox_interface_wins():
@@ -82,7 +89,7 @@ def test_first_sandbox_interface_wins():
     }
     entry = status_entry("n", result, ifname="net1", default=False)
     assert (entry["interface"], entry["mac"], entry["mtu"], entry["ips"]) == (
-        "first", "02:00:00:00:00:01", 9000, ["10.0.0.1/24"])
+        "first", "02:00:00:00:00:01", 9000, ["10.0.0.1"])
 
 
 def test_mtu_from_a_cni_1_1_result():
@@ -118,7 +125,7 @@ def test_rule_2_without_a_sandbox_interface(interfaces):
     if interfaces is not None:
         result["interfaces"] = interfaces
     entry = status_entry("n", result, ifname="net7", default=False)
-    assert entry["ips"] == ["10.0.0.2/24", "10.0.0.3/24", "10.0.0.4/24"]
+    assert entry["ips"] == ["10.0.0.2", "10.0.0.3", "10.0.0.4"]
     assert entry["interface"] == "net7"  # falls back to CNI_IFNAME
     assert "mac" not in entry
 
@@ -128,14 +135,14 @@ def test_unindexed_ips_are_used_when_the_sandbox_interface_has_none():
     result = {"cniVersion": "0.4.0",
               "interfaces": [{"name": "net1", "sandbox": SANDBOX}],
               "ips": [{"version": "4", "address": "10.0.0.2/24"}]}
-    assert status_entry("n", result, ifname="net1", default=False)["ips"] == ["10.0.0.2/24"]
+    assert status_entry("n", result, ifname="net1", default=False)["ips"] == ["10.0.0.2"]
 
 
 def test_unindexed_ips_are_not_added_when_rule_1_finds_addresses():
     result = {"cniVersion": "1.0.0",
               "interfaces": [{"name": "net1", "sandbox": SANDBOX}],
               "ips": [{"address": "10.0.0.2/24", "interface": 0}, {"address": "10.9.9.9/32"}]}
-    assert status_entry("n", result, ifname="net1", default=False)["ips"] == ["10.0.0.2/24"]
+    assert status_entry("n", result, ifname="net1", default=False)["ips"] == ["10.0.0.2"]
 
 
 def test_no_ips_key_when_there_are_none():
@@ -231,31 +238,111 @@ def test_legacy_result(version):
     if version:
         result["cniVersion"] = version
     entry = status_entry("ns/old", result, ifname="net2", default=False)
-    assert entry == {"name": "ns/old", "interface": "net2", "ips": ["10.1.0.5/24", "2001:db8::5/64"],
+    assert entry == {"name": "ns/old", "interface": "net2", "ips": ["10.1.0.5", "2001:db8::5"],
                      "default": False, "dns": {"nameservers": ["10.1.0.1"]}}
+    cidr = status_entry("ns/old", result, ifname="net2", default=False, cidr=True)
+    assert cidr["ips"] == ["10.1.0.5/24", "2001:db8::5/64"]
 
 
 @pytest.mark.parametrize("result, ips", [
-    ({"cniVersion": "0.2.0", "ip4": {"ip": "10.0.0.1/8"}}, ["10.0.0.1/8"]),
-    ({"cniVersion": "0.2.0", "ip6": {"ip": "fd00::1/64"}}, ["fd00::1/64"]),
+    ({"cniVersion": "0.2.0", "ip4": {"ip": "10.0.0.1/8"}}, ["10.0.0.1"]),
+    ({"cniVersion": "0.2.0", "ip6": {"ip": "fd00::1/64"}}, ["fd00::1"]),
     ({"cniVersion": "0.2.0"}, None),
     ({"cniVersion": "0.2.0", "ip4": "x", "ip6": {"ip": 5}}, None),
-    ({"cniVersion": "0.2", "ip4": {"ip": "10.0.0.1/8"}}, ["10.0.0.1/8"]),
-    ({"cniVersion": "garbage", "ip4": {"ip": "10.0.0.1/8"}}, ["10.0.0.1/8"]),   # by shape
+    ({"cniVersion": "0.2", "ip4": {"ip": "10.0.0.1/8"}}, ["10.0.0.1"]),
+    ({"cniVersion": "garbage", "ip4": {"ip": "10.0.0.1/8"}}, ["10.0.0.1"]),   # by shape
     # a 1.0.0 result that happens to carry ip4 is read as 1.0.0
     ({"cniVersion": "1.0.0", "ip4": {"ip": "10.0.0.1/8"}, "ips": [{"address": "10.0.0.2/8"}]},
-     ["10.0.0.2/8"]),
+     ["10.0.0.2"]),
     # no version and no ip4/ip6: the current shape
-    ({"ips": [{"address": "10.0.0.2/8"}]}, ["10.0.0.2/8"]),
+    ({"ips": [{"address": "10.0.0.2/8"}]}, ["10.0.0.2"]),
 ])
 def test_version_detection(result, ips):
     assert status_entry("n", result, ifname="net1", default=False).get("ips") == ips
+
+
+# ---------------------------------------------------------------- the address form
+
+
+@pytest.mark.parametrize("text, parsed", [
+    ("10.1.1.2/24", ("10.1.1.2", 24)),
+    ("0.0.0.0/0", ("0.0.0.0", 0)),
+    ("255.255.255.255/32", ("255.255.255.255", 32)),
+    ("10.1.1.2/024", ("10.1.1.2", 24)),                   # Go's ParseCIDR reads it too
+    ("2001:db8::5/64", ("2001:db8::5", 64)),
+    ("2001:DB8:0:0:0:0:0:5/64", ("2001:db8::5", 64)),     # canonical, as Go prints it
+    ("2001:db8:0:1:0:0:0:5/128", ("2001:db8:0:1::5", 128)),
+    ("2001:db8::1:0:0:5/64", ("2001:db8::1:0:0:5", 64)),  # the first longest run only
+    ("fe80::1/64", ("fe80::1", 64)),
+    ("::ffff:192.0.2.5/120", ("192.0.2.5", 24)),          # IPv4-mapped: as IPv4
+    ("::ffff:192.0.2.5/64", ("192.0.2.5", None)),         # ... with no IPv4 prefix
+    ("::/0", ("::", 0)),
+])
+def test_interface_address(text, parsed):
+    assert interface_address(text) == parsed
+
+
+@pytest.mark.parametrize("text", [
+    "10.1.1.2", "2001:db8::5",                       # no prefix length: not a CNI address
+    "10.1.1.2/33", "2001:db8::5/129", "10.1.1.2/", "10.1.1.2/-1", "10.1.1.2/ 24",
+    "10.1.1.2/255.255.255.0", "10.1.1.2/２４",        # a mask; non-ASCII digits
+    "10.1.1/24", "10.1.1.2.3/24", "10.1.1.256/24", "10.01.1.2/24", "10.1.1.-2/24",
+    "10.1.1.２/24", "fe80::1%eth0/64", "2001:db8::5::1/64", "gg::1/64", "", "/24", "x",
+    None, 5, ["10.1.1.2/24"],
+])
+def test_interface_address_refuses(text):
+    assert interface_address(text) is None
+
+
+def test_status_ips_bare_or_cidr_in_order_each_once():
+    given = ["10.1.1.2/24", "bad", "2001:DB8::5/64", "10.1.1.2/32", "::ffff:10.1.1.9/64"]
+    assert status_ips(given) == ["10.1.1.2", "2001:db8::5", "10.1.1.9"]
+    assert status_ips(given, cidr=True) == ["10.1.1.2/24", "2001:db8::5/64", "10.1.1.2/32"]
+    assert status_ips([]) == [] and status_ips(["x", None]) == []
+
+
+def test_an_entry_of_a_result_with_an_address_that_does_not_parse():
+    result = {"cniVersion": "1.0.0", "interfaces": [{"name": "net1", "sandbox": SANDBOX}],
+              "ips": [{"address": "10.1.1.2", "interface": 0},
+                      {"address": "10.1.1.3/24", "interface": 0}]}
+    assert status_entry("n", result, ifname="net1", default=False)["ips"] == ["10.1.1.3"]
+    result["ips"].pop()
+    assert "ips" not in status_entry("n", result, ifname="net1", default=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.ip_addresses(v=4).map(lambda a: (a, 32)),
+                 st.ip_addresses(v=6).map(lambda a: (a, 128))).flatmap(
+    lambda ab: st.tuples(st.just(ab[0]), st.integers(0, ab[1]))),
+    st.booleans())
+def test_property_each_address_is_what_go_and_python_parse(address_prefix, upper):
+    """Every written entry parses as a bare address (Python's ip_address, which refuses
+    a prefix length as Go's net.ParseIP does) or as address/prefix, and is the canonical
+    text of the address the result gave, whatever its case."""
+    address, prefix = address_prefix
+    text = f"{address.exploded}/{prefix}"
+    text = text.upper() if upper else text
+    (bare,) = status_ips([text])
+    (cidr,) = status_ips([text], cidr=True) or [None]
+    mapped = getattr(address, "ipv4_mapped", None)
+    expected = mapped or address
+    assert ipaddress.ip_address(bare) == expected and str(expected) == bare
+    with pytest.raises(ValueError):
+        ipaddress.ip_address(f"{bare}/{prefix}")  # what a reader of bare addresses refuses
+    if mapped is None:
+        assert cidr == f"{address}/{prefix}"
+        assert ipaddress.ip_interface(cidr) == ipaddress.ip_interface(text.lower())
+    elif prefix >= 96:
+        assert cidr == f"{mapped}/{prefix - 96}"
+    else:
+        assert cidr is None
 
 
 # ---------------------------------------------------------------- the §5.4 examples
 
 
 def test_spec_example_single_gateway():
+    # with the opt-in CIDR form (networkStatusIPFormat: cidr) the §5.4 example exactly
     default = status_entry(
         "namespace-a/cluster-wide-default",
         {"cniVersion": "1.1.0",
@@ -263,7 +350,7 @@ def test_spec_example_single_gateway():
                         {"name": "eth5", "mac": "02:11:22:33:44:54", "mtu": 1500, "sandbox": SANDBOX}],
          "ips": [{"address": "192.0.2.2/24", "gateway": "192.0.2.1", "interface": 1},
                  {"address": "2001:db8::2230/32", "interface": 1}]},
-        ifname="eth5", default=True, default_route=["192.0.2.1"])
+        ifname="eth5", default=True, default_route=["192.0.2.1"], cidr=True)
     secondary = status_entry(
         "namespace-b/some-network",
         {"cniVersion": "1.0.0",
@@ -272,7 +359,7 @@ def test_spec_example_single_gateway():
                  {"address": "2001:db8::2234/32", "interface": 0}],
          "dns": {"nameservers": ["192.0.2.1", "2001:db8:4860::8888"],
                  "search": ["eng.example.com", "example.com"]}},
-        ifname="eth1", default=False)
+        ifname="eth1", default=False, cidr=True)
     expected = json.loads("""[
         {
           "name": "namespace-a/cluster-wide-default",
@@ -299,16 +386,23 @@ def test_spec_example_single_gateway():
     assert json.loads(encode_status([default, secondary])) == expected
 
 
-def test_spec_example_multiple_gateways():
+@pytest.mark.parametrize("cidr, ips", [
+    (False, ["192.0.2.2", "2001:db8::2230"]),         # the default: bare, as Multus
+    (True, ["192.0.2.2/24", "2001:db8::2230/32"]),    # the §5.4 example's form
+])
+
+
+def test_spec_example_multiple_gateways(cidr, ips):
     entry = status_entry(
         "namespace-a/cluster-wide-default",
         {"cniVersion": "1.0.0",
          "interfaces": [{"name": "eth5", "mac": "02:11:22:33:44:54", "sandbox": SANDBOX}],
          "ips": [{"address": "192.0.2.2/24", "interface": 0},
                  {"address": "2001:db8::2230/32", "interface": 0}]},
-        ifname="eth5", default=True, default_route=["192.0.2.1", "2001:db8::1", "2001:db8::2"])
+        ifname="eth5", default=True, default_route=["192.0.2.1", "2001:db8::1", "2001:db8::2"],
+        cidr=cidr)
     assert entry == {"name": "namespace-a/cluster-wide-default", "interface": "eth5",
-                     "ips": ["192.0.2.2/24", "2001:db8::2230/32"], "mac": "02:11:22:33:44:54",
+                     "ips": ips, "mac": "02:11:22:33:44:54",
                      "default-route": ["192.0.2.1", "2001:db8::1", "2001:db8::2"], "default": True}
 
 
@@ -382,6 +476,8 @@ def test_property_any_result_gives_a_valid_entry(result, default):
     order = ["name", "interface", "ips", "mac", "mtu", "default", "dns", "default-route", "device-info"]
     assert [k for k in order if k in entry] == list(entry)
     assert all(isinstance(ip, str) and ip for ip in entry.get("ips", ["x"]))
+    for ip in entry.get("ips", []):  # bare addresses, the canonical text
+        assert str(ipaddress.ip_address(ip)) == ip
     assert isinstance(entry.get("mtu", 1), int) and entry.get("mtu", 1) > 0
     assert json.loads(encode_status([entry])) == [entry]
 

@@ -53,12 +53,20 @@ def test_rows_of_the_spec_device_info_example():
     ]
 
 
-def test_rows_of_what_the_plugin_writes():
-    """The annotation exactly as netattach encodes it (status.encode_status)."""
+@pytest.mark.parametrize("cidr, ips", [
+    (False, "198.18.1.2,fd00:12::2"),          # the default: bare addresses, as Multus
+    (True, "198.18.1.2/24,fd00:12::2/64"),     # networkStatusIPFormat cidr, and older pods
+])
+def test_rows_of_what_the_plugin_writes(cidr, ips):
+    """The annotation exactly as netattach encodes it (status.encode_status), in either
+    form of its addresses (docs/configuration.md, networkStatusIPFormat): shown as
+    written."""
     entries = [
         status_entry("cluster-net", {"cniVersion": "1.1.0", "interfaces": [
             {"name": "eth0", "mac": "0a:58:c6:12:01:02", "sandbox": "/var/run/netns/x", "mtu": 1450}],
-            "ips": [{"address": "198.18.1.2/24", "interface": 0}]}, ifname="eth0", default=True),
+            "ips": [{"address": "198.18.1.2/24", "interface": 0},
+                    {"address": "fd00:12::2/64", "interface": 0}]},
+            ifname="eth0", default=True, cidr=cidr),
         status_entry("demo/net-a", None, ifname="net1", default=False),
         status_entry("demo/sriov", None, ifname="net2", default=False,
                      device_info={"type": "pci", "version": "1.1.0", "pci": {"pci-address": "0000:03:00.1"}}),
@@ -67,7 +75,7 @@ def test_rows_of_what_the_plugin_writes():
                                   "vhost-user": {"mode": "client", "path": "/run/vu.sock"}}),
     ]
     assert table_rows(parse_network_status(encode_status(entries))) == [
-        ("cluster-net", "eth0", "198.18.1.2/24", "0a:58:c6:12:01:02", "yes", "1450", "-"),
+        ("cluster-net", "eth0", ips, "0a:58:c6:12:01:02", "yes", "1450", "-"),
         ("demo/net-a", "net1", "-", "-", "no", "-", "-"),
         ("demo/sriov", "net2", "-", "-", "no", "-", "pci 0000:03:00.1"),
         ("demo/user", "net3", "-", "-", "no", "-", "vhost-user /run/vu.sock"),

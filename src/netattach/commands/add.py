@@ -433,7 +433,7 @@ def _status_entries(req: CniRequest, conf: NetConf, plan: Plan,
         entries.append(status.status_entry(
             a.network, r, ifname=a.ifname, default=a.default, mtu=mtus.get(a.ifname),
             default_route=list(chosen.gateways) if chosen and chosen.index == i else None,
-            device_info=info))
+            device_info=info, cidr=conf.network_status_cidr))
     return entries
 
 

@@ -214,13 +214,16 @@ def saved_request(state: SavedState) -> tuple[dict[str, str], CniRequest, NetCon
     return environ, req, parse_netconf(req.config)
 
 
-def synced_status(state: SavedState, fresh: Collection[tuple[str, str]] = ()) -> str | None:
+def synced_status(state: SavedState, fresh: Collection[tuple[str, str]] = (),
+                  cidr: bool = False) -> str | None:
     """The network-status of `state` after a change: the entries the sandbox had (as
     last recorded) of attachments it still has, in order, then one per element
     attachment it has without an entry (hot-plugged; MTU read from the netns).
     `fresh`: (network, interface) of attachments added by this change: an entry
     recorded under the same key is an earlier attachment's (removed, then added again
-    before the status was sent) and is made anew. None when nothing was recorded (the
+    before the status was sent) and is made anew. `cidr`: new entries' `ips` in CIDR
+    form (status.status_entry; the sandbox's configuration's networkStatusIPFormat, the
+    ADD's: recorded entries are kept as they are). None when nothing was recorded (the
     ADD could not record it: there is nothing to edit)."""
     assert state.hotplug is not None
     if not state.hotplug.network_status:
@@ -238,7 +241,7 @@ def synced_status(state: SavedState, fresh: Collection[tuple[str, str]] = ()) ->
     new = [a for a in present if a.selection is not None and (a.network, a.ifname) not in have]
     mtus = netnsinfo.link_mtus(state.netns, [a.ifname for a in new]) if new else {}
     kept += [status.status_entry(a.network, a.result, ifname=a.ifname, default=False,
-                                 mtu=mtus.get(a.ifname)) for a in new]
+                                 mtu=mtus.get(a.ifname), cidr=cidr) for a in new]
     return status.encode_status(kept)
 
 
@@ -455,7 +458,7 @@ class _Change:
         added now, whose recorded entry, if any, is an earlier attachment's)."""
         state = self.state
         assert state.hotplug is not None
-        text = synced_status(state, fresh)
+        text = synced_status(state, fresh, cidr=self.conf.network_status_cidr)
         if text is None or text == state.hotplug.network_status:
             return
         before = {(e.get("name"), e.get("interface"))

@@ -66,6 +66,7 @@ from ..cni import invoke
 from ..cni.chain import NetworkConfig
 from ..cni.errors import CniError, ConfigError, TryAgain
 from ..cni.names import ifname_problem, is_dns1123_label, is_dns1123_subdomain
+from .status import status_ips
 
 log = logging.getLogger("netattach")
 
@@ -717,7 +718,8 @@ def device_status(ref: ClaimRef, ifname: str, result: dict[str, Any] | None,
     driver/pool/device, condition Ready True (reason NetworkInterfaceReady) when `error`
     is None, else False (NetworkInterfaceNotReady, message = the error); `data` the CNI
     result (left out over DATA_MAX bytes); `networkData` {interfaceName, ips (CIDR
-    strings, at most MAX_IPS), hardwareAddress} from the result's interface named
+    strings in canonical form, each once, at most MAX_IPS: what the API server accepts,
+    see network_data), hardwareAddress} from the result's interface named
     `ifname` that is in a sandbox (the pod's: its `sandbox` is the netns path; seed 004
     says "empty Sandbox", but that is the host side of an interface, and its own example
     shows the pod's interface with the sandbox set). `now`: RFC 3339 time of the
@@ -739,7 +741,12 @@ def device_status(ref: ClaimRef, ifname: str, result: dict[str, Any] | None,
 
 def network_data(result: dict[str, Any], ifname: str) -> dict[str, Any]:
     """{interfaceName, ips, hardwareAddress} of `ifname` in a CNI result >= 0.3.0 (see
-    device_status); keys without a value are left out."""
+    device_status); keys without a value are left out. `ips` are in CIDR form whatever
+    the node's networkStatusIPFormat: resource.k8s.io NetworkDeviceData.ips are "in the
+    CIDR notation" (its API doc), and the API server refuses an entry that is not an
+    address with its prefix length in canonical form, or one listed twice
+    (apimachinery's IsValidInterfaceAddress, a set of at most 16); status.status_ips
+    with `cidr` writes them so, leaving out an address that cannot be."""
     out: dict[str, Any] = {"interfaceName": ifname}
     found = result.get("interfaces")
     interfaces: list[Any] = found if isinstance(found, list) else []
@@ -752,6 +759,7 @@ def network_data(result: dict[str, Any], ifname: str) -> dict[str, Any]:
     ips = [ip.get("address") for ip in result.get("ips") or []
            if isinstance(ip, dict) and isinstance(ip.get("address"), str)
            and (index is None or ip.get("interface") in (None, index))]
-    if ips:
-        out["ips"] = ips[:MAX_IPS]
+    written = status_ips(ips, cidr=True)
+    if written:
+        out["ips"] = written[:MAX_IPS]
     return out

@@ -14,9 +14,11 @@ from the pod's spec; true makes ADD read the pod even when the runtime passes it
 annotations, so that claims are seen under containerd; false by default, so a thin
 ADD without claims keeps the one request less), `claimConfigSources`
 (CLAIM_CONFIG_SOURCES: whether a claim's own CNI config is run, or only a
-DeviceClass's), `hotplug` (thick mode: the node daemon attaches and detaches networks
-when a running pod's selection changes, for the sandboxes ADDed with it; false by
-default; daemon/hotplug.py), and the caps on what one pod may cost a node (issue 21):
+DeviceClass's), `networkStatusIPFormat` (NETWORK_STATUS_IP_FORMATS: network-status
+`ips` as bare addresses, the default, or in CIDR form), `hotplug` (thick mode: the
+node daemon attaches and detaches networks when a running pod's selection changes,
+for the sandboxes ADDed with it; false by default; daemon/hotplug.py), and the caps
+on what one pod may cost a node (issue 21):
 `maxNetworksPerPod` (DEFAULT_MAX_NETWORKS_PER_POD secondary networks) and
 `maxSameNetworkPerPod` (DEFAULT_MAX_SAME_NETWORK_PER_POD attachments of one
 NetworkAttachmentDefinition; networks.check_caps). `apiTimeout` (5 s)
@@ -105,6 +107,15 @@ the claim (`FromClaim`); "class" runs only a DeviceClass's, refusing a claim's c
 (claims.ClaimConfigRefused). docs/dra.md "Who writes the CNI config" says why the
 default is "any"."""
 DEFAULT_CLAIM_CONFIG_SOURCES = "any"
+NETWORK_STATUS_IP_FORMATS = ("address", "cidr")
+"""`networkStatusIPFormat` values: how each `ips` entry of the network-status annotation
+is written. "address" (the default): a bare address ("10.1.1.5"), as Multus writes it
+and as the annotation's readers parse it (net.ParseIP in multi-networkpolicy-iptables'
+iptables rules, whereabouts' reconciler, KubeVirt; docs/behaviour.md "The addresses in
+network-status"). "cidr": with its prefix length ("10.1.1.5/24"), the form of the
+multi-net spec's §5.4 examples (status.status_ips). A node setting (the admin's conf),
+never a tenant's."""
+DEFAULT_NETWORK_STATUS_IP_FORMAT = "address"
 
 _STR = {"type": "string"}
 # A path with a NUL cannot name a file: refused here, not as an exception at its first use.
@@ -171,6 +182,9 @@ SCHEMA: dict[str, Any] = {
         # which configs of a DRA claim's allocation are run (claims.py; docs/dra.md):
         # "any" (a DeviceClass's or the claim's own), "class" (a DeviceClass's only)
         "claimConfigSources": {"enum": list(CLAIM_CONFIG_SOURCES)},
+        # the form of network-status `ips` entries (status.status_ips): "address" (bare,
+        # Multus' and what its readers parse) or "cidr" (the spec's §5.4 examples' form)
+        "networkStatusIPFormat": {"enum": list(NETWORK_STATUS_IP_FORMATS)},
         # written by `netattach install` only, when netattach is uninstalled (retired.py)
         "retired": {"type": "object", "required": ["conflist"], "additionalProperties": False,
                     "properties": {"conflist": _PATH}},
@@ -196,7 +210,9 @@ class NetConf:
     max_same_network_per_pod: `maxNetworksPerPod` and `maxSameNetworkPerPod` (counts;
     networks.check_caps). claim_config_sources: `claimConfigSources`, one of
     CLAIM_CONFIG_SOURCES: whether a DRA claim's own CNI config is run ("any") or only a
-    DeviceClass's ("class").
+    DeviceClass's ("class"). network_status_ip_format: `networkStatusIPFormat`, one of
+    NETWORK_STATUS_IP_FORMATS: network-status `ips` as bare addresses ("address") or in
+    CIDR form ("cidr").
     """
     raw: dict[str, Any]
     name: str
@@ -232,6 +248,13 @@ class NetConf:
     max_networks_per_pod: int = DEFAULT_MAX_NETWORKS_PER_POD
     max_same_network_per_pod: int = DEFAULT_MAX_SAME_NETWORK_PER_POD
     claim_config_sources: str = DEFAULT_CLAIM_CONFIG_SOURCES
+    network_status_ip_format: str = DEFAULT_NETWORK_STATUS_IP_FORMAT
+
+    @property
+    def network_status_cidr(self) -> bool:
+        """True when network-status `ips` are written in CIDR form (status.status_entry's
+        `cidr`): `networkStatusIPFormat` "cidr"."""
+        return self.network_status_ip_format == "cidr"
 
     @property
     def conf_dir(self) -> str:
@@ -369,4 +392,6 @@ def parse_netconf(config: dict[str, Any]) -> NetConf:
         max_networks_per_pod=max_networks,
         max_same_network_per_pod=max_same,
         claim_config_sources=config.get("claimConfigSources", DEFAULT_CLAIM_CONFIG_SOURCES),
+        network_status_ip_format=config.get("networkStatusIPFormat",
+                                            DEFAULT_NETWORK_STATUS_IP_FORMAT),
     )

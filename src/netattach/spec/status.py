@@ -15,9 +15,19 @@ Decisions where the spec is silent or loose (each is tested):
   reports a sandbox interface but leaves its IPs unindexed would otherwise get
   no ``ips`` at all, while those addresses are not the host-side addresses
   §5.3.3.1 wants to keep out.  Multus lists them too.
-* **Address form.**  Addresses are copied as the result gives them, i.e. in
-  CIDR form (``"10.1.1.5/24"``), as in the §5.4 examples.  Multus strips the
-  prefix length; consumers that need a bare address must split on ``/``.
+* **Address form.**  §5.3.3 asks for "IPv4 and/or IPv6 addresses"; its §5.4
+  examples show them in CIDR form (``"192.0.2.2/24"``).  The readers users
+  run (multi-networkpolicy-iptables, whereabouts' reconciler, KubeVirt) take
+  each entry as a bare address, as Multus and the
+  network-attachment-definition-client's CreateNetworkStatuses write it
+  (docs/behaviour.md, "The addresses in network-status"), so an entry is the
+  bare address (``"10.1.1.5"``) unless the caller asks for the CIDR form
+  (``cidr``, the node's ``networkStatusIPFormat: cidr``).  Either way it is in
+  canonical form, as Go's ``net.IP.String()`` prints it (lower-case IPv6 with
+  the longest run of zeros compressed; an IPv4-mapped IPv6 address as IPv4,
+  its prefix length less 96), and a result address that is not an address
+  with a prefix length (which Go's CNI library refuses to decode, so Multus
+  would not write it) is left out.
 * **interface** falls back to the ``CNI_IFNAME`` we used when the result has
   no sandbox interface (the spec allows it for results < 0.3.0, and the
   minimal entry of §5.1.1 uses it too), so every entry names its interface.
@@ -46,6 +56,8 @@ from ..cni.version import is_legacy_result
 __all__ = [
     "NETWORK_STATUS_ANNOTATION",
     "NetworkStatusEntry",
+    "interface_address",
+    "status_ips",
     "status_entry",
     "encode_status",
 ]
@@ -82,6 +94,69 @@ _KEY_ORDER = (
 )
 
 
+def interface_address(text: object) -> tuple[str, int | None] | None:
+    """An address of a CNI result (``ips[].address``, ``ip4.ip``; CIDR form, the
+    address with its prefix length: ``"10.1.1.5/24"``, ``"2001:db8::5/64"``), split
+    into (address, prefix length), both canonical as Go prints them: the address as
+    ``net.IP.String()`` does (IPv6 lower-case, the longest run of two or more zero
+    groups compressed, RFC 5952; an IPv4-mapped IPv6 address as dotted IPv4, its
+    prefix length less 96, None when that prefix is shorter than 96 and so names no
+    IPv4 prefix). The form Kubernetes requires of a CIDR (apimachinery's
+    IsValidInterfaceAddress: the address's ``String()``, "/", the prefix length).
+
+    Returns None when `text` is not a string holding an IPv4 or IPv6 address (no zone,
+    no leading zeros in an IPv4 part, as Go's ParseIP) with a decimal prefix length
+    within the family's bits: Go's CNI library refuses to decode such a result.
+    IPv4 is checked here; IPv6 through the standard library's ipaddress, imported
+    only then (it costs a few ms, and most results are IPv4).
+    """
+    if not isinstance(text, str):
+        return None
+    host, slash, bits = text.partition("/")
+    if not slash or not (bits.isascii() and bits.isdigit()):
+        return None
+    prefix = int(bits)
+    if ":" not in host:
+        parts = host.split(".")
+        if len(parts) != 4 or prefix > 32 or not all(
+                p.isascii() and p.isdigit() and len(p) <= 3 and (p == "0" or p[0] != "0")
+                and int(p) <= 255 for p in parts):
+            return None
+        return host, prefix
+    if "%" in host or prefix > 128:
+        return None
+    import ipaddress  # only for an IPv6 address
+    try:
+        ip = ipaddress.IPv6Address(host)
+    except ValueError:
+        return None
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped), (prefix - 96 if prefix >= 96 else None)
+    return ip.compressed, prefix
+
+
+def status_ips(addresses: list[Any], *, cidr: bool = False) -> list[str]:
+    """The network-status ``ips`` (§5.3.3) of a result's addresses (CIDR strings, as
+    `interface_address` reads them), in order: each as a bare address (``"10.1.1.5"``:
+    what Multus writes and the readers of the annotation parse, docs/behaviour.md), or
+    with `cidr` in CIDR form (``"10.1.1.5/24"``: the §5.4 examples' form). Canonical
+    either way (`interface_address`). An address that does not parse is left out, and
+    so is, with `cidr`, an IPv4-mapped one without an IPv4 prefix length; an address
+    that comes again (the same after canonicalization) is listed once."""
+    out: list[str] = []
+    for text in addresses:
+        parsed = interface_address(text)
+        if parsed is None:
+            continue
+        address, prefix = parsed
+        if cidr and prefix is None:
+            continue
+        value = f"{address}/{prefix}" if cidr else address
+        if value not in out:
+            out.append(value)
+    return out
+
+
 def _nonempty_str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -113,8 +188,9 @@ def _dns(result: dict[str, Any]) -> dict[str, Any] | None:
     return out or None
 
 
-def _current_fields(result: dict[str, Any], ifname: str) -> dict[str, Any]:
-    """interface/ips/mac/mtu of a result >= 0.3.0 (§5.3.2.1, §5.3.3.1, §5.3.4.1)."""
+def _current_fields(result: dict[str, Any], ifname: str, cidr: bool) -> dict[str, Any]:
+    """interface/ips/mac/mtu of a result >= 0.3.0 (§5.3.2.1, §5.3.3.1, §5.3.4.1); `ips`
+    as `status_ips` writes them."""
     fields: dict[str, Any] = {}
     interfaces = result.get("interfaces")
     if not isinstance(interfaces, list):
@@ -156,13 +232,15 @@ def _current_fields(result: dict[str, Any], ifname: str) -> dict[str, Any]:
             if ip.get("interface") is None
             or (_index(ip.get("interface")) is not None and ip["interface"] < 0)
         ]
-    if ips:
-        fields["ips"] = ips
+    written = status_ips(ips, cidr=cidr)
+    if written:
+        fields["ips"] = written
     return fields
 
 
-def _legacy_fields(result: dict[str, Any], ifname: str) -> dict[str, Any]:
-    """interface/ips of a result < 0.3.0 (§5.3.2.1, §5.3.3.1)."""
+def _legacy_fields(result: dict[str, Any], ifname: str, cidr: bool) -> dict[str, Any]:
+    """interface/ips of a result < 0.3.0 (§5.3.2.1, §5.3.3.1); `ips` as `status_ips`
+    writes them."""
     fields: dict[str, Any] = {"interface": ifname}
     ips = []
     for key in ("ip4", "ip6"):
@@ -171,8 +249,9 @@ def _legacy_fields(result: dict[str, Any], ifname: str) -> dict[str, Any]:
             addr = _nonempty_str(block.get("ip"))
             if addr:
                 ips.append(addr)
-    if ips:
-        fields["ips"] = ips
+    written = status_ips(ips, cidr=cidr)
+    if written:
+        fields["ips"] = written
     return fields
 
 
@@ -185,6 +264,7 @@ def status_entry(
     default_route: list[str] | None = None,
     device_info: dict[str, Any] | None = None,
     mtu: int | None = None,
+    cidr: bool = False,
 ) -> NetworkStatusEntry:
     """One element of the ``network-status`` list (§5.3).
 
@@ -201,10 +281,14 @@ def status_entry(
         device_info: the §5.3.8 device information map, if any.
         mtu: the link MTU read from the pod netns (§5.3.5), used when the
             result itself gives none (results below CNI 1.1.0 never do).
+        cidr: write ``ips`` in CIDR form (``"10.1.1.5/24"``, the §5.4 examples'),
+            not as bare addresses (``"10.1.1.5"``, Multus' and what the
+            annotation's readers parse; the default): `status_ips`, the
+            node's ``networkStatusIPFormat``.
 
     Returns:
         A `NetworkStatusEntry`, keys in this order and only when they have a value:
-        ``name``, ``interface``, ``ips`` (list of str), ``mac``, ``mtu``
+        ``name``, ``interface``, ``ips`` (list of str, `status_ips`), ``mac``, ``mtu``
         (int), ``default`` (bool, always present), ``dns`` (dict with
         ``nameservers``/``domain``/``search``), ``default-route`` (list of
         str), ``device-info`` (dict).  Without a result it is the minimal
@@ -216,9 +300,9 @@ def status_entry(
     fields: dict[str, Any] = {"name": name, "default": bool(default)}
     if isinstance(result, dict):
         if is_legacy_result(result):
-            fields.update(_legacy_fields(result, ifname))
+            fields.update(_legacy_fields(result, ifname, cidr))
         else:
-            fields.update(_current_fields(result, ifname))
+            fields.update(_current_fields(result, ifname, cidr))
         dns = _dns(result)
         if dns:
             fields["dns"] = dns
