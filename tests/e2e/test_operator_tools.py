@@ -123,6 +123,7 @@ def test_forbidden_and_unreadable_kubeconfig(cluster, admin_api, k8s_namespace, 
     done = status("web", "-n", k8s_namespace, "--kubeconfig", str(nobody))
     assert done.returncode == 1
     assert f"get pod {k8s_namespace}/web: HTTP 403" in done.stderr
+    assert "rbac.yaml" not in done.stderr and "bind the ClusterRole" not in done.stderr
     assert done.stderr.endswith(f"netattach status: the kubeconfig's user needs `get` on pods in "
                                 f"namespace {k8s_namespace}\n")
 
@@ -302,6 +303,8 @@ def test_preflight_exit_2_when_the_cluster_cannot_be_read(cluster, k8s_namespace
     done = validate("--cluster", "--kubeconfig", str(nobody))
     assert (done.returncode, done.stdout) == (2, "")
     assert "list NetworkAttachmentDefinitions in all namespaces: HTTP 403" in done.stderr
+    # the operator's own credentials: no advice to bind the plugin's ClusterRole
+    assert "rbac.yaml" not in done.stderr and "bind the ClusterRole" not in done.stderr
     assert done.stderr.endswith(
         "netattach validate: the kubeconfig's user needs `list` on pods in all namespaces "
         "and on network-attachment-definitions.k8s.cni.cncf.io in all namespaces\n")

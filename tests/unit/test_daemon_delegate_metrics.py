@@ -57,6 +57,21 @@ def test_each_execution_is_reported_with_its_type_command_and_result(bin_dir):
     assert all(s[3] > 0 for s in seen) and seen[2][3] >= 0.2
 
 
+def test_an_observer_that_fails_changes_no_answer_and_no_error(bin_dir):
+    """A metric is never the reason a CNI call fails or loses its child's error."""
+    timed = TimedExecutor(invoke.PROCESS_EXECUTOR)
+    seen: list[str] = []
+
+    def broken(*_: object) -> None:
+        raise ValueError("broken observer")
+    timed.observers += [broken, lambda *a: seen.append(a[2])]
+    assert run(timed, bin_dir, "good") == {"cniVersion": "1.0.0"}
+    with pytest.raises(ChildError) as e:
+        run(timed, bin_dir, "bad", "DEL")
+    assert e.value.code == 7
+    assert seen == ["success", "failure"]  # the observers after it still ran
+
+
 def test_a_plugin_not_found_runs_nothing_and_makes_no_series(bin_dir):
     timed = TimedExecutor(invoke.PROCESS_EXECUTOR)
     seen: list[tuple] = []

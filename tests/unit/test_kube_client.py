@@ -165,8 +165,8 @@ def test_requests_on_the_wire(stub, tmp_path):
 
 def test_list_pages_follows_continue(stub, tmp_path):
     """A LIST in pages (the migration pre-flight's): `limit`, then the answer's continue
-    token, quoted, until an answer has none; a 404 is no page; a 410 (the token
-    expired) is an error naming the list."""
+    token, quoted, until an answer has none; a 404 (a CRD not installed) and a 410 (the
+    token expired) are errors naming the list."""
     s = stub((200, {"items": [{"n": 1}, {"n": 2}], "metadata": {"continue": "a/b=="}}),
              (200, {"items": [{"n": 3}, "junk"], "metadata": {}}),
              (404, status_doc(404, "no such resource")),
@@ -174,7 +174,10 @@ def test_list_pages_follows_continue(stub, tmp_path):
     k = Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0)
     assert list(k.list_pages("/api/v1/pods", "pods in all namespaces", "pods", 2)) == [
         [{"n": 1}, {"n": 2}], [{"n": 3}]]
-    assert list(k.list_pages("/apis/x/v1/ys", "ys", "ys")) == []
+    with pytest.raises(KubeError) as e:
+        list(k.list_pages("/apis/x/v1/ys", "ys in all namespaces", "ys.x"))
+    assert e.value.status == 404 and str(e.value).startswith(
+        "list ys in all namespaces: HTTP 404: the API server does not serve ys.x")
     with pytest.raises(KubeError) as e:
         list(k.list_pages("/api/v1/pods", "pods in all namespaces", "pods"))
     assert e.value.status == 410 and "list pods in all namespaces: HTTP 410" in str(e.value)
@@ -218,6 +221,19 @@ def test_a_403_names_the_rbac_manifest_of_the_client(stub, tmp_path):
         with pytest.raises(KubeError) as e:
             Kube(path, 60.0, rbac=rbac).get_pod("ns", "p")
         assert f"bind the ClusterRole from {rbac}," in str(e.value)
+
+
+@pytest.mark.parametrize("code,phrase", [(401, "log in again or refresh them"),
+                                         (403, "the kubeconfig's user may not get pods")])
+def test_an_operators_401_403_name_no_manifest_of_netattach(stub, tmp_path, code, phrase):
+    """The operator tools' client (rbac=None) runs with a person's credentials: its 401
+    and 403 say what is missing, not to bind netattach's ClusterRole or rewrite a
+    ServiceAccount token."""
+    s = stub((code, status_doc(code, "no")))
+    with pytest.raises(KubeError) as e:
+        Kube(str(kubeconfig(tmp_path / "kc", s.url)), 60.0, rbac=None).get_pod("ns", "p")
+    assert phrase in str(e.value)
+    assert "rbac.yaml" not in str(e.value) and "ServiceAccount" not in str(e.value)
 
 
 def test_a_status_devices_write_refused_per_driver_says_what_to_fix(stub, tmp_path):

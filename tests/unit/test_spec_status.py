@@ -288,7 +288,8 @@ def test_interface_address(text, parsed):
     "10.1.1.2/255.255.255.0", "10.1.1.2/２４",        # a mask; non-ASCII digits
     "10.1.1/24", "10.1.1.2.3/24", "10.1.1.256/24", "10.01.1.2/24", "10.1.1.-2/24",
     "10.1.1.２/24", "fe80::1%eth0/64", "2001:db8::5::1/64", "gg::1/64", "", "/24", "x",
-    None, 5, ["10.1.1.2/24"],
+    None, 5, ["10.1.1.2/24"], "10.1.1.2/" + "1" * 5000, "2001:db8::5/" + "9" * 5000,
+    "10.1.1.2/0033",
 ])
 def test_interface_address_refuses(text):
     assert interface_address(text) is None

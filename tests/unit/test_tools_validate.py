@@ -597,10 +597,18 @@ def test_cli_reads_a_fifo_given_by_name(files):
     assert done.returncode == 1 and b"error: " + NETS.encode() in done.stdout
 
 
-@pytest.mark.parametrize("args", [(), ("--output", "yaml", "x.yaml")])
-def test_cli_exit_2_for_usage_errors(args):
+@pytest.mark.parametrize("args, says", [
+    ((), b"FILE (or --cluster)"), (("--output", "yaml", "x.yaml"), b"invalid choice"),
+    (("--chunk-size", "5", "x.yaml"), b"--chunk-size goes with --cluster"),
+    (("--cluster", "--strict"), b"--strict lints files"),
+    (("--cluster", "--claim-config-sources", "class"), b"--claim-config-sources lints files"),
+    (("--cluster", "--chunk-size", "0"), b"'0' is not a whole number of at least 1"),
+])
+def test_cli_exit_2_for_usage_errors(args, says):
+    """Flags that would do nothing where they are given are usage errors, not ignored."""
     done = run_cli(*args)
     assert done.returncode == 2 and b"usage: netattach validate" in done.stderr
+    assert says in done.stderr
 
 
 def test_cli_strict(files):

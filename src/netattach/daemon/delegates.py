@@ -26,6 +26,7 @@ timed.
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -39,6 +40,8 @@ RESULTS = ("success", "failure", "timeout")
 MAX_PLUGIN_TYPES = 64
 """Distinct plugin_type values at most; past them, OTHER."""
 OTHER = "other"
+
+log = logging.getLogger("netattach.daemon")
 
 Observer = Callable[[str, str, str, float], None]
 """(plugin type, command, result, seconds) -> None, called after each execution."""
@@ -79,17 +82,20 @@ class TimedExecutor:
     def run(self, path: str, command: str, config: dict[str, Any], env: invoke.PluginEnv,
             timeout: float) -> dict[str, Any] | None:
         """inner.run (exec_plugin's contract: same answer, same exceptions), timed."""
-        result = "failure"
+        result = RESULTS[1]
         start = time.monotonic()
         try:
             answer = self.inner.run(path, command, config, env, timeout)
-            result = "success"
+            result = RESULTS[0]
             return answer
         except TryAgain:
-            result = "timeout"
+            result = RESULTS[2]
             raise
         finally:
             seconds = time.monotonic() - start
             label = self.plugin_type(path)
             for observe in self.observers:
-                observe(label, command, result, seconds)
+                try:  # a metric never replaces the child's answer or its error
+                    observe(label, command, result, seconds)
+                except Exception:
+                    log.exception("recording the %s %s of %s failed", label, command, path)

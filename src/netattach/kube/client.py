@@ -37,5 +37,7 @@ class Kube(ObjectReads, ObjectWrites, EventWrites):
       used instead of loading one: the daemon's calls share its connection. The budget
       stays this Kube's own.
     rbac: the manifest whose ClusterRole grants this client's requests, named in a 403's
-      message (the node daemon's: deploy/thick/rbac.yaml).
+      message (the node daemon's: deploy/thick/rbac.yaml); None for an operator's own
+      credentials (the operator tools), whose 401 and 403 messages then name only what
+      is missing (kube/errors.explain).
     """

@@ -27,18 +27,25 @@ class KubeError(TryAgain):
 
 
 def explain(status: int, what: str, body: bytes, kubeconfig: str | None,
-             permission: str, note: str = "", rbac: str = "deploy/base/rbac.yaml") -> str:
+             permission: str, note: str = "", rbac: str | None = "deploy/base/rbac.yaml") -> str:
     """The message of a failed request: `what`, the HTTP status, `note` (why the
     retries stopped) in parentheses, what to fix for 401 and 403, and the API
     server's own message (the Status' `message`; else a short, sanitized start of
     the body). `permission`: the RBAC verb and resource the request needs ("get pods");
-    `rbac`: the manifest whose ClusterRole grants it (the plugin's, or the daemon's)."""
+    `rbac`: the manifest whose ClusterRole grants it (the plugin's, or the daemon's);
+    None for an operator's own credentials (`netattach status`, `validate --cluster`),
+    which no manifest of netattach's grants: the hints then name only what is missing."""
     try:
         detail = str(json.loads(body).get("message", ""))
     except (ValueError, AttributeError, RecursionError):
         detail = excerpt(body, 200)
     hint = f" ({note})" if note else ""
-    if status == 401:
+    if status == 401 and rbac is None:
+        hint += (f" (the credentials in kubeconfig {kubeconfig or '(default)'} were rejected: "
+                 "log in again or refresh them; kubectl would fail the same way)")
+    elif status == 403 and rbac is None:
+        hint += f" (RBAC forbids it: the kubeconfig's user may not {permission})"
+    elif status == 401:
         hint += (f" (the credentials in kubeconfig {kubeconfig or '(default)'} were rejected: "
                  "the ServiceAccount token is expired or revoked; rewrite the kubeconfig with a "
                  "fresh token. `netattach install`, the DaemonSet of deploy/base/daemonset.yaml, "

@@ -94,11 +94,12 @@ class ObjectReads(Session):
         the answer's `metadata.continue` (the API server's chunking) until it has none.
 
         `what` ("pods in all namespaces") and `resource` ("pods", for the RBAC verb
-        "list pods") word the errors. A 404 (the resource or namespace does not exist)
-        ends the listing with no page. Each page is retried as every call (kube/session.py,
+        "list pods") word the errors. Each page is retried as every call (kube/session.py,
         "Retries"), within the client's one budget for all of them. Raises KubeError for
-        any other failure, a 410 included (the continue token expired: the listing took
-        longer than the API server keeps it, about 5 minutes).
+        any failure: a 404 (the API server does not serve the resource: a CRD not
+        installed; a namespace that does not exist lists as empty, not 404), a 410 (the
+        continue token expired: the listing took longer than the API server keeps it,
+        about 5 minutes), and the rest as every call.
         """
         from urllib.parse import quote
         token = ""
@@ -108,7 +109,8 @@ class ObjectReads(Session):
             resp, _ = self._exchange("GET", f"{path}{sep}{query}", f"list {what}",
                                      f"list {resource}")
             if resp.status_code == 404:
-                return
+                raise KubeError(f"list {what}: HTTP 404: the API server does not serve "
+                                f"{resource} (is its CustomResourceDefinition installed?)", 404)
             if resp.status_code != 200:
                 raise KubeError(self._why(resp.status_code, f"list {what}", resp.content,
                                           f"list {resource}"), resp.status_code)

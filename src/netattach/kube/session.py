@@ -79,7 +79,8 @@ class Session:
     the constructor's arguments are documented there)."""
 
     def __init__(self, kubeconfig: str | None, timeout: float = 10.0, setting: str | None = None,
-                 shared: tuple[Any, Any, str] | None = None, rbac: str = "deploy/base/rbac.yaml"):
+                 shared: tuple[Any, Any, str] | None = None,
+                 rbac: str | None = "deploy/base/rbac.yaml"):
         self.kubeconfig = kubeconfig
         self.timeout = timeout
         self.setting = setting

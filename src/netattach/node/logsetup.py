@@ -119,7 +119,7 @@ class JsonFormatter(logging.Formatter):
 
         {"time": "2026-11-28T20:41:07.123Z", "level": "info", "pod": "ns/name",
          "sandbox": "<container ID>", "network": "ns/net-a", "msg": "...",
-         "logger": "netattach.commands.add", "pid": 4242}
+         "logger": "netattach", "pid": 4242}
 
     time: iso_utc of the record. level: Python's level name in lower case (debug,
     info, warning, error, critical). pod, sandbox, network: the record's log_context,

@@ -115,7 +115,10 @@ def interface_address(text: object) -> tuple[str, int | None] | None:
     host, slash, bits = text.partition("/")
     if not slash or not (bits.isascii() and bits.isdigit()):
         return None
-    prefix = int(bits)
+    digits = bits.lstrip("0") or "0"  # Go takes leading zeros; a plugin's result is not
+    if len(digits) > 3:               # trusted: no int() of thousands of digits
+        return None
+    prefix = int(digits)
     if ":" not in host:
         parts = host.split(".")
         if len(parts) != 4 or prefix > 32 or not all(

@@ -153,7 +153,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """`netattach status`: the table or JSON on stdout, or one error line on stderr
     and status 1."""
-    kube = Kube(kubeconfig_path(args.kubeconfig, os.environ))
+    kube = Kube(kubeconfig_path(args.kubeconfig, os.environ), rbac=None)
     namespace = args.namespace
     try:
         namespace = namespace or kube.namespace()

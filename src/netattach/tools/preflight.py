@@ -50,11 +50,11 @@ from ..node.devices import RESOURCE_NAME_ANNOTATION, nad_resource_name
 from ..spec import delegates, plan, policy, routes, selection
 from ..spec.netconf import DEFAULT_GLOBAL_NAMESPACES, NetConf, parse_netconf
 from ..spec.pod import PodRef
+from .validate import CHUNK_SIZE, ERROR, NOTE, WARNING, plugin_types, summary
 
 __all__ = ["Finding", "ConfError", "load_conf", "check_conf", "check_nads", "check_pod",
            "check_cluster", "read_cluster", "run"]
 
-ERROR, WARNING, NOTE = "error", "warning", "note"
 
 RUNTIME_IFNAME = "eth0"
 """The CNI_IFNAME kubelet gives the cluster default network (plan.plan_attachments)."""
@@ -547,11 +547,6 @@ def settings(conf: NetConf) -> dict[str, Any]:
             "defaultNetworks": list(conf.default_networks)}
 
 
-def summary(findings: list[Finding]) -> dict[str, int]:
-    """{"errors": n, "warnings": n, "notes": n}."""
-    return {f"{s}s": sum(f.severity == s for f in findings) for s in (ERROR, WARNING, NOTE)}
-
-
 CLUSTER_TIMEOUT = 300.0
 """Seconds all the pre-flight's API requests may take together (kube/session.py's
 budget): a big cluster's pods are many pages."""
@@ -576,23 +571,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"netattach validate: --conf {label}: {reason}" if isinstance(e, OSError)
               else f"netattach validate: {reason}", file=sys.stderr)
         return 2
-    if args.allowed_plugin_types is not None:
-        conf = dataclasses.replace(conf, allowed_plugin_types=frozenset(
-            t.strip() for t in args.allowed_plugin_types.split(",") if t.strip()))
-    kube = Kube(kubeconfig_path(args.kubeconfig, os.environ), timeout=CLUSTER_TIMEOUT)
+    allowed = plugin_types(args.allowed_plugin_types)
+    if allowed is not None:
+        conf = dataclasses.replace(conf, allowed_plugin_types=allowed)
+    kube = Kube(kubeconfig_path(args.kubeconfig, os.environ), timeout=CLUSTER_TIMEOUT,
+                rbac=None)
     try:
-        nads, pods = read_cluster(kube, args.namespace, max(1, args.chunk_size))
+        nads, pods = read_cluster(kube, args.namespace, args.chunk_size or CHUNK_SIZE)
         findings, checked = check_cluster(nads, pods, conf, label)
     except KubeError as e:
         hint = ""
-        if e.status in (401, 403):
+        if e.status == 403:
             where = (f"in namespace {args.namespace}" if args.namespace
                      else "in all namespaces")
             hint = (f"\nnetattach validate: the kubeconfig's user needs `list` on pods "
                     f"{where} and on network-attachment-definitions.k8s.cni.cncf.io in all "
-                    "namespaces" if e.status == 403 else
-                    "\nnetattach validate: the kubeconfig's credentials were rejected: log "
-                    "in again (kubectl would fail the same way)")
+                    "namespaces")
         print(f"netattach validate: {e}{hint}", file=sys.stderr)
         return 2
     counts = summary(findings)

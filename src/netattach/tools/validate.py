@@ -85,9 +85,9 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -99,7 +99,7 @@ from ..cni.names import is_dns1123_label, is_dns1123_subdomain
 from ..cni.version import DEFAULT_VERSION
 from ..node.devices import DEVICE_INFO_CAPABILITY
 from ..spec import delegates, plan, policy, routes, selection
-from ..spec.netconf import CLAIM_CONFIG_SOURCES
+from ..spec.netconf import CLAIM_CONFIG_SOURCES, DEFAULT_CLAIM_CONFIG_SOURCES
 from ..spec.netconf import DEFAULT_NAMESPACE as MULTUS_NAMESPACE
 from ..spec.status import NETWORK_STATUS_ANNOTATION
 
@@ -853,9 +853,36 @@ def format_text(findings: list[Finding]) -> str:
     return "".join(f.text() + "\n" for f in findings)
 
 
-def summary(findings: list[Finding]) -> dict[str, int]:
-    """{"errors": n, "warnings": n, "notes": n}."""
+class _Graded(Protocol):
+    @property
+    def severity(self) -> str: ...
+
+
+def summary(findings: Sequence[_Graded]) -> dict[str, int]:
+    """{"errors": n, "warnings": n, "notes": n} of findings (this module's, or the
+    pre-flight's: tools/preflight.py)."""
     return {f"{s}s": sum(f.severity == s for f in findings) for s in (ERROR, WARNING, NOTE)}
+
+
+def plugin_types(text: str | None) -> frozenset[str] | None:
+    """--allowed-plugin-types' value ("macvlan, host-local") as a set of types, None when
+    the flag was not given."""
+    return None if text is None else frozenset(t.strip() for t in text.split(",") if t.strip())
+
+
+CHUNK_SIZE = 500
+"""Objects per page of each LIST of `--cluster` without --chunk-size."""
+
+
+def _positive(text: str) -> int:
+    """--chunk-size's type: a whole number of at least 1 (argparse's usage error else)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -893,9 +920,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "namespaceIsolation, allowedPluginTypes, caps, defaultNetworks "
                               "and Multus keys are judged too (default: the defaults deploy/ "
                               "installs)")
-    cluster.add_argument("--chunk-size", type=int, default=500, metavar="N",
-                         help="with --cluster: objects per page of each LIST, as kubectl's "
-                              "--chunk-size (default: %(default)s)")
+    cluster.add_argument("--chunk-size", type=_positive, default=None, metavar="N",
+                         help="with --cluster: objects per page of each LIST, at least 1 "
+                              f"(default: {CHUNK_SIZE})")
     parser.add_argument("--strict", action="store_true",
                         help="a selected NetworkAttachmentDefinition missing from the files "
                              "is an error (default: a note, the cluster may have it)")
@@ -903,10 +930,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the nodes' allowedPluginTypes, comma-separated: a NAD or a "
                              "claim naming another plugin or IPAM type is an error "
                              "(default: any type but a delegating meta-plugin's)")
-    parser.add_argument("--claim-config-sources", choices=CLAIM_CONFIG_SOURCES, default="any",
+    parser.add_argument("--claim-config-sources", choices=CLAIM_CONFIG_SOURCES, default=None,
                         help="the nodes' claimConfigSources: with 'class', a DRA claim's own "
                              "CNI config is an error, as the ADD refuses it (default: "
-                             "%(default)s, a note)")
+                             f"{DEFAULT_CLAIM_CONFIG_SOURCES}, a note)")
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text",
                         help="text: one line per finding; json: {\"findings\": [...], "
                              "\"summary\": {...}} on stdout (default: %(default)s)")
@@ -966,29 +993,36 @@ def _unreadable(path: str, error: OSError) -> Finding:
 def run(args: argparse.Namespace) -> int:
     """`netattach validate`: findings on stdout (text or JSON), a count on stderr.
 
-    Returns 2 when a file could not be read (one given, or an entry of a directory
+    Files: returns 2 when a file could not be read (one given, or an entry of a directory
     given: each is an error finding naming it, and the rest is still linted), else 1
-    when there is an error, else 0.
+    when there is an error, else 0. With --cluster: tools/preflight.run's status (1 when
+    a pod would fail, 2 when the conf or the cluster cannot be read). A flag that does
+    not go with the mode chosen is argparse's usage error (exit 2).
     """
     usage = getattr(args, "usage_error", None)  # argparse's error: usage, message, exit 2
     if args.cluster:
-        if args.files and usage:
-            usage("--cluster reads the cluster, not files: give one or the other")
+        if usage:
+            if args.files:
+                usage("--cluster reads the cluster, not files: give one or the other")
+            for flag, unset in (("strict", False), ("claim_config_sources", None)):
+                if getattr(args, flag) is not unset:
+                    usage(f"--{flag.replace('_', '-')} lints files: it does not go with "
+                          "--cluster")
         from . import preflight
         return preflight.run(args)
     if usage:
         if not args.files:
             usage("the following arguments are required: FILE (or --cluster)")
-        for flag in ("kubeconfig", "conf"):
+        for flag in ("kubeconfig", "conf", "chunk_size"):
             if getattr(args, flag) is not None:
-                usage(f"--{flag} goes with --cluster")
+                usage(f"--{flag.replace('_', '-')} goes with --cluster")
     sources, failed = _read(args.files)
-    allowed = (None if args.allowed_plugin_types is None else
-               frozenset(t.strip() for t in args.allowed_plugin_types.split(",") if t.strip()))
+    allowed = plugin_types(args.allowed_plugin_types)
     findings = failed + lint_sources(sources, namespace=args.namespace or "default",
                                      strict=args.strict,
                                      allowed_plugin_types=allowed,
-                                     claim_config_sources=args.claim_config_sources)
+                                     claim_config_sources=(args.claim_config_sources
+                                                           or DEFAULT_CLAIM_CONFIG_SOURCES))
     counts = summary(findings)
     if args.output == "json":
         json.dump({"findings": [f.to_dict() for f in findings],
