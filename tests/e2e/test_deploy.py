@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import posixpath
 import re
 from pathlib import Path
 
@@ -205,9 +206,15 @@ def test_containerfile_installs_what_the_daemonset_runs():
     text = CONTAINERFILE.read_text()
     [c] = daemonset(".")["spec"]["template"]["spec"]["containers"]
     exe = c["command"][0]
-    # the final stage copies the onedir build to the directory the DaemonSet execs from
-    final_copy = re.findall(r"^COPY --from=build \S+ (\S+)$", text, re.M)
-    assert final_copy and exe == f"{final_copy[-1]}/netattach"
+    # the build stage moves the onedir build into the tree (/out) the final stage copies
+    # as one layer, at the directory the DaemonSet execs from
+    final_copy = re.findall(r"^COPY --from=build (\S+) (\S+)$", text, re.M)
+    moved = re.findall(r"\bmv /dist/netattach (\S+)", text)
+    assert final_copy and len(moved) == 1, (final_copy, moved)
+    src, dest = final_copy[-1]
+    within = posixpath.relpath(posixpath.join(moved[0], "netattach"), src)
+    assert not within.startswith(".."), (moved, src)
+    assert exe == posixpath.join(dest, within, "netattach")
     assert re.search(rf'^ENTRYPOINT \["{re.escape(exe)}"\]$', text, re.M)
     # every source the build stage copies exists in the repo
     for srcs in re.findall(r"^COPY (?!--from)(.+) \S+$", text, re.M):
