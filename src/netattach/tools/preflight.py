@@ -50,7 +50,7 @@ from ..node.devices import RESOURCE_NAME_ANNOTATION, nad_resource_name
 from ..spec import delegates, plan, policy, routes, selection
 from ..spec.netconf import DEFAULT_GLOBAL_NAMESPACES, NetConf, parse_netconf
 from ..spec.pod import PodRef
-from .validate import CHUNK_SIZE, ERROR, NOTE, WARNING, plugin_types, summary
+from .shared import CHUNK_SIZE, ERROR, NOTE, WARNING, plugin_types, summary
 
 __all__ = ["Finding", "ConfError", "load_conf", "check_conf", "check_nads", "check_pod",
            "check_cluster", "read_cluster", "run"]

@@ -85,9 +85,9 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
@@ -102,10 +102,10 @@ from ..spec import delegates, plan, policy, routes, selection
 from ..spec.netconf import CLAIM_CONFIG_SOURCES, DEFAULT_CLAIM_CONFIG_SOURCES
 from ..spec.netconf import DEFAULT_NAMESPACE as MULTUS_NAMESPACE
 from ..spec.status import NETWORK_STATUS_ANNOTATION
+from .shared import CHUNK_SIZE, ERROR, NOTE, WARNING, plugin_types, positive, summary
 
 __all__ = ["Finding", "lint_sources", "format_text", "add_arguments", "run"]
 
-ERROR, WARNING, NOTE = "error", "warning", "note"
 
 NAD_API_VERSION = "k8s.cni.cncf.io/v1"
 NAD_KIND = "NetworkAttachmentDefinition"
@@ -853,38 +853,6 @@ def format_text(findings: list[Finding]) -> str:
     return "".join(f.text() + "\n" for f in findings)
 
 
-class _Graded(Protocol):
-    @property
-    def severity(self) -> str: ...
-
-
-def summary(findings: Sequence[_Graded]) -> dict[str, int]:
-    """{"errors": n, "warnings": n, "notes": n} of findings (this module's, or the
-    pre-flight's: tools/preflight.py)."""
-    return {f"{s}s": sum(f.severity == s for f in findings) for s in (ERROR, WARNING, NOTE)}
-
-
-def plugin_types(text: str | None) -> frozenset[str] | None:
-    """--allowed-plugin-types' value ("macvlan, host-local") as a set of types, None when
-    the flag was not given."""
-    return None if text is None else frozenset(t.strip() for t in text.split(",") if t.strip())
-
-
-CHUNK_SIZE = 500
-"""Objects per page of each LIST of `--cluster` without --chunk-size."""
-
-
-def _positive(text: str) -> int:
-    """--chunk-size's type: a whole number of at least 1 (argparse's usage error else)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `netattach validate` options."""
     parser.description = (
@@ -920,7 +888,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "namespaceIsolation, allowedPluginTypes, caps, defaultNetworks "
                               "and Multus keys are judged too (default: the defaults deploy/ "
                               "installs)")
-    cluster.add_argument("--chunk-size", type=_positive, default=None, metavar="N",
+    cluster.add_argument("--chunk-size", type=positive, default=None, metavar="N",
                          help="with --cluster: objects per page of each LIST, at least 1 "
                               f"(default: {CHUNK_SIZE})")
     parser.add_argument("--strict", action="store_true",
