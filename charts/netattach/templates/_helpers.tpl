@@ -49,8 +49,9 @@ openshift:
 "true" when thick mode's RBAC (templates/rbac-thick.yaml: the ServiceAccount
 netattach-daemon and its bindings) is rendered: in thick mode, and in thin mode while the
 live DaemonSet still runs its pods as netattach-daemon (an upgrade thick -> thin: the old
-thick pods keep their account until each is replaced; deleting it at once would reject
-their tokens, and each installer would read that 401 at its stop as an uninstall). The
+thick pods keep their account until each is replaced; deleting it and its bindings at
+once would refuse their requests, 403 or 401, and each installer would read that at its
+stop as an uninstall). The
 next upgrade, once the thin pods run, removes it (docs/helm.md, "Thick to thin"). `lookup`
 finds nothing under `helm template` and `helm lint`: they render the mode alone.
 */}}
