@@ -880,12 +880,10 @@ def install(node: RealNode, mode: str, overlay: Path | str | None = None) -> Non
 
 
 @contextlib.contextmanager
-def uninstalling(node: RealNode, clean: bool = True, timeout: float = 120):
-    """Around an uninstall (the body deletes netattach's objects): the installers' logs
-    are followed meanwhile; afterwards, until netattach's pods are gone and, when `clean`
-    (no pod netattach attached is left), until its files are gone from the node, as
-    docs/install-lifecycle.md promises. AssertionError naming what is left, with the
-    conflist and the installers' last log lines, when `timeout` (a hang guard) passes."""
+def following_logs(node: RealNode):
+    """Follows the logs of every container of netattach's pods there are now (`kubectl
+    logs -f`, from their start; pods created later are not followed) while the body runs;
+    yields a function returning what was read so far (str)."""
     assert node.cluster is not None
     env = {**os.environ, "KUBECONFIG": str(node.cluster.admin_kubeconfig)}
     with tempfile.TemporaryFile("w+") as logs:
@@ -894,23 +892,36 @@ def uninstalling(node: RealNode, clean: bool = True, timeout: float = 120):
              "--all-containers", "--max-log-requests=20", "--tail=-1",
              "-l", "app.kubernetes.io/name=netattach"],
             stdout=logs, stderr=subprocess.STDOUT, env=env)
+
+        def read() -> str:
+            logs.seek(0)
+            return logs.read()
         try:
-            yield
-            wait_gone(node, timeout)
-            deadline = time.monotonic() + timeout
-            while clean and (left := netattach_files(node)):
-                if time.monotonic() > deadline:
-                    conflist = node.host_path("/etc/cni/net.d/00-netattach.conflist")
-                    text = conflist.read_text() if conflist.exists() else "(none)"
-                    logs.seek(0)
-                    raise AssertionError(
-                        f"netattach's files left on the node after its uninstall: {left}\n"
-                        f"00-netattach.conflist: {text}\ninstallers' logs:\n"
-                        f"{logs.read()[-8000:]}")
-                time.sleep(0.3)
+            yield read
         finally:
             follow.kill()
             follow.wait()
+
+
+@contextlib.contextmanager
+def uninstalling(node: RealNode, clean: bool = True, timeout: float = 120):
+    """Around an uninstall (the body deletes netattach's objects): the installers' logs
+    are followed meanwhile; afterwards, until netattach's pods are gone and, when `clean`
+    (no pod netattach attached is left), until its files are gone from the node, as
+    docs/install-lifecycle.md promises. AssertionError naming what is left, with the
+    conflist and the installers' last log lines, when `timeout` (a hang guard) passes."""
+    with following_logs(node) as logs:
+        yield
+        wait_gone(node, timeout)
+        deadline = time.monotonic() + timeout
+        while clean and (left := netattach_files(node)):
+            if time.monotonic() > deadline:
+                conflist = node.host_path("/etc/cni/net.d/00-netattach.conflist")
+                text = conflist.read_text() if conflist.exists() else "(none)"
+                raise AssertionError(
+                    f"netattach's files left on the node after its uninstall: {left}\n"
+                    f"00-netattach.conflist: {text}\ninstallers' logs:\n{logs()[-8000:]}")
+            time.sleep(0.3)
 
 
 def uninstall(node: RealNode, mode: str, overlay: Path | str | None = None,
@@ -1069,6 +1080,7 @@ def _describe_state(node: RealNode, names: list[str], limit: int = 4000) -> str:
 
 
 README = cl.REPO_ROOT / "README.md"
+HELM_DOC = cl.REPO_ROOT / "docs" / "helm.md"
 
 
 def readme_clone(directory: Path) -> Path:
@@ -1082,17 +1094,18 @@ def readme_clone(directory: Path) -> Path:
 
 def run_readme_block(node: RealNode, marker: str, cwd: Path,
                      replace: tuple[str, str] | None = None,
-                     env: dict[str, str] | None = None) -> str:
-    """Run README's shell block after `<!-- marker -->` with bash (-e: every line must
-    succeed) in `cwd`, as an admin with the test bed's kubectl first on PATH; stdout.
+                     env: dict[str, str] | None = None, doc: Path = README) -> str:
+    """Run the shell block after `<!-- marker -->` of the Markdown file `doc` (README, or
+    a page of docs/ such as docs/helm.md) with bash (-e: every line must succeed) in
+    `cwd`, as an admin with the test bed's kubectl first on PATH; stdout.
     `replace` (old, new): the alternative a comment of the block gives (thick mode's
     path), taken before running it. `env`: the environment instead of this process's
     (its PATH after kubectl's dir; KUBECONFIG is the admin's whatever it says), e.g.
     netattach_testbed.helm.helm_env for the Helm blocks. AssertionError with the output
     on failure."""
-    script = doc_block(README, marker, "sh")
+    script = doc_block(doc, marker, "sh")
     if replace:
-        assert replace[0] in script, f"README block {marker} has no {replace[0]!r}"
+        assert replace[0] in script, f"{doc.name} block {marker} has no {replace[0]!r}"
         script = script.replace(replace[0], replace[1])
     assert node.cluster is not None
     base = dict(os.environ if env is None else env)
@@ -1100,5 +1113,6 @@ def run_readme_block(node: RealNode, marker: str, cwd: Path,
            "PATH": f"{node.k8s_bin}:{base.get('PATH', '/usr/bin:/bin')}"}
     p = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env,
                        capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, f"README block {marker} failed:\n{script}\n{p.stdout}\n{p.stderr}"
+    assert p.returncode == 0, \
+        f"{doc.name} block {marker} failed:\n{script}\n{p.stdout}\n{p.stderr}"
     return p.stdout

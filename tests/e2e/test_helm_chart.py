@@ -291,13 +291,104 @@ def test_policies_allowlist_value_reaches_their_configmap(home):
     (("mode=thin", "dra.enabled=true"), "dra.enabled"),
     (("metrics.service.enabled=true",), "metrics.service.enabled"),
     (("metrics.serviceMonitor.enabled=true",), "metrics.serviceMonitor.enabled"),
-    (("mode=thik",), "mode"),
-    (("cni.preset=k3d",), "cni.preset"),
-    (("cni.confDir=etc/cni",), "cni.confDir"),
 ])
 def test_values_that_cannot_work_fail_naming_the_key(home, values, key):
     with pytest.raises(cl.ClusterError, match=re.escape(key)):
         hm.template(home, *values)
+
+
+# values.schema.json: (--set value, the path Helm's refusal names)
+BAD_VALUES = [
+    ("mode=thik", "/mode"),
+    ("cni.preset=k3d", "/cni/preset"),
+    ("cni.confDir=etc/cni", "/cni/confDir"),
+    ("cni.confDir=/etc/cni #x", "/cni/confDir"),
+    ("cni.binDir=/opt/cni/bin\nx: y", "/cni/binDir"),
+    ("cni.binDir=/opt/a: b", "/cni/binDir"),
+    ("logLevel=loud", "/logLevel"),
+    ("logFormat=xml", "/logFormat"),
+    ("installerLogLevel=verbose", "/installerLogLevel"),
+    ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+    ("image.repository=registry.example.com/a #b", "/image/repository"),
+    ("image.tag=1.0: x", "/image/tag"),
+    ("priorityClassName=a: b", "/priorityClassName"),
+    ("daemon.metricsPort=70000", "/daemon/metricsPort"),
+    ("daemon.metricsPort=0", "/daemon/metricsPort"),
+    ("metrics.serviceMonitor.interval=15s # x", "/metrics/serviceMonitor/interval"),
+]
+
+
+@pytest.mark.parametrize(("value", "path"), BAD_VALUES, ids=[v for v, _ in BAD_VALUES])
+@pytest.mark.parametrize("verb", ["lint", "template"])
+def test_bad_value_is_refused_naming_it(home, verb, value, path):
+    """A value no node could use, or one that would add or cut YAML (a newline, ": ",
+    " #"), is refused by the schema before anything renders, naming the value."""
+    args = [verb, *(["netattach"] if verb == "template" else []), str(hm.CHART_DIR),
+            "--namespace", hm.NAMESPACE, "--set", value]
+    p = hm.run(home, *args, check=False)
+    assert p.returncode != 0, p.stdout
+    assert f"at '{path}'" in p.stdout + p.stderr, p.stdout + p.stderr
+
+
+def test_a_numeric_looking_tag_keeps_its_digits(home, tmp_path):
+    """`--set image.tag=1.10` renders `:1.10` (not the number 1.1), an integer tag its
+    digits; a values file's unquoted 1.10 (a YAML number) is refused, naming the value."""
+    for tag in ("1.10", "110"):
+        assert {c["image"] for c in containers(hm.template(home, f"image.tag={tag}")).values()} \
+            == {f"{IMAGE}:{tag}"}
+    values = tmp_path / "values.yaml"
+    values.write_text("image:\n  tag: 1.10\n")
+    p = hm.run(home, "template", "netattach", str(hm.CHART_DIR), "--namespace", hm.NAMESPACE,
+               "-f", str(values), check=False)
+    assert p.returncode != 0 and "at '/image/tag'" in p.stderr, p.stderr
+
+
+def test_log_values_reach_the_installer_and_the_daemon_only_when_set(home):
+    docs = hm.template(home, "mode=thick", "logLevel=verbose", "logFormat=json",
+                       "installerLogLevel=debug")
+    i, d = installer_args(docs), daemon_args(docs)
+    assert (i.log_level, i.log_format, i.installer_log_level, i.installer_log_format) == (
+        "verbose", "json", "debug", "json")
+    assert (d.log_level, d.log_format) == ("verbose", "json")
+    flags = containers(hm.template(home, "mode=thick"))
+    assert not [a for c in flags.values() for a in c["args"]
+                if a.startswith(("--log-format", "--installer-log"))]
+
+
+def _live_daemonset(admin_api, mode: str) -> None:
+    """The API server's kube-system/netattach DaemonSet as the mode's kustomization has
+    it (server-side apply; the test bed's cluster has no node, so no pod runs)."""
+    overlay = cl.DEPLOY_DIR / ("thick" if mode == "thick" else "")
+    cl.apply_documents(admin_api, [d for d in cl.kustomize(overlay) if d["kind"] == "DaemonSet"])
+
+
+def test_thin_mode_keeps_thick_rbac_while_the_live_daemonset_runs_as_netattach_daemon(
+        cluster, admin_api, home):
+    """An upgrade thick -> thin (`helm template --dry-run=server` renders as an upgrade
+    does, `lookup` reading the API server): while the live DaemonSet's pods run as
+    netattach-daemon the thin render keeps thick mode's RBAC, so the old thick pods'
+    tokens keep working until each is replaced; once the live DaemonSet is thin's, the
+    thin render is deploy/'s alone."""
+    thick_rbac = kinds_and_names(hm.template(home, "mode=thick")) - kinds_and_names(
+        hm.template(home))
+
+    def thin_live() -> list[dict]:
+        out = hm.run(home, "template", "netattach", str(hm.CHART_DIR), "--namespace",
+                     hm.NAMESPACE, "--dry-run=server", kubeconfig=cluster.admin_kubeconfig)
+        return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+    assert thick_rbac >= {("ServiceAccount", "netattach-daemon"),
+                          ("ClusterRoleBinding", "netattach-daemon"),
+                          ("RoleBinding", "netattach-daemon-installer")}
+    try:
+        _live_daemonset(admin_api, "thick")
+        kept = thin_live()
+        assert thick_rbac <= kinds_and_names(kept)
+        assert daemonset(kept) == daemonset(hm.template(home))     # thin mode's pods
+    finally:
+        _live_daemonset(admin_api, "thin")
+    # the next upgrade: the live DaemonSet is thin's, the render deploy/'s alone
+    assert kinds_and_names(thin_live()) == kinds_and_names(hm.template(home, include_crds=False))
 
 
 def test_another_namespace_fails(home):

@@ -41,12 +41,31 @@ openshift:
 
 {{/* The image reference of both containers. */}}
 {{- define "netattach.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- /* toString: a tag given as a number (--set image.tag=110) is its digits */ -}}
+{{- printf "%s:%s" .Values.image.repository (toString .Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 
-{{/* "true" when the DRA driver's RBAC is rendered (thick mode). */}}
+{{/*
+"true" when thick mode's RBAC (templates/rbac-thick.yaml: the ServiceAccount
+netattach-daemon and its bindings) is rendered: in thick mode, and in thin mode while the
+live DaemonSet still runs its pods as netattach-daemon (an upgrade thick -> thin: the old
+thick pods keep their account until each is replaced; deleting it and its bindings at
+once would refuse their requests, 403 or 401, and each installer would read that at its
+stop as an uninstall). The
+next upgrade, once the thin pods run, removes it (docs/helm.md, "Thick to thin"). `lookup`
+finds nothing under `helm template` and `helm lint`: they render the mode alone.
+*/}}
+{{- define "netattach.thickRBAC" -}}
+{{- if eq .Values.mode "thick" -}}true
+{{- else -}}
+{{- $live := lookup "apps/v1" "DaemonSet" "kube-system" "netattach" -}}
+{{- if and $live (eq (dig "spec" "template" "spec" "serviceAccountName" "" $live) "netattach-daemon") -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the DRA driver's RBAC is rendered (with thick mode's RBAC). */}}
 {{- define "netattach.draRBAC" -}}
-{{- if and (eq .Values.mode "thick") (or .Values.dra.enabled .Values.dra.rbac) -}}true{{- end -}}
+{{- if and (include "netattach.thickRBAC" .) (or .Values.dra.enabled .Values.dra.rbac) -}}true{{- end -}}
 {{- end -}}
 
 {{/* "true" when the metrics Service is rendered. */}}
