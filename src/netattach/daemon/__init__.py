@@ -31,8 +31,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..node.logsetup import LOG_FORMATS, LOG_LEVELS, setup_logging
-from ..spec.netconf import DEFAULT_CNI_DIR
+from ..node.logsetup import LOG_LEVELS, setup_logging
+from ..spec.netconf import DEFAULT_CNI_DIR, LOG_FORMAT_NAMES
 
 log = logging.getLogger("netattach.daemon")
 
@@ -119,7 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-file", default=None, help="log file (default: stderr only)")
     parser.add_argument("--log-level", choices=tuple(LOG_LEVELS), default="info",
                         help="(default: %(default)s)")
-    parser.add_argument("--log-format", choices=LOG_FORMATS, default=LOG_FORMATS[0],
+    parser.add_argument("--log-format", choices=LOG_FORMAT_NAMES, default=LOG_FORMAT_NAMES[0],
                         help="text lines, or one JSON object a line with the pod, sandbox "
                              "and network of each call's lines as fields "
                              "(docs/configuration.md, \"Logs\") (default: %(default)s)")

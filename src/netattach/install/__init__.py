@@ -42,8 +42,14 @@ import sys
 from typing import Any
 
 from ..cni.version import SUPPORTED_VERSIONS
-from ..node.logsetup import LOG_FORMATS, LOG_LEVELS, formatter
-from ..spec.netconf import CLAIM_CONFIG_SOURCES, DEFAULT_CLAIM_CONFIG_SOURCES, MAX_CAP, NetConf
+from ..node.logsetup import LOG_LEVELS, formatter
+from ..spec.netconf import (
+    CLAIM_CONFIG_SOURCES,
+    DEFAULT_CLAIM_CONFIG_SOURCES,
+    LOG_FORMAT_NAMES,
+    MAX_CAP,
+    NetConf,
+)
 from .binary import tree_digest
 from .files import InstallError
 from .kubeconfig import KUBECONFIG_SUBDIR
@@ -146,7 +152,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the plugin's logLevel (default: %(default)s)")
     g.add_argument("--log-file", default=None,
                    help="the plugin's logFile (host path). Default: none, stderr only")
-    g.add_argument("--log-format", choices=LOG_FORMATS, default=LOG_FORMATS[0],
+    g.add_argument("--log-format", choices=LOG_FORMAT_NAMES, default=LOG_FORMAT_NAMES[0],
                    help="the plugin's logFormat: text lines or one JSON object a line "
                         "(docs/configuration.md, \"Logs\"); text is not written, being the "
                         "plugin's default (default: %(default)s)")
@@ -245,7 +251,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--installer-log-level", choices=("debug", "info", "warning", "error"),
                    default="info",
                    help="level of the installer's own logs on stderr (default: %(default)s)")
-    g.add_argument("--installer-log-format", choices=LOG_FORMATS, default=LOG_FORMATS[0],
+    g.add_argument("--installer-log-format", choices=LOG_FORMAT_NAMES, default=LOG_FORMAT_NAMES[0],
                    help="format of the installer's own logs: text lines or one JSON object "
                         "a line (docs/configuration.md, \"Logs\") (default: %(default)s)")
     mode = g.add_mutually_exclusive_group()

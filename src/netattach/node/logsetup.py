@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from ..spec.netconf import LOG_FORMAT_NAMES, LOG_LEVEL_NAMES
+from ..spec.netconf import LOG_LEVEL_NAMES
 
 LOG_LEVELS: dict[str, int] = dict(zip(LOG_LEVEL_NAMES, (
     logging.CRITICAL, logging.ERROR, logging.WARNING, logging.INFO, logging.DEBUG,
@@ -50,10 +50,6 @@ _STAMP = "%Y-%m-%dT%H-%M-%S"
 """lumberjack's backup timestamp (Go layout 2006-01-02T15-04-05.000), UTC, without
 the milliseconds."""
 
-
-LOG_FORMATS: tuple[str, ...] = LOG_FORMAT_NAMES
-"""`logFormat` values, the default first: the daemon's and the installer's
-`--log-format` choices."""
 
 CONTEXT_FIELDS = ("pod", "sandbox", "network")
 """The fields `log_context` sets and JsonFormatter writes, in order: the pod
@@ -137,7 +133,6 @@ class JsonFormatter(logging.Formatter):
         super().__init__()
         import _json
         self._quote = _json.encode_basestring_ascii
-        self._pid = os.getpid()
 
     def format(self, record: logging.LogRecord) -> str:
         quote = self._quote
@@ -149,7 +144,7 @@ class JsonFormatter(logging.Formatter):
                 out.append(f'"{key}": {quote(str(value))}')
         out.append(f'"msg": {quote(record.getMessage())}')
         out.append(f'"logger": {quote(record.name)}')
-        out.append(f'"pid": {self._pid}')
+        out.append(f'"pid": {record.process}')
         if record.exc_info:
             if not record.exc_text:
                 record.exc_text = self.formatException(record.exc_info)
