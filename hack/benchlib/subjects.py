@@ -196,8 +196,7 @@ class NetattachThick(_Daemonised):
         self.daemon = self.node_daemon.NodeDaemon.start(
             command, bed.env, cl.plugin_kubeconfig(bed.cluster, sa="netattach-daemon"),
             flags=deployed_daemon_flags(bed.workdir))
-        self.exe = _link(bed.base.bin_dir, "netattach-shim",
-                         Path(self.node_daemon.shim_command(command)))
+        self.exe = self.node_daemon.install_shim(bed.base.bin_dir, command)
         self.conf = dict(bed.base.netconf, logLevel="info",
                          daemonSocketDir=str(self.daemon.socket_dir))
         self.user = multus.username("netattach-daemon")

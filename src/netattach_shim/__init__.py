@@ -1,6 +1,7 @@
 """netattach-shim: the CNI plugin a container runtime execs in thick mode.
 
-It imports only the standard library (its PyInstaller bundle holds nothing else), and
+It imports only the standard library (the Python prefix it runs from, the artifact's
+shim/ dir, holds nothing else: netattach.spec), and
 forwards each CNI call to the node daemon (`netattach daemon`, src/netattach/daemon)
 over the unix socket `<daemonSocketDir>/netattach.sock` (daemonSocketDir: the key of
 its conf, Multus' name for it; default /run/netattach). What reaches stdout is exactly
@@ -228,12 +229,13 @@ def ask(path: str, environ: dict[str, str], stdin: bytes, wait: float = 0.0,
 
 
 def thin_plugin() -> str | None:
-    """The thin-mode `netattach`: beside the shim's bundle (frozen: <bundle>/shim/
-    netattach-shim -> <bundle>/netattach), else beside the shim as exec'd."""
+    """The thin-mode `netattach`: beside the shim's prefix when the artifact's own
+    interpreter runs the shim (`<artifact>/shim/bin/python3` -> `<artifact>/netattach`,
+    netattach.spec), else beside the shim as exec'd (`<bin>/netattach-shim` ->
+    `<bin>/netattach`, the installed link to the same executable)."""
     candidates = []
-    if getattr(sys, "frozen", False):
-        here = os.path.dirname(os.path.realpath(sys.executable))
-        candidates.append(os.path.join(os.path.dirname(here), "netattach"))
+    if os.path.basename(sys.prefix) == "shim":
+        candidates.append(os.path.join(os.path.dirname(sys.prefix), "netattach"))
     candidates.append(os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "netattach"))
     for path in candidates:
         if os.path.isfile(path) and os.access(path, os.X_OK):
@@ -251,20 +253,7 @@ def run_thin(environ: dict[str, str], stdin: bytes, why: str) -> None:
     os.write(fd, stdin)
     os.lseek(fd, 0, os.SEEK_SET)
     os.dup2(fd, 0)  # dup2 clears close-on-exec on fd 0
-    env = {**environ, "NETATTACH_SHIM_FALLBACK": why[:500]}
-    os.execve(path, [path], _unfrozen(env))
-
-
-def _unfrozen(environ: dict[str, str]) -> dict[str, str]:
-    """`environ` without what the PyInstaller bootloader set for the shim itself
-    (hack/pyinstaller_entry.py, restore_runtime_environ: the same rule)."""
-    env = dict(environ)
-    original = env.pop("LD_LIBRARY_PATH_ORIG", None)
-    if original is None:
-        env.pop("LD_LIBRARY_PATH", None)
-    else:
-        env["LD_LIBRARY_PATH"] = original
-    return {k: v for k, v in env.items() if not k.startswith("_PYI_")}
+    os.execve(path, [path], {**environ, "NETATTACH_SHIM_FALLBACK": why[:500]})
 
 
 def _cni_version(stdin: bytes) -> str:
@@ -329,7 +318,8 @@ def _pod(environ: dict[str, str]) -> str:
 
 
 def main() -> None:
-    """Entry point (console script `netattach-shim`, hack/shim_entry.py when frozen)."""
+    """Entry point: the console script `netattach-shim` (a virtualenv), or the script
+    `netattach install` writes (netattach.install.binary.shim_script)."""
     try:
         stdin = sys.stdin.buffer.read()
         code, out = shim(dict(os.environ), stdin)

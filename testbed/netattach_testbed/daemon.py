@@ -1,5 +1,5 @@
 """Thick mode in the test bed: `netattach daemon` (the built artifact) as a process of the
-test, and the shim beside the thin plugin in a test's bin dir.
+test, and the shim beside the thin plugin in a test's bin dir (install_shim).
 
     d = NodeDaemon.start(command, env, kubeconfig)   # returns once /readyz answers 200
     ...; d.kill() / d.stop(); d.restart()
@@ -29,14 +29,25 @@ START_TIMEOUT = 120.0  # hang guard: the daemon listed both caches and listens
 STOP_TIMEOUT = 60.0
 
 
-def shim_command(netattach: str) -> str:
-    """The shim of the artifact `netattach` (dist/netattach/shim/netattach-shim beside
-    a frozen build), else the virtualenv's `netattach-shim` console script beside it."""
-    here = Path(netattach).resolve().parent
-    for path in (here / "shim" / "netattach-shim", Path(netattach).parent / "netattach-shim"):
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path)
-    raise RuntimeError(f"no netattach-shim beside {netattach}: run `make build` (or `make venv`)")
+def install_shim(bin_dir: Path, netattach: str) -> Path:
+    """`<bin_dir>/netattach-shim` for the artifact `netattach`, as `netattach install`
+    puts it in a host's bin dir: the script its installer writes
+    (netattach.install.binary.shim_script), naming the artifact's own interpreter
+    (dist/netattach/shim/bin/python3 beside a frozen build); for a virtualenv's
+    `netattach`, a symlink to the `netattach-shim` console script beside it."""
+    from netattach.install.binary import SHIM_PYTHON, shim_script
+    shim = bin_dir / "netattach-shim"
+    shim.unlink(missing_ok=True)
+    python = Path(netattach).resolve().parent / SHIM_PYTHON
+    script = Path(netattach).parent / "netattach-shim"
+    if python.is_file() and os.access(python, os.X_OK):
+        shim.write_bytes(shim_script(str(python)))
+        shim.chmod(0o755)
+    elif script.is_file() and os.access(script, os.X_OK):
+        shim.symlink_to(script)
+    else:
+        raise RuntimeError(f"no netattach-shim for {netattach}: run `make build` (or `make venv`)")
+    return shim
 
 
 @dataclass

@@ -218,16 +218,15 @@ def pod(namespace: str, name: str, networks: str | None,
 
 def install_bin_dir(env: HostEnv) -> Path:
     """A CNI bin dir holding `netattach`, a symlink to `netattach_command()`, and
-    `netattach-shim`, one to the shim beside it (testbed.daemon.shim_command)."""
-    from .daemon import shim_command
+    `netattach-shim`, the shim of that artifact (testbed.daemon.install_shim)."""
+    from .daemon import install_shim
     bin_dir = env.root / "bin"
     bin_dir.mkdir(exist_ok=True)
     link = bin_dir / "netattach"
     if not link.exists():
         link.symlink_to(netattach_command())
-    shim = bin_dir / "netattach-shim"
-    if not shim.exists():
-        shim.symlink_to(shim_command(netattach_command()))
+    if not (bin_dir / "netattach-shim").exists():
+        install_shim(bin_dir, netattach_command())
     return bin_dir
 
 

@@ -53,8 +53,10 @@ def one_document(p: subprocess.CompletedProcess) -> dict:
     return json.loads(out)
 
 
-def version_answer(cmd: str | Path, cni_version: str = "1.0.0", **kw) -> dict:
-    p = run([str(cmd)], {"CNI_COMMAND": "VERSION"}, json.dumps({"cniVersion": cni_version}), **kw)
+def version_answer(cmd: str | Path, cni_version: str = "1.0.0", env: dict[str, str] | None = None,
+                   **kw) -> dict:
+    p = run([str(cmd)], {**(env or {}), "CNI_COMMAND": "VERSION"},
+            json.dumps({"cniVersion": cni_version}), **kw)
     assert p.returncode == 0, p.stderr.decode()
     return one_document(p)
 
@@ -167,6 +169,41 @@ def test_installed_layout_versioned_dir_behind_a_swapped_symlink(exe, tmp_path):
     os.replace(bin_dir / "netattach.new", bin_dir / "netattach")
     shutil.rmtree(old)
     assert version_answer(elsewhere / "plugin", cwd=elsewhere) == expected
+
+
+def test_the_shim_runs_from_its_own_prefix_isolated(exe, tmp_path):
+    """Thick mode's shim as `netattach install` lays it out: the bundle copied to
+    <binDir>/.netattach-<digest>/ and <binDir>/netattach-shim the script naming its
+    interpreter (shim/bin/python3 -SI). It answers VERSION as the venv's shim does; its
+    interpreter finds libpython beside it ($ORIGIN, not the build machine's path) and
+    its standard library in its own prefix, whatever PYTHON* the runtime's environment
+    holds; and the prefix holds nothing of netattach's package nor any third-party
+    module (the shim imports the standard library only)."""
+    from netattach.install.binary import SHIM_PYTHON, shim_script
+    bin_dir = tmp_path / "bin"
+    version = bin_dir / ".netattach-0123456789ab"
+    shutil.copytree(exe.parent, version, symlinks=True)
+    shim = bin_dir / "netattach-shim"
+    shim.write_bytes(shim_script(str(version / SHIM_PYTHON)))
+    shim.chmod(0o755)
+    hostile = {"PYTHONPATH": str(tmp_path), "PYTHONHOME": str(tmp_path),
+               "PYTHONSTARTUP": str(tmp_path / "x"), "LD_LIBRARY_PATH": str(tmp_path)}
+    (tmp_path / "netattach_shim.py").write_text("raise SystemExit('imported from PYTHONPATH')\n")
+    for env in ({}, hostile):
+        assert version_answer(shim, env=env) == version_answer(venv_command() + "-shim"), env
+    python = version / SHIM_PYTHON
+    p = run([str(python), "-SI", "-c", "import sys, json; print(json.dumps([sys.prefix, sys.path]))"],
+            hostile)
+    prefix, path = json.loads(p.stdout)
+    assert p.returncode == 0 and prefix == str(version / "shim"), p.stderr.decode()
+    assert all(entry.startswith(prefix + "/") for entry in path), path
+    dynamic = subprocess.run(["readelf", "-d", str(python)], capture_output=True, text=True)
+    assert re.search(r"R(UN)?PATH.*\[\$ORIGIN/\.\./lib\]", dynamic.stdout), dynamic.stdout
+    stdlib = next((version / "shim" / "lib").glob("python3.*"))
+    top = {entry.name.removesuffix(".pyc") for entry in stdlib.iterdir()}
+    assert "netattach_shim" in top and "os" in top
+    assert not top & {"netattach", "yaml", "lightkube", "httpx2", "pyroute2", "grpc",
+                      "jsonschema", "prometheus_client", "site-packages"}, sorted(top)
 
 
 def test_error_case_writes_one_json_document_and_nothing_else(exe, tmp_path):

@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -914,27 +915,44 @@ def test_a_primary_the_plugin_cannot_load_is_not_used(tmp_path, config, why):
     assert found.primary is None and why in found.why and "every ADD would fail" in found.why
 
 
-def test_thick_mode_links_the_shim_and_writes_its_conflist(node):
-    """--mode thick: the conflist names netattach-shim and the daemon's socket dir, the
-    shim is linked from the installed artifact (replaced with it), --check sees both."""
+def _shim_prefix(src: Path) -> None:
+    """The shim's interpreter in a fake onedir artifact (netattach.spec: shim/bin/python3)."""
+    (src / "shim" / "bin").mkdir(parents=True)
+    shutil.copy(shutil.which("readlink"), src / "shim" / "bin" / "python3")
+
+
+def test_thick_mode_writes_the_shim_and_its_conflist(node):
+    """--mode thick: the conflist names netattach-shim and the daemon's socket dir; the
+    shim is a script whose `#!` names the installed artifact's interpreter by its host
+    path (--host-bin-dir), rewritten when the artifact changes; --check sees both."""
     write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
-    thick = ("--mode", "thick", "--daemon-socket-dir", "/run/na")
+    thick = ("--mode", "thick", "--daemon-socket-dir", "/run/na", "--host-bin-dir", "/opt/b")
     for tag in ("a", "b"):
         src = node.root / f"dir-{tag}"
         artifact_dir(src, tag)
-        (src / "shim").mkdir()
-        shutil.copy(shutil.which("readlink"), src / "shim" / "netattach-shim")
+        _shim_prefix(src)
         code, err = node.run("--once", "--source", str(src), *thick)
         assert code == 0, err
         version = os.readlink(node.bin / "netattach").split("/")[0]
-        assert os.readlink(node.bin / "netattach-shim") == f"{version}/shim/netattach-shim"
-        assert (node.bin / "netattach-shim").read_bytes() == (src / "shim/netattach-shim").read_bytes()
+        shim = node.bin / "netattach-shim"
+        assert not shim.is_symlink() and stat.S_IMODE(shim.stat().st_mode) == 0o755
+        assert shim.read_text().startswith(f"#!/opt/b/{version}/shim/bin/python3 -SI\n")
         plugin = node.plugin()
         assert (plugin["type"], plugin["daemonSocketDir"]) == ("netattach-shim", "/run/na")
         assert node.run("--check", "--source", str(src), *thick)[0] == 0
-    (node.bin / "netattach-shim").unlink()
+    # a shim edited by hand (or left by an older release, a symlink) is not current
+    shim.write_text(shim.read_text().replace("-SI", "-S"))
     code, err = node.run("--check", "--source", str(src), *thick)
-    assert code == 1 and "netattach-shim does not point to" in err
+    assert code == 1 and "netattach-shim is not the shim script for" in err, err
+    shim.unlink()
+    shim.symlink_to(f"{version}/shim/bin/python3")
+    code, err = node.run("--check", "--source", str(src), *thick)
+    assert code == 1 and "netattach-shim is not the shim script for" in err, err
+    assert node.run("--once", "--source", str(src), *thick)[0] == 0
+    assert not shim.is_symlink() and node.run("--check", "--source", str(src), *thick)[0] == 0
+    shim.unlink()
+    code, err = node.run("--check", "--source", str(src), *thick)
+    assert code == 1 and "netattach-shim is not the shim script for" in err, err
     # thin mode on the same node: a thin conflist, no daemonSocketDir
     assert node.run("--once", "--source", str(src))[0] == 0
     assert node.plugin()["type"] == "netattach" and "daemonSocketDir" not in node.plugin()
@@ -946,8 +964,7 @@ def test_hotplug_is_written_in_thick_mode_and_refused_in_thin(node):
     write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
     src = node.root / "dir"
     artifact_dir(src, "a")
-    (src / "shim").mkdir()
-    shutil.copy(shutil.which("readlink"), src / "shim" / "netattach-shim")
+    _shim_prefix(src)
     assert node.run("--once", "--source", str(src), "--mode", "thick")[0] == 0
     assert "hotplug" not in node.plugin()
     code, err = node.run("--once", "--source", str(src), "--mode", "thick", "--hotplug")
@@ -961,4 +978,20 @@ def test_thick_mode_refuses_an_artifact_without_the_shim(node):
     write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
     artifact_dir(node.root / "dir", "a")
     code, err = node.run("--once", "--source", str(node.root / "dir"), "--mode", "thick")
-    assert code == 1 and "has no shim/netattach-shim" in err
+    assert code == 1 and "has no shim/bin/python3" in err
+
+
+@pytest.mark.parametrize("host_bin_dir", ["opt/cni/bin", "/opt/cni bin", "/opt/cni\nbin",
+                                          "/" + "d" * 100])
+def test_thick_mode_refuses_a_host_bin_dir_no_shebang_can_name(node, host_bin_dir):
+    """The shim's `#!` line holds the host path of its interpreter: a relative path, a
+    blank or a newline (the kernel splits or ends the line there), or a line over 127
+    bytes (kernels before 5.1 cut it) is refused at start, naming the flag."""
+    write_atomically(node.conf / "10-a.conf", {"cniVersion": "1.0.0", "name": "a", "type": "a"})
+    src = node.root / "dir"
+    artifact_dir(src, "a")
+    _shim_prefix(src)
+    code, err = node.run("--once", "--source", str(src), "--mode", "thick",
+                         "--host-bin-dir", host_bin_dir)
+    assert code == 1 and "--host-bin-dir" in err and "`#!` line" in err, err
+    assert not (node.bin / "netattach-shim").exists()

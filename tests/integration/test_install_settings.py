@@ -71,7 +71,7 @@ def test_flagless_check_checks_what_the_installer_was_told(node):
     (and says so), not ready while the installer waits for the primary, ready once all
     is installed, not ready while a file is broken (the installer stopped: SIGSTOP), and
     ready again once the installer repaired it (the conflist and the kubeconfig; the
-    binary and the shim link are installed at start only)."""
+    binary and the shim script are installed at start only)."""
     code, err = probe(node)
     assert code == 1 and f"no record of the installer's settings at {node.run_dir}" in err
 
@@ -104,12 +104,12 @@ def test_flagless_check_checks_what_the_installer_was_told(node):
 
 
 def _onedir_with_shim(path: Path) -> None:
-    """A fake onedir artifact with the shim bundle thick mode links (binary.link_shim)."""
+    """A fake onedir artifact with the shim's interpreter (binary.install_shim)."""
     path.mkdir()
     shutil.copy(shutil.which("readlink"), path / "netattach")
     (path / "_internal").mkdir()
-    (path / "shim").mkdir()
-    shutil.copy(shutil.which("readlink"), path / "shim" / "netattach-shim")
+    (path / "shim" / "bin").mkdir(parents=True)
+    shutil.copy(shutil.which("readlink"), path / "shim" / "bin" / "python3")
 
 
 def test_check_flags_override_the_record_and_a_bad_record_is_not_ready(node):

@@ -213,7 +213,8 @@ class RetiredBed(Bed):
             (bin_dir / ".netattach-0123456789ab").mkdir(parents=True)
             (bin_dir / ".netattach-0123456789ab" / "netattach").write_text("x")
             (bin_dir / "netattach").symlink_to(".netattach-0123456789ab/netattach")
-            (bin_dir / "netattach-shim").symlink_to(".netattach-0123456789ab/shim")
+            (bin_dir / "netattach-shim").write_text(
+                "#!/opt/cni/bin/.netattach-0123456789ab/shim/bin/python3 -SI\n")
             (bin_dir / "bridge").write_text("a child plugin")
             (net_d / nodefiles.KUBECONFIG_DIR_NAME).mkdir(mode=0o700)
             (net_d / nodefiles.KUBECONFIG_DIR_NAME / "netattach.kubeconfig").write_text("{}")

@@ -68,17 +68,22 @@ def test_a_plugin_that_is_netattachs_file_under_another_name_is_refused(tmp_path
 
 def test_inside_a_root_a_hard_link_to_the_shim_is_refused(tmp_path):
     """ChrootExecutor (the thick daemon's): the meta-plugins' paths are resolved in the
-    root, their symlinks included (the installed shim is a link into `.netattach-*`)."""
+    root, their symlinks included (the installed `netattach` is a link into
+    `.netattach-*`; the shim is the script install_shim writes)."""
     bin_dir = tmp_path / "opt" / "cni" / "bin"
     (bin_dir / ".netattach-0123456789ab").mkdir(parents=True)
-    shim = _executable(bin_dir / ".netattach-0123456789ab" / "netattach-shim")
-    (bin_dir / "netattach-shim").symlink_to("/opt/cni/bin/.netattach-0123456789ab/netattach-shim")
+    netattach = _executable(bin_dir / ".netattach-0123456789ab" / "netattach")
+    (bin_dir / "netattach").symlink_to("/opt/cni/bin/.netattach-0123456789ab/netattach")
+    shim = _executable(bin_dir / "netattach-shim",
+                       b"#!/opt/cni/bin/.netattach-0123456789ab/shim/bin/python3 -SI\n")
     os.link(shim, bin_dir / "innocent")
+    os.link(netattach, bin_dir / "innocent2")
     _executable(bin_dir / "macvlan")
     executor = chroot.ChrootExecutor(str(tmp_path))
     assert executor.find("macvlan", ["/opt/cni/bin"]) == "/opt/cni/bin/macvlan"
-    with pytest.raises(invoke.MetaPluginRefused):
-        executor.find("innocent", ["/opt/cni/bin"])
+    for name in ("innocent", "innocent2"):
+        with pytest.raises(invoke.MetaPluginRefused):
+            executor.find(name, ["/opt/cni/bin"])
 
 
 def test_every_type_in_a_plugin_is_found():

@@ -100,11 +100,25 @@ def test_wire_answer():
             wire.decode_answer(partial)
 
 
-def test_unfrozen_environment():
-    env = {"LD_LIBRARY_PATH": "/bundle", "LD_LIBRARY_PATH_ORIG": "/orig", "_PYI_X": "1",
-           "PATH": "/bin"}
-    assert shim._unfrozen(env) == {"LD_LIBRARY_PATH": "/orig", "PATH": "/bin"}
-    assert shim._unfrozen({"LD_LIBRARY_PATH": "/bundle"}) == {}
+def test_shim_script_runs_the_artifacts_interpreter_isolated():
+    from netattach.install.binary import shim_script
+    text = shim_script("/opt/cni/bin/.netattach-0123456789ab/shim/bin/python3").decode()
+    lines = text.splitlines()
+    assert lines[0] == "#!/opt/cni/bin/.netattach-0123456789ab/shim/bin/python3 -SI"
+    assert lines[-2:] == ["from netattach_shim import main", "main()"]
+    # the longest host path the line holds on every kernel (BINPRM_BUF_SIZE 128 < 5.1)
+    longest = "/" + "d" * (127 - len("#!/ -SI"))
+    assert len(shim_script(longest).split(b"\n")[0]) == 127
+
+
+@pytest.mark.parametrize("interpreter", [
+    "relative/python3", "/with space/python3", "/tab\tpython3", "/new\nline", "/quote'x",
+    "/" + "d" * 121, "", "/é/python3"])
+def test_shim_script_refuses_what_a_shebang_cannot_hold(interpreter):
+    from netattach.install.binary import shim_script
+    from netattach.install.files import InstallError
+    with pytest.raises(InstallError, match="--host-bin-dir"):
+        shim_script(interpreter)
 
 
 def test_cache_keeps_only_what_the_orchestrator_reads():

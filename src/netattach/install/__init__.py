@@ -220,8 +220,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("mode")
     g.add_argument("--mode", choices=("thin", "thick"), default="thin",
                    help="thin: the runtime execs netattach, which does all the work; thick: "
-                        "the conflist names netattach-shim (linked into --bin-dir from the "
-                        "artifact), which forwards each call to `netattach daemon` on this "
+                        "the conflist names netattach-shim (written into --bin-dir: a script "
+                        "run by the artifact's interpreter, named by its --host-bin-dir "
+                        "path), which forwards each call to `netattach daemon` on this "
                         "node (default: %(default)s)")
     g.add_argument("--daemon-socket-dir", default="/run/netattach",
                    help="thick mode: the daemon's socket dir (host path; `netattach daemon "

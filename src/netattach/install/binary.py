@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import stat
 import sys
@@ -263,43 +264,95 @@ def binary_problem(source: str | None, bin_dir: str, digest: str | None = None) 
 
 
 
-def _shim_target(bin_dir: str) -> str:
-    """`.netattach-<digest>/shim/netattach-shim` of the installed onedir artifact.
-    Raises InstallError when the artifact is not a onedir build with a shim."""
+SHIM_PYTHON = "shim/bin/python3"
+"""The shim's interpreter inside the onedir artifact (netattach.spec lays out shim/ as a
+Python prefix: bin/python3, lib/, lib/python3.X/ holding netattach_shim)."""
+SHEBANG_MAX = 127
+"""The longest `#!` line (bytes, newline excluded) every Linux kernel reads whole:
+BINPRM_BUF_SIZE was 128 before Linux 5.1 (binfmt_script truncates the rest)."""
+_SHEBANG_PATH = re.compile(r"/[A-Za-z0-9._+/-]*")
+"""What a host bin dir may be to go into the shim's `#!` line: absolute, and no byte
+the kernel would split the line at (blank) or end it with (newline), nor any other byte
+a shell-free exec would treat differently."""
+
+
+def shim_script(interpreter: str) -> bytes:
+    """The text of `<bin_dir>/netattach-shim`: a Python script whose `#!` line runs
+    `interpreter` (the absolute path, as the runtime's host sees it, of the artifact's
+    SHIM_PYTHON) with -S (no site: nothing read from site-packages or .pth files) and -I
+    (isolated: no PYTHON* variable of the runtime's environment, no user site, no
+    script dir on sys.path), then netattach_shim.main from the interpreter's own
+    lib/python3.X/. The kernel passes "-SI" as one argument, which Python parses as two
+    flags (execve(2), "Interpreter scripts"). Raises InstallError when `interpreter`
+    cannot go into a `#!` line (not absolute; a blank, a newline or another byte outside
+    [A-Za-z0-9._+/-]; the line longer than SHEBANG_MAX)."""
+    line = f"#!{interpreter} -SI"
+    if not _SHEBANG_PATH.fullmatch(interpreter) or len(line.encode()) > SHEBANG_MAX:
+        raise InstallError(
+            f"thick mode's shim cannot start its interpreter {interpreter!r} from a `#!` "
+            f"line: the path must be absolute, of the characters A-Z a-z 0-9 . _ + / -, "
+            f"and the line at most {SHEBANG_MAX} bytes (--host-bin-dir)")
+    return (f"{line}\n"
+            "# netattach-shim, thick mode's CNI plugin: written by `netattach install`\n"
+            "# (netattach.install.binary.shim_script); it forwards each call to the\n"
+            "# node's netattach daemon.\n"
+            "from netattach_shim import main\n"
+            "main()\n").encode()
+
+
+def _shim_interpreter(bin_dir: str, host_bin_dir: str) -> str:
+    """The host path of the installed artifact's shim interpreter,
+    `<host_bin_dir>/.netattach-<digest>/shim/bin/python3`. Raises InstallError when the
+    installed artifact is not a onedir build with a shim."""
     version = _linked_version(bin_dir)
     if version is None:
         raise InstallError(f"thick mode needs the onedir artifact (with its shim/ dir) "
                            f"installed as {os.path.join(bin_dir, BINARY_NAME)}")
-    want = f"{version}/shim/{SHIM_NAME}"
-    if not os.path.isfile(os.path.join(bin_dir, want)):
+    if not os.path.isfile(os.path.join(bin_dir, version, SHIM_PYTHON)):
         raise InstallError(f"the artifact {os.path.join(bin_dir, version)} has no "
-                           f"shim/{SHIM_NAME}: build it with `make build`")
-    return want
+                           f"{SHIM_PYTHON}: build it with `make build`")
+    return os.path.join(host_bin_dir, version, SHIM_PYTHON)
 
 
-def link_shim(bin_dir: str) -> bool:
-    """Point `<bin_dir>/netattach-shim` at the installed artifact's shim (temp link +
-    rename: a runtime never finds it missing); returns whether it changed. Call after
-    install_binary. Raises InstallError (no shim in the artifact), OSError."""
-    want = _shim_target(bin_dir)
-    link = os.path.join(bin_dir, SHIM_NAME)
-    if os.path.islink(link) and os.readlink(link) == want:
+def install_shim(bin_dir: str, host_bin_dir: str) -> bool:
+    """Write `<bin_dir>/netattach-shim` (0755, temp file + fsync + rename: a runtime never
+    finds it missing or partial), the shim_script of the installed artifact's
+    interpreter as the host sees it (`host_bin_dir`: the same dir as the runtime sees
+    it, --host-bin-dir); returns whether it changed. Call after install_binary.
+    Raises InstallError (no shim in the artifact, a host path no `#!` line can hold),
+    OSError."""
+    want = shim_script(_shim_interpreter(bin_dir, host_bin_dir))
+    path = os.path.join(bin_dir, SHIM_NAME)
+    if _is_file_with(path, want):
         return False
     tmp = _temp(bin_dir) + ".shim"
     remove(tmp)
-    os.symlink(want, tmp)
-    _swap_in(tmp, link)
-    log.info("pointed %s at %s", link, want)
+    atomicfile.write_new(tmp, 0o755, lambda f: f.write(want))
+    _swap_in(tmp, path)
+    log.info("wrote %s (runs %s)", path, want.split(b"\n", 1)[0][2:].decode())
     return True
 
 
-def shim_problem(bin_dir: str) -> str | None:
-    """None when `<bin_dir>/netattach-shim` points at the installed artifact's shim."""
+def _is_file_with(path: str, content: bytes) -> bool:
+    """Whether `path` is a regular 0755 file (not a symlink) holding exactly `content`."""
     try:
-        want = _shim_target(bin_dir)
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != 0o755:
+            return False
+        with open(path, "rb") as f:
+            return f.read(len(content) + 1) == content
+    except OSError:
+        return False
+
+
+def shim_problem(bin_dir: str, host_bin_dir: str) -> str | None:
+    """None when `<bin_dir>/netattach-shim` is the script install_shim writes for the
+    installed artifact, else what is wrong. Reads only."""
+    try:
+        want = shim_script(_shim_interpreter(bin_dir, host_bin_dir))
     except InstallError as e:
         return str(e)
-    link = os.path.join(bin_dir, SHIM_NAME)
-    if not (os.path.islink(link) and os.readlink(link) == want):
-        return f"{link} does not point to {want}"
+    path = os.path.join(bin_dir, SHIM_NAME)
+    if not _is_file_with(path, want):
+        return f"{path} is not the shim script for {_shim_interpreter(bin_dir, host_bin_dir)}"
     return None

@@ -27,11 +27,13 @@ from .binary import (
     BIN_TEMP,
     BINARY_NAME,
     SHIM_NAME,
+    SHIM_PYTHON,
     binary_problem,
     default_source,
     install_binary,
-    link_shim,
+    install_shim,
     shim_problem,
+    shim_script,
 )
 from .conf_keys import check_entry, load_document
 from .files import InstallError, ensure_dir, read_regular, remove_stale_temps, replace_if_changed
@@ -167,7 +169,11 @@ class Installer:
     def check_settings(self, cni_version: str, primary_host_path: str) -> PluginSettings:
         """conf_settings(), checked with the plugin's own rules for a conflist of
         `cni_version` whose clusterNetwork is `primary_host_path` (conf_keys.check_entry).
-        Raises InstallError naming the key."""
+        Raises InstallError naming the key; in thick mode also when --host-bin-dir cannot
+        go into the shim's `#!` line (binary.shim_script)."""
+        if self.args.mode == "thick":
+            shim_script(os.path.join(self.args.host_bin_dir, ".netattach-" + "0" * 12,
+                                     SHIM_PYTHON))
         settings = self.conf_settings()
         check_entry(self.settings.plugin_entry(primary_host_path),
                     settings.plugin_entry(primary_host_path), cni_version,
@@ -208,7 +214,7 @@ class Installer:
         try:
             install_binary(os.path.abspath(self.source), self.args.bin_dir)
             if self.args.mode == "thick":
-                link_shim(self.args.bin_dir)
+                install_shim(self.args.bin_dir, self.args.host_bin_dir)
         except OSError as e:
             raise InstallError(f"cannot install {self.source} into {self.args.bin_dir}: "
                                f"{e.strerror or e}") from None
@@ -320,7 +326,7 @@ class Installer:
         if problem:
             problems.append(problem)
         elif self.args.mode == "thick":
-            problem = shim_problem(self.args.bin_dir)
+            problem = shim_problem(self.args.bin_dir, self.args.host_bin_dir)
             if problem:
                 problems.append(problem)
         try:
