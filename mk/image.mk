@@ -38,7 +38,7 @@ IMAGE_DEBS := mmdebstrap buildah patch xz-utils binutils
 IMAGE_COMMANDS := mmdebstrap buildah patch xz objdump
 .PHONY: image image-sysdeps image-bases image-clean
 image-sysdeps:
-	@if ! for c in $(IMAGE_COMMANDS); do command -v $$c >/dev/null || exit 1; done; then \
+	@if ! (for c in $(IMAGE_COMMANDS); do command -v $$c >/dev/null || exit 1; done); then \
 	  echo "installing Debian packages: $(IMAGE_DEBS)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(IMAGE_DEBS) >/dev/null; \
 	fi
