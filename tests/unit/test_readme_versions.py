@@ -69,6 +69,17 @@ def test_every_version_the_prose_gives_is_a_pin():
             assert version in versions[key], (doc.name, name, version, versions[key])
 
 
+def test_every_version_of_the_versions_page_is_a_pin():
+    # its tables too; besides the components, it names what the oldest module pins
+    # for the API server's etcd client and Kubernetes' staging modules
+    oldest = TESTBIN / "k8s-oldest" / "go.mod"
+    allowed = set().union(*pinned().values()) | {
+        cl.gomod_version(oldest, "go.etcd.io/etcd/client/v3"),
+        re.search(r"^\tk8s\.io/api => k8s\.io/api (v\S+)$", oldest.read_text(), re.M)[1]}
+    found = set(re.findall(r"\bv\d+\.\d+\.\d+\b", VERSIONS_DOC.read_text()))
+    assert found and found <= allowed, found - allowed
+
+
 def test_the_oldest_kubernetes_is_the_oldest_minor_upstream_supports():
     # upstream patches the three newest minors; the main tools module is the newest
     main, oldest = (tuple(int(x) for x in cl.gomod_version(gomod, "k8s.io/kubernetes")
