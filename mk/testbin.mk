@@ -121,7 +121,7 @@ $(K8S_BINS) &:
 # The same five commands at the oldest supported minor, from their own tools module.
 testbin-k8s-oldest: $(K8S_OLDEST_BINS)
 $(K8S_OLDEST_BINS) &:
-	$(call k8s_build,$(TESTBIN_SRC)/k8s-oldest,$(K8S_OLDEST_VERSION),$(TESTBIN_K8S_OLDEST_DIR),$(K8S_OLDEST_PKGS),$(K8S_OLDEST_BINS),12)
+	$(call k8s_build,$(TESTBIN_SRC)/k8s-oldest,$(K8S_OLDEST_VERSION),$(TESTBIN_K8S_OLDEST_DIR),$(K8S_OLDEST_PKGS),$(K8S_OLDEST_BINS),7)
 
 # etcd's main package is go.etcd.io/etcd/server/v3, which go would name `server`.
 $(TESTBIN_K8S_DIR)/etcd:
