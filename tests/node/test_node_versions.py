@@ -6,15 +6,17 @@ server at most: the version-skew policy's bound for kubectl, so not the main one
 A focused subset runs here, the tests themselves being the main node's: netattach
 installed in both modes with that kubectl's `apply -k`, a pod of scenario 1 Running with
 its three networks and network-status, its deletion (every DEL done, every IP and state
-file freed), the uninstall (every file of netattach gone); and docs/dra.md's example
-(resource.k8s.io/v1, the kubelet's DRA plugin API v1). These items run after every other
-test of the real node (tests/node/conftest.py: one node at a time on a machine).
+file freed), the uninstall (every file of netattach gone); docs/dra.md's example
+(resource.k8s.io/v1, the kubelet's DRA plugin API v1); deploy/policies/ accepted by its
+API server. These items run after every other test of the real node
+(tests/node/conftest.py: one node at a time on a machine).
 """
 from __future__ import annotations
 
 import pytest
 
 from netattach_testbed import cluster as cl
+from netattach_testbed import node as nd
 from tests.node import test_node_dra as dra
 from tests.node import test_node_install as install
 from tests.node.conftest import OLDEST
@@ -35,3 +37,13 @@ def test_the_docs_dra_example_on_the_oldest_kubernetes(real_node, node_image, ho
 def test_scenario_pod_on_the_oldest_kubernetes(real_node, installed, node_scenario):
     install.test_scenario_pod_gets_three_interfaces_and_delete_frees_everything(
         real_node, installed, node_scenario)
+
+
+def test_the_admission_policies_are_accepted_by_the_oldest_api_server(real_node):
+    """deploy/policies/ (CEL in ValidatingAdmissionPolicies, compiled by the API server
+    at admission of each policy: an expression of a newer CEL library than the server's
+    would be refused) applied as an admin would, server-side dry run; what
+    tests/e2e/test_policies.py applies to the newest API server."""
+    objects = [o for o in nd.rendered(real_node, "deploy/policies/") if o]
+    out = real_node.kubectl("apply", "-k", "deploy/policies/", "--dry-run=server").stdout
+    assert out.count("(server dry run)") == len(objects) > 0, out
