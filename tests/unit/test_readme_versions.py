@@ -70,10 +70,12 @@ def test_every_version_the_prose_gives_is_a_pin():
 
 
 def test_every_version_of_the_versions_page_is_a_pin():
-    # its tables too; besides the components, it names what the oldest module pins
-    # for the API server's etcd client and Kubernetes' staging modules
+    # its tables too; besides the components, it names what the modules pin for
+    # kubectl's kustomize, the oldest API server's etcd client and its staging modules
     oldest = TESTBIN / "k8s-oldest" / "go.mod"
     allowed = set().union(*pinned().values()) | {
+        cl.gomod_version(gomod, "sigs.k8s.io/kustomize/kustomize/v5")
+        for gomod in (cl.K8S_GOMOD, oldest)} | {
         cl.gomod_version(oldest, "go.etcd.io/etcd/client/v3"),
         re.search(r"^\tk8s\.io/api => k8s\.io/api (v\S+)$", oldest.read_text(), re.M)[1]}
     found = set(re.findall(r"\bv\d+\.\d+\.\d+\b", VERSIONS_DOC.read_text()))
