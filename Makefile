@@ -104,7 +104,7 @@ lint: venv
 # Every test: the static checks, then unit, integration (real plugins in real netns)
 # and end to end (real kube-apiserver + etcd), the plugin exec'd being the built
 # artifact, and the image (tests/image). Needs root for network namespaces.
-test: sysdeps venv lint testbin testbin-multus testbin-helm build image
+test: sysdeps venv lint testbin testbin-k8s-oldest testbin-multus testbin-helm build image
 	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(IMAGE_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv

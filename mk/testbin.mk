@@ -5,6 +5,9 @@
 # client and the sandbox image's pause program; runc itself is Debian's), and Multus
 # CNI (thin plugin, thick-mode shim and daemon: what `make bench` measures netattach
 # against; only `make bench` builds it).
+# A second Kubernetes, the oldest minor still supported upstream (hack/testbin/k8s-oldest:
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl; etcd is
+# the main one's), runs the real node of tests/node/test_node_versions.py.
 #
 # The pinned versions live only in the tools modules under hack/testbin/*/go.mod;
 # they are read from there and key the cache directories, so bumping a go.mod
@@ -16,10 +19,12 @@
 #                   tests/integration/test_bench_cluster_harness.py runs its daemon; not part of `testbin`)
 #   testbin-helm    build the Helm client (for `make test`, whose tests lint, render and
 #                   install charts/netattach/; not part of `testbin`)
+#   testbin-k8s-oldest  build the oldest supported Kubernetes (for `make test`, whose
+#                   tests/node/test_node_versions.py starts a node on it; not part of `testbin`)
 #   TESTBIN_ENV     command prefix pointing the tests/demo/bench at the binaries
 #   TESTBIN_K8S_DIR, TESTBIN_CNI_DIR, TESTBIN_CONTAINERD_DIR, TESTBIN_MULTUS_DIR,
-#   TESTBIN_HELM_DIR, K8S_VERSION, ETCD_VERSION, CNI_PLUGINS_VERSION, CONTAINERD_VERSION,
-#   MULTUS_VERSION, HELM_VERSION
+#   TESTBIN_HELM_DIR, TESTBIN_K8S_OLDEST_DIR, K8S_VERSION, K8S_OLDEST_VERSION, ETCD_VERSION,
+#   CNI_PLUGINS_VERSION, CONTAINERD_VERSION, MULTUS_VERSION, HELM_VERSION
 
 TESTBIN_DIR := $(CACHE_DIR)/testbin
 TESTBIN_SRC := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))../hack/testbin)
@@ -31,13 +36,14 @@ gomod_tools = $(shell awk '/^tool \(/ { t = 1; next } t && /^\)/ { t = 0 } t { p
 
 K8S_VERSION := $(call gomod_version,$(TESTBIN_SRC)/k8s/go.mod,k8s.io/kubernetes)
 ETCD_VERSION := $(call gomod_version,$(TESTBIN_SRC)/k8s/go.mod,go.etcd.io/etcd/server/v3)
+K8S_OLDEST_VERSION := $(call gomod_version,$(TESTBIN_SRC)/k8s-oldest/go.mod,k8s.io/kubernetes)
 CNI_PLUGINS_VERSION := $(call gomod_version,$(TESTBIN_SRC)/cni/go.mod,github.com/containernetworking/plugins)
 CONTAINERD_VERSION := $(call gomod_version,$(TESTBIN_SRC)/containerd/go.mod,github.com/containerd/containerd/v2)
 MULTUS_MODULE := gopkg.in/k8snetworkplumbingwg/multus-cni.v4
 MULTUS_VERSION := $(call gomod_version,$(TESTBIN_SRC)/multus/go.mod,$(MULTUS_MODULE))
 HELM_MODULE := helm.sh/helm/v3
 HELM_VERSION := $(call gomod_version,$(TESTBIN_SRC)/helm/go.mod,$(HELM_MODULE))
-ifeq ($(and $(K8S_VERSION),$(ETCD_VERSION),$(CNI_PLUGINS_VERSION),$(CONTAINERD_VERSION),$(MULTUS_VERSION),$(HELM_VERSION)),)
+ifeq ($(and $(K8S_VERSION),$(K8S_OLDEST_VERSION),$(ETCD_VERSION),$(CNI_PLUGINS_VERSION),$(CONTAINERD_VERSION),$(MULTUS_VERSION),$(HELM_VERSION)),)
 $(error cannot read the test-bed versions from $(TESTBIN_SRC)/*/go.mod)
 endif
 
@@ -47,6 +53,10 @@ TESTBIN_K8S_DIR := $(TESTBIN_DIR)/k8s-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 # The Kubernetes commands of the tools module (etcd, built apart, is not one of them).
 K8S_PKGS := $(filter k8s.io/kubernetes/cmd/%,$(call gomod_tools,$(TESTBIN_SRC)/k8s/go.mod))
 K8S_BINS := $(addprefix $(TESTBIN_K8S_DIR)/,$(notdir $(K8S_PKGS)))
+# Keep in sync with testbed/netattach_testbed/cluster.py (default_k8s_oldest_bin_dir).
+TESTBIN_K8S_OLDEST_DIR := $(TESTBIN_DIR)/k8s-$(K8S_OLDEST_VERSION)
+K8S_OLDEST_PKGS := $(filter k8s.io/kubernetes/cmd/%,$(call gomod_tools,$(TESTBIN_SRC)/k8s-oldest/go.mod))
+K8S_OLDEST_BINS := $(addprefix $(TESTBIN_K8S_OLDEST_DIR)/,$(notdir $(K8S_OLDEST_PKGS)))
 TESTBIN_CNI_DIR := $(TESTBIN_DIR)/cni-$(CNI_PLUGINS_VERSION)
 CNI_PKGS := $(call gomod_tools,$(TESTBIN_SRC)/cni/go.mod)
 CNI_BINS := $(addprefix $(TESTBIN_CNI_DIR)/,$(notdir $(CNI_PKGS)))
@@ -62,7 +72,8 @@ MULTUS_BINS := $(addprefix $(TESTBIN_MULTUS_DIR)/,$(notdir $(MULTUS_PKGS)))
 TESTBIN_HELM_DIR := $(TESTBIN_DIR)/helm-$(HELM_VERSION)
 TESTBIN_HELM := $(TESTBIN_HELM_DIR)/helm
 
-TESTBIN_ENV := NETATTACH_K8S_BIN=$(TESTBIN_K8S_DIR) NETATTACH_CNI_BIN=$(TESTBIN_CNI_DIR) \
+TESTBIN_ENV := NETATTACH_K8S_BIN=$(TESTBIN_K8S_DIR) NETATTACH_K8S_BIN_OLDEST=$(TESTBIN_K8S_OLDEST_DIR) \
+	NETATTACH_CNI_BIN=$(TESTBIN_CNI_DIR) \
 	NETATTACH_CONTAINERD_BIN=$(TESTBIN_CONTAINERD_DIR) NETATTACH_MULTUS_BIN=$(TESTBIN_MULTUS_DIR) \
 	NETATTACH_HELM=$(TESTBIN_HELM)
 
@@ -80,29 +91,37 @@ testbin_download = cd $(1) && err=$$(mktemp) && \
 	fi; rm -f $$err
 
 # Version stamping as the Kubernetes release build does it, so /version reports
-# the pinned release instead of v0.0.0-master.
+# the pinned release instead of v0.0.0-master. $(call k8s_ldflags,<version>)
 K8S_VERSION_PKG := k8s.io/component-base/version
-K8S_LDFLAGS := -s -w \
-	-X $(K8S_VERSION_PKG).gitVersion=$(K8S_VERSION) \
-	-X $(K8S_VERSION_PKG).gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION:v%=%))) \
-	-X $(K8S_VERSION_PKG).gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION:v%=%))) \
+k8s_ldflags = -s -w \
+	-X $(K8S_VERSION_PKG).gitVersion=$(1) \
+	-X $(K8S_VERSION_PKG).gitMajor=$(word 1,$(subst ., ,$(1:v%=%))) \
+	-X $(K8S_VERSION_PKG).gitMinor=$(word 2,$(subst ., ,$(1:v%=%))) \
 	-X $(K8S_VERSION_PKG).gitTreeState=clean
 
-.PHONY: testbin testbin-multus testbin-helm testbin-clean
+.PHONY: testbin testbin-multus testbin-helm testbin-k8s-oldest testbin-clean
 testbin: $(K8S_BINS) $(TESTBIN_K8S_DIR)/etcd $(CNI_BINS) $(CONTAINERD_BINS)
 
 # Each binary is linked to a temporary name and renamed into place, so an
 # interrupted build never leaves a truncated binary that passes the existence check.
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl: one
 # `go build` (they share most packages), grouped target.
+# $(call k8s_build,<tools module dir>,<version>,<out dir>,<packages>,<binaries>,<minutes>)
+define k8s_build
+	@mkdir -p $(3).tmp
+	@echo "building Kubernetes $(2): $(notdir $(5)) (takes ~$(6) min on 2 cores the first time, downloads included, cached afterwards in $(3))"
+	@$(call testbin_download,$(1))
+	cd $(1) && $(TESTBIN_GOENV) $(GO) build -trimpath -ldflags '$(call k8s_ldflags,$(2))' \
+	  -o $(3).tmp/ $(4)
+	@mkdir -p $(3) && mv -f $(addprefix $(3).tmp/,$(notdir $(5))) $(3)/ && rmdir $(3).tmp
+endef
 $(K8S_BINS) &:
-	@mkdir -p $(TESTBIN_K8S_DIR).tmp
-	@echo "building Kubernetes $(K8S_VERSION): $(notdir $(K8S_BINS)) (takes ~12 min on 2 cores the first time, downloads included, cached afterwards in $(TESTBIN_K8S_DIR))"
-	@$(call testbin_download,$(TESTBIN_SRC)/k8s)
-	cd $(TESTBIN_SRC)/k8s && $(TESTBIN_GOENV) $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' \
-	  -o $(TESTBIN_K8S_DIR).tmp/ $(K8S_PKGS)
-	@mkdir -p $(TESTBIN_K8S_DIR) && mv -f $(addprefix $(TESTBIN_K8S_DIR).tmp/,$(notdir $(K8S_BINS))) $(TESTBIN_K8S_DIR)/ \
-	  && rmdir $(TESTBIN_K8S_DIR).tmp
+	$(call k8s_build,$(TESTBIN_SRC)/k8s,$(K8S_VERSION),$(TESTBIN_K8S_DIR),$(K8S_PKGS),$(K8S_BINS),12)
+
+# The same five commands at the oldest supported minor, from their own tools module.
+testbin-k8s-oldest: $(K8S_OLDEST_BINS)
+$(K8S_OLDEST_BINS) &:
+	$(call k8s_build,$(TESTBIN_SRC)/k8s-oldest,$(K8S_OLDEST_VERSION),$(TESTBIN_K8S_OLDEST_DIR),$(K8S_OLDEST_PKGS),$(K8S_OLDEST_BINS),7)
 
 # etcd's main package is go.etcd.io/etcd/server/v3, which go would name `server`.
 $(TESTBIN_K8S_DIR)/etcd:
@@ -174,6 +193,7 @@ $(TESTBIN_HELM):
 # Drops the binaries of the pinned versions only (Go's build cache stays, so a
 # rebuild is mostly linking).
 testbin-clean:
-	rm -rf $(TESTBIN_K8S_DIR) $(TESTBIN_K8S_DIR).tmp $(TESTBIN_CNI_DIR) $(TESTBIN_CNI_DIR).tmp \
+	rm -rf $(TESTBIN_K8S_DIR) $(TESTBIN_K8S_DIR).tmp $(TESTBIN_K8S_OLDEST_DIR) \
+	  $(TESTBIN_K8S_OLDEST_DIR).tmp $(TESTBIN_CNI_DIR) $(TESTBIN_CNI_DIR).tmp \
 	  $(TESTBIN_CONTAINERD_DIR) $(TESTBIN_CONTAINERD_DIR).tmp \
 	  $(TESTBIN_MULTUS_DIR) $(TESTBIN_MULTUS_DIR).tmp $(TESTBIN_HELM_DIR)

@@ -15,6 +15,9 @@ hack/bench.py, so nothing here imports pytest.
 Binaries come from `make testbin` (NETATTACH_K8S_BIN, default: the cache dir keyed
 by the versions pinned in hack/testbin/k8s/go.mod, as mk/testbin.mk names it);
 kubectl's built-in kustomize builds deploy/'s overlays, as an admin's kubectl does.
+A second Kubernetes, the oldest minor still supported upstream, comes from
+`make testbin-k8s-oldest` (NETATTACH_K8S_BIN_OLDEST, hack/testbin/k8s-oldest/go.mod):
+the real node runs on it too (testbed/netattach_testbed/node.py), with the main etcd.
 """
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ THICK_DIR = DEPLOY_DIR / "thick"
 BASE_DIR = DEPLOY_DIR / "base"
 """The manifests both modes build on: crd.yaml, rbac.yaml (the thin plugin's), daemonset.yaml."""
 K8S_GOMOD = REPO_ROOT / "hack" / "testbin" / "k8s" / "go.mod"
+K8S_OLDEST_GOMOD = REPO_ROOT / "hack" / "testbin" / "k8s-oldest" / "go.mod"
 
 NAD_GROUP, NAD_VERSION, NAD_PLURAL = "k8s.cni.cncf.io", "v1", "network-attachment-definitions"
 SERVICE_CIDR = "10.0.0.0/24"
@@ -106,18 +110,35 @@ def gomod_version(gomod: Path, module: str) -> str:
     raise ClusterError(f"{module} is not required in {gomod}")
 
 
+def _testbin_cache() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "netattach" / "testbin"
+
+
 def default_k8s_bin_dir() -> Path:
     """Where `make testbin` puts kube-apiserver and etcd (same key as mk/testbin.mk)."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     k8s_v = gomod_version(K8S_GOMOD, "k8s.io/kubernetes")
     etcd_v = gomod_version(K8S_GOMOD, "go.etcd.io/etcd/server/v3")
-    return cache / "netattach" / "testbin" / f"k8s-{k8s_v}-etcd-{etcd_v}"
+    return _testbin_cache() / f"k8s-{k8s_v}-etcd-{etcd_v}"
 
 
 def k8s_bin_dir() -> Path:
     """$NETATTACH_K8S_BIN if set (as `make test/demo/bench` set it), else the default."""
     env = os.environ.get("NETATTACH_K8S_BIN")
     return Path(env) if env else default_k8s_bin_dir()
+
+
+def default_k8s_oldest_bin_dir() -> Path:
+    """Where `make testbin-k8s-oldest` puts the oldest supported Kubernetes's
+    kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl (same
+    key as mk/testbin.mk: k8s-<version>, no etcd: the main one serves)."""
+    return _testbin_cache() / f"k8s-{gomod_version(K8S_OLDEST_GOMOD, 'k8s.io/kubernetes')}"
+
+
+def k8s_oldest_bin_dir() -> Path:
+    """$NETATTACH_K8S_BIN_OLDEST if set (as `make test` sets it), else the default."""
+    env = os.environ.get("NETATTACH_K8S_BIN_OLDEST")
+    return Path(env) if env else default_k8s_oldest_bin_dir()
 
 
 def kubectl(bin_dir: Path | None = None) -> Path:
@@ -140,17 +161,19 @@ def kustomize(directory: Path) -> list[dict]:
     return [d for d in yaml.safe_load_all(p.stdout) if d]
 
 
-def require_k8s_binaries(bin_dir: Path | None = None) -> tuple[Path, Path]:
-    """Paths of (kube-apiserver, etcd) in `bin_dir`; TestbinMissing if either is not executable."""
+def require_k8s_binaries(bin_dir: Path | None = None,
+                         etcd: Path | None = None) -> tuple[Path, Path]:
+    """Paths of (kube-apiserver, etcd): both in `bin_dir` (default k8s_bin_dir()), or
+    etcd at `etcd`; TestbinMissing if either is not executable."""
     bin_dir = bin_dir or k8s_bin_dir()
-    found = tuple(bin_dir / name for name in ("kube-apiserver", "etcd"))
-    missing = [p.name for p in found if not os.access(p, os.X_OK)]
+    found = (bin_dir / "kube-apiserver", etcd or bin_dir / "etcd")
+    missing = [str(p) for p in found if not os.access(p, os.X_OK)]
     if missing:
         raise TestbinMissing(
-            f"{', '.join(missing)} not found in {bin_dir} (NETATTACH_K8S_BIN): "
-            "run `make testbin` to build the test control plane "
-            "(or run the tests through `make test`)")
-    return found  # type: ignore[return-value]
+            f"{', '.join(missing)} not found (NETATTACH_K8S_BIN, NETATTACH_K8S_BIN_OLDEST): "
+            "run `make testbin` (and `make testbin-k8s-oldest`) to build the test control "
+            "plane (or run the tests through `make test`)")
+    return found
 
 
 # ---------------------------------------------------------------- PKI
@@ -431,14 +454,15 @@ class Cluster:
     """
 
     def __init__(self, workdir: Path, bin_dir: Path | None = None, audit: bool = False,
-                 service_cidr: str = SERVICE_CIDR, nodes: bool = False):
+                 service_cidr: str = SERVICE_CIDR, nodes: bool = False,
+                 etcd: Path | None = None):
         self.workdir = Path(workdir).resolve()
         self.audit = audit
         self.service_cidr = service_cidr
         self.nodes = nodes
         self.audit_log = self.workdir / "logs" / "audit.log"
         self.bin_dir = bin_dir or k8s_bin_dir()
-        self._apiserver_bin, self._etcd_bin = require_k8s_binaries(self.bin_dir)
+        self._apiserver_bin, self._etcd_bin = require_k8s_binaries(self.bin_dir, etcd)
         self.pki: dict[str, Path] = {}
         self.etcd_log = self.workdir / "logs" / "etcd.log"
         self.apiserver_log = self.workdir / "logs" / "kube-apiserver.log"
@@ -453,7 +477,8 @@ class Cluster:
     @classmethod
     def start(cls, workdir: Path, bin_dir: Path | None = None,
               timeout: float = READY_TIMEOUT, audit: bool = False,
-              service_cidr: str = SERVICE_CIDR, nodes: bool = False) -> Cluster:
+              service_cidr: str = SERVICE_CIDR, nodes: bool = False,
+              etcd: Path | None = None) -> Cluster:
         """Make the PKI, start etcd then kube-apiserver, wait for /readyz (each up to
         `timeout` s). Returns the running Cluster; on any failure stops what was
         started and raises ClusterError (TestbinMissing if binaries are missing).
@@ -461,8 +486,10 @@ class Cluster:
         service_cidr: the Service IP range (its first IP is in the serving cert).
         nodes: configured for real nodes (testbed/netattach_testbed/node.py), as a kubeadm cluster
         is: Node and RBAC authorization, the NodeRestriction and ServiceAccount admission
-        plugins, a client certificate for the API server's calls to kubelets."""
-        return started(cls(workdir, bin_dir, audit, service_cidr, nodes), timeout)
+        plugins, a client certificate for the API server's calls to kubelets.
+        etcd: the etcd binary, when not the one in `bin_dir` (the oldest Kubernetes's
+        dir has none: the main etcd serves it)."""
+        return started(cls(workdir, bin_dir, audit, service_cidr, nodes, etcd), timeout)
 
     def _start(self, timeout: float) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)

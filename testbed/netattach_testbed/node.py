@@ -1,7 +1,10 @@
 """A real single-node Kubernetes cluster on this machine (issue 20): the test bed's etcd
 and kube-apiserver (Node and RBAC authorization, NodeRestriction), kube-controller-manager,
 kube-scheduler, containerd and a kubelet, all built from the pinned tools modules
-(`make testbin`), with the admin's real kubectl.
+(`make testbin`), with the admin's real kubectl. The Kubernetes components and kubectl
+are the main tools module's (hack/testbin/k8s) or, with `k8s_bin=cl.k8s_oldest_bin_dir()`,
+those of the oldest minor still supported upstream (hack/testbin/k8s-oldest, `make
+testbin-k8s-oldest`; etcd stays the main one, containerd and the CNI plugins too).
 
 netattach is installed on it as admins install it: the image built by `make image`
 imported into the node's containerd, deploy/ applied with `kubectl apply -k`. Nothing
@@ -161,16 +164,21 @@ class RealNode:
     bridge (the node's bridge), logs under workdir/logs/.
     """
 
-    def __init__(self, workdir: Path, max_pods: int = DEFAULT_MAX_PODS):
+    def __init__(self, workdir: Path, max_pods: int = DEFAULT_MAX_PODS,
+                 k8s_bin: Path | None = None):
         self.workdir = Path(workdir).resolve()
         self.max_pods = max_pods
         self.fs = self.workdir / "fs"
         self.logs = self.workdir / "logs"
-        self.k8s_bin = cl.k8s_bin_dir()
-        for name in ("kubelet", "kube-scheduler", "kube-controller-manager", "kubectl"):
+        self.k8s_bin = k8s_bin or cl.k8s_bin_dir()
+        for name in ("kube-apiserver", "kubelet", "kube-scheduler", "kube-controller-manager",
+                     "kubectl"):
             if not os.access(self.k8s_bin / name, os.X_OK):
-                raise cl.TestbinMissing(f"{name} not found in {self.k8s_bin} (NETATTACH_K8S_BIN): "
-                                        "run `make testbin` (or the tests through `make test`)")
+                raise cl.TestbinMissing(
+                    f"{name} not found in {self.k8s_bin} (NETATTACH_K8S_BIN, "
+                    "NETATTACH_K8S_BIN_OLDEST): run `make testbin` (`make testbin-k8s-oldest` "
+                    "for the oldest Kubernetes; or the tests through `make test`)")
+        self.etcd = cl.k8s_bin_dir() / "etcd"
         self.containerd_bin = rt.require_binaries()
         self.cni_bin = Path(os.environ.get("NETATTACH_CNI_BIN") or "")
         self.cluster: cl.Cluster | None = None
@@ -190,11 +198,13 @@ class RealNode:
 
     @classmethod
     def start(cls, workdir: Path, timeout: float = READY_TIMEOUT,
-              max_pods: int = DEFAULT_MAX_PODS) -> RealNode:
+              max_pods: int = DEFAULT_MAX_PODS, k8s_bin: Path | None = None) -> RealNode:
         """Start everything and wait until the node is Ready (hang guard `timeout` s);
-        the kubelet admits `max_pods` pods (its maxPods). ClusterError (with the log
-        tails) on failure, after stopping what started."""
-        return started(cls(workdir, max_pods), timeout)
+        the kubelet admits `max_pods` pods (its maxPods). `k8s_bin`: the dir of the
+        Kubernetes components and kubectl (default cl.k8s_bin_dir(); etcd is always
+        that one's). ClusterError (with the log tails) on failure, after stopping what
+        started."""
+        return started(cls(workdir, max_pods, k8s_bin), timeout)
 
     def __enter__(self) -> RealNode:
         return self
@@ -207,7 +217,7 @@ class RealNode:
         self._take_lock(timeout)
         self._network()
         self.cluster = cl.Cluster.start(self.workdir / "cluster", self.k8s_bin,
-                                        service_cidr=SERVICE_CIDR, nodes=True)
+                                        service_cidr=SERVICE_CIDR, nodes=True, etcd=self.etcd)
         self._node_certs()
         self._forwarder()
         self._mount_namespace()
@@ -645,6 +655,18 @@ class RealNode:
     def get(self, *args: str) -> dict[str, Any]:
         """`kubectl get ... -o json`, parsed."""
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def versions(self) -> dict[str, str]:
+        """What the node runs, as its components report it: {"kube-apiserver": the API
+        server's /version gitVersion, "kubelet": the Node's nodeInfo.kubeletVersion,
+        "kubectl": the client's gitVersion, "containerd": nodeInfo.containerRuntimeVersion}
+        ("v1.35.4", "containerd://v2.2.9")."""
+        both = json.loads(self.kubectl("version", "-o", "json").stdout)
+        info = self.get("node", NODE_NAME)["status"]["nodeInfo"]
+        return {"kube-apiserver": both["serverVersion"]["gitVersion"],
+                "kubelet": info["kubeletVersion"],
+                "kubectl": both["clientVersion"]["gitVersion"],
+                "containerd": info["containerRuntimeVersion"]}
 
     def node_ready(self) -> bool:
         """The node's Ready condition is True now."""

@@ -1,6 +1,8 @@
 """netattach installed on the real node as the README says (`kubectl apply -k`), in both
-modes: the DaemonSet rolls out and the node stays Ready; a pod of scenario 1 runs with
-its three interfaces and network-status; deleting it frees every IP and state file.
+modes (the `installed` fixture, tests/node/conftest.py): the DaemonSet rolls out and the
+node stays Ready; a pod of scenario 1 runs with its three interfaces and network-status;
+deleting it frees every IP and state file (on the oldest Kubernetes too:
+tests/node/test_node_versions.py).
 Thick mode: child plugins run in the host's root, and hot-plug changes a Running pod.
 """
 from __future__ import annotations
@@ -17,24 +19,6 @@ from netattach_testbed import scenario as sc
 from netattach_testbed.serviceaccount import wait_for
 
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
-
-
-@pytest.fixture(scope="module", params=["thin", "thick"])
-def installed(request, real_node, node_image, tmp_path_factory):
-    """netattach installed in the param's mode for the module's tests (thick: with
-    hot-plug on), then uninstalled."""
-    mode = request.param
-    if mode == "thin":
-        nd.install(real_node, mode)
-    else:
-        # as an admin turns hot-plug on: an overlay of deploy/thick/ adding the flag
-        overlay = nd.admin_overlay(tmp_path_factory.mktemp("overlay"), "thick", patches=[
-            nd.container_args_patch(real_node, "thick", "install", "--hotplug")])
-        nd.install(real_node, mode, overlay)
-    try:
-        yield mode
-    finally:
-        nd.uninstall(real_node, mode)
 
 
 def _in(cidr: str, subnet: str) -> bool:
