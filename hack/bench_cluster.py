@@ -12,6 +12,8 @@ has its own socket dir, state dir, config and metrics port. No kubelet: pods are
 API objects bound to the nodes (spec.nodeName), they stay Pending; no Node object is
 needed by either daemon. Phases, per subject:
 
+  * a fleet's start: until every daemon is ready and holds open WATCHes of its pods and
+    of the NADs (audit log), then --quiet s (2) before the next window, as after a stop;
   * baseline: the API server's CPU with no daemon (subtracted from what follows);
   * idle (--idle s): the API server's CPU (utime + stime of kube-apiserver, /proc) and
     the daemons' requests (audit log), per daemon;
