@@ -95,8 +95,11 @@ def sweep_attachments(n: int) -> list[Attachment]:
 
 
 class Bench:
-    def __init__(self, bed: Bed, api: k8s.ApiClient, subjects: list[Subject], runs: int):
+    def __init__(self, bed: Bed, api: k8s.ApiClient, subjects: list[Subject], runs: int,
+                 parallel_pods: int = PARALLEL_PODS,
+                 load: tuple[int, int] = (LOAD_PODS, LOAD_NADS)):
         self.bed, self.api, self.subjects, self.runs = bed, api, subjects, runs
+        self.parallel_pods, (self.load_pods, self.load_nads) = parallel_pods, load
         self.core = k8s.CoreV1Api(api)
         self.names = itertools.count()
         self.results: dict[str, Any] = {}
@@ -331,16 +334,16 @@ class Bench:
                               f"{str(e)[:300]}", flush=True)
                 for command, (wall, cpu) in walls.items():
                     out[s.key][command]["wall"].append(wall)
-                    out[s.key][command]["cpu_per_pod"].append(cpu / PARALLEL_PODS)
+                    out[s.key][command]["cpu_per_pod"].append(cpu / self.parallel_pods)
                 if s.pid and r == self.runs - 1:
                     rss.setdefault(s.key, {})["after_20_pods"] = self.rss_after_add
         self.results["parallel"] = out
 
     def parallel_round(self, s: Subject, last: bool) -> dict[str, tuple[float, float]]:
-        """ADD then DEL of PARALLEL_PODS new pods at once: command -> (total wall, CPU).
+        """ADD then DEL of --parallel-pods new pods at once: command -> (total wall, CPU).
         Raises CallsFailed (after DEL-ing every pod, so nothing is left) when calls
         failed, Failure when what the calls left is wrong."""
-        pods = [self.pod(SCENARIO_1, SCENARIO_1_NETWORKS) for _ in range(PARALLEL_PODS)]
+        pods = [self.pod(SCENARIO_1, SCENARIO_1_NETWORKS) for _ in range(self.parallel_pods)]
         walls = {}
         try:
             if s.pid:
@@ -395,8 +398,8 @@ class Bench:
                                           for s in self.subjects if s.pid}
 
     def loaded(self) -> None:
-        """110 pods on the node and 500 NADs in the API server; each daemon's RSS once it
-        took them in and attached one more pod."""
+        """--load pods on the node and NADs in the API server (110 and 500); each daemon's
+        RSS once it took them in and attached one more pod."""
         daemons = [s for s in self.subjects if s.pid]
         if not daemons:
             return
@@ -407,9 +410,9 @@ class Bench:
             list(pool.map(lambda i: objects.create_namespaced_custom_object(
                 cl.NAD_GROUP, cl.NAD_VERSION, LOAD_NAMESPACE, cl.NAD_PLURAL,
                 sc.nad(LOAD_NAMESPACE, f"load-{i}", dict(config, name=f"load-{i}"))),
-                range(LOAD_NADS)))
+                range(self.load_nads)))
             list(pool.map(lambda i: sc.create_pod(self.api, sc.pod(
-                LOAD_NAMESPACE, f"load-{i}", "net-a")), range(LOAD_PODS)))
+                LOAD_NAMESPACE, f"load-{i}", "net-a")), range(self.load_pods)))
         for s in daemons:
             self.cycle(s, SCENARIO_1, SCENARIO_1_NETWORKS)
             self.results["daemon_rss_kib"][s.key]["loaded"] = measure.settled_rss_kib(s.pid)
@@ -489,12 +492,25 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--only", help="comma-separated subject keys to run "
                    f"({', '.join(s.key for s in all_subjects())})")
     p.add_argument("--phases", help="comma-separated phases to run, by the first word of "
-                   "their name (daemons, VERSION, STATUS, scenario, peak, N, 20, 110, "
-                   "profile); default all. The report leaves out what was not measured")
+                   "their name (daemons, VERSION, STATUS, scenario, peak, N, 20 (--parallel-pods), "
+                   "110 (--load's PODS), profile); default all. The report leaves out what was "
+                   "not measured")
+    p.add_argument("--parallel-pods", type=int, default=PARALLEL_PODS,
+                   help=f"pods ADDed (then DELed) at once (default {PARALLEL_PODS})")
+    p.add_argument("--load", default=f"{LOAD_PODS},{LOAD_NADS}",
+                   help=f"PODS,NADS in the API server for the daemons' loaded RSS (default "
+                   f"{LOAD_PODS},{LOAD_NADS})")
     p.add_argument("--profile", action="store_true",
                    help="also profile netattach thin's scenario-1 ADD and DEL with py-spy "
                    "(phase 'profile'; `make bench PROFILE=1`)")
-    return p.parse_args()
+    args = p.parse_args()
+    try:
+        args.load = tuple(int(n) for n in args.load.split(","))
+    except ValueError:
+        args.load = ()
+    if len(args.load) != 2 or min(args.load) < 1 or args.parallel_pods < 1:
+        p.error("--parallel-pods is at least 1, --load two numbers at least 1: PODS,NADS")
+    return args
 
 
 def main() -> int:
@@ -507,6 +523,8 @@ def main() -> int:
             print(f"note: {s.label} skipped: {s.skipped}", flush=True)
     running = [s for s in subjects if not s.skipped]
     results: dict[str, Any] = {"machine": measure.machine(), "runs": args.runs,
+                               "sizes": {"parallel_pods": args.parallel_pods,
+                                         "load_pods": args.load[0], "load_nads": args.load[1]},
                                "multus_version": multus.version(),
                                "subjects": {s.key: {"label": s.label, "skipped": s.skipped}
                                             for s in subjects}}
@@ -524,7 +542,7 @@ def main() -> int:
             env.netns.remove(base.netns)
             bed = Bed(cluster, env, base, workdir, env.root / "floor.d")
             write_floor_confs(bed, api)
-            bench = Bench(bed, api, running, args.runs)
+            bench = Bench(bed, api, running, args.runs, args.parallel_pods, args.load)
             try:
                 for s in running:
                     s.start(bed, api)
@@ -535,8 +553,8 @@ def main() -> int:
                           ("scenario 1", bench.scenario_1, args.runs),
                           ("peak RSS of an ADD", bench.peak_rss, min(args.runs, PEAK_RSS_ROUNDS)),
                           ("N networks", bench.sweep, args.runs),
-                          (f"{PARALLEL_PODS} pods in parallel", bench.parallel, args.runs),
-                          (f"{LOAD_PODS} pods and {LOAD_NADS} NADs", bench.loaded, 1)]
+                          (f"{args.parallel_pods} pods in parallel", bench.parallel, args.runs),
+                          (f"{args.load[0]} pods and {args.load[1]} NADs", bench.loaded, 1)]
                 if args.profile:
                     phases.append(("profile of netattach thin", bench.profile, args.runs))
                 if args.phases:

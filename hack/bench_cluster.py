@@ -12,6 +12,8 @@ has its own socket dir, state dir, config and metrics port. No kubelet: pods are
 API objects bound to the nodes (spec.nodeName), they stay Pending; no Node object is
 needed by either daemon. Phases, per subject:
 
+  * a fleet's start: until every daemon is ready and holds open WATCHes of its pods and
+    of the NADs (audit log), then --quiet s (2) before the next window, as after a stop;
   * baseline: the API server's CPU with no daemon (subtracted from what follows);
   * idle (--idle s): the API server's CPU (utime + stime of kube-apiserver, /proc) and
     the daemons' requests (audit log), per daemon;
@@ -132,6 +134,7 @@ class Fleet:
     key = ""
     users: list[str]
     procs: list[cl._Process]
+    cluster: cl.Cluster
 
     def __init__(self, n: int, workdir: Path):
         self.n, self.workdir = n, workdir
@@ -147,6 +150,22 @@ class Fleet:
             except cl.ClusterError as e:
                 log(f"stopping {p.name}: {e}")
 
+    def wait_watching(self, part: slice, since: float, deadline: float) -> None:
+        """Until each daemon of `part` holds open WATCHes of its pods and of the NADs
+        begun after `since` (epoch s; the audit log, as the restart phase tells a daemon
+        back): a window that follows a start holds none of its start-up requests,
+        however slow the machine (RuntimeError at `deadline`, monotonic s)."""
+        users = self.users[part]
+        while True:
+            back = cs.reconnected(self.cluster.audit_events(), users, since, time.time(),
+                                  min_age=0.0)
+            if all(v is not None for v in back.values()):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.key} daemons not watching pods and NADs: "
+                                   f"{sorted(u for u, v in back.items() if v is None)}")
+            time.sleep(0.2)
+
     def nad_seen(self, rv: int) -> list[float | None] | None:
         """Per daemon: when its cache stored resourceVersion >= `rv` (epoch s), None
         while not yet; None for the whole fleet when it has no observable."""
@@ -161,6 +180,7 @@ class NetattachFleet(Fleet):
     key = "netattach"
 
     def setup(self, cluster: cl.Cluster, api: k8s.ApiClient) -> None:
+        self.cluster = cluster
         cl.apply_manifests(api, [cl.THICK_DIR / "rbac.yaml"])
         command = sc.netattach_command()
         self.ports: list[int] = []
@@ -181,7 +201,9 @@ class NetattachFleet(Fleet):
                 "--log-level", "info"], d / "daemon.out"))
 
     def start(self, part: slice = slice(None)) -> None:
-        """Start the daemons of `part` (all by default) and wait until each is ready."""
+        """Start the daemons of `part` (all by default) and wait until each is ready and
+        watching (`wait_watching`)."""
+        since = time.time()
         for p in self.procs[part]:
             p.start()
         deadline = time.monotonic() + READY_TIMEOUT
@@ -191,6 +213,7 @@ class NetattachFleet(Fleet):
                     raise RuntimeError(f"netattach daemon {i} not ready (running: {p.running}): "
                                        f"{cl.log_tail(p.log)}")
                 time.sleep(0.2)
+        self.wait_watching(part, since, deadline)
 
     def get(self, i: int, path: str) -> tuple[int, str]:
         try:
@@ -233,6 +256,7 @@ class MultusFleet(Fleet):
     key = "multus"
 
     def setup(self, cluster: cl.Cluster, api: k8s.ApiClient) -> None:
+        self.cluster = cluster
         role = multus.service_account(api, "thick")  # the ClusterRole multus-thick
         auto = self.workdir / "multus-autoconf"
         auto.mkdir(parents=True)
@@ -255,7 +279,9 @@ class MultusFleet(Fleet):
         self.procs = [d.process for d in self.daemons]
 
     def start(self, part: slice = slice(None)) -> None:
-        """Start the daemons of `part` (all by default) and wait until each is ready."""
+        """Start the daemons of `part` (all by default) and wait until each is ready and
+        watching (`wait_watching`)."""
+        since = time.time()
         for p in self.procs[part]:
             p.start()
         deadline = time.monotonic() + READY_TIMEOUT
@@ -265,6 +291,7 @@ class MultusFleet(Fleet):
                     raise RuntimeError(f"multus-daemon {i} not ready (running: "
                                        f"{d.process.running}): {cl.log_tail(d.log_file)}")
                 time.sleep(0.2)
+        self.wait_watching(part, since, deadline)
 
 
 FLEETS = {"netattach": NetattachFleet, "multus": MultusFleet}
@@ -535,7 +562,7 @@ def run_shared(keys: list[str], args: argparse.Namespace, workdir: Path) -> dict
                     fleet = fleets.get(key)
                     if fleet is not None:
                         fleet.start()
-                        time.sleep(2.0)
+                        time.sleep(args.quiet)
                     got[key] = {"order": place}
                     for phase, seconds in (("idle", args.idle), ("churn", args.churn)):
                         work = run.churner(f"s{rnd}-{key}") if phase == "churn" else None
@@ -576,7 +603,7 @@ def run_subject(key: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
             if half:  # the first half alone: the per-daemon slope's lower point
                 fleet.start(slice(0, half))
                 log(f"{key}: {half} daemons ready")
-                time.sleep(2.0)
+                time.sleep(args.quiet)
                 run.window("idle_half", args.idle, daemons=half)
                 run.window("churn_half", args.churn, run.churner("half"), daemons=half)
             t_rest = time.time()
@@ -584,7 +611,7 @@ def run_subject(key: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
             run.r["start_seconds"] = time.time() - t_rest
             log(f"{key}: {fleet.n} daemons ready ({fleet.n - half} started in "
                 f"{run.r['start_seconds']:.1f} s)")
-            time.sleep(2.0)
+            time.sleep(args.quiet)
             run.window("idle", args.idle)
             run.window("churn", args.churn, run.churner("churn"))
             watches = cs.watches_per_user(run.events(), fleet.users, t_start, time.time())
@@ -592,14 +619,14 @@ def run_subject(key: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
             run.r["watches_per_daemon"] = sum(watches.values()) / fleet.n
             if half:  # the first half alone again: a linear drift cancels (module doc)
                 fleet.stop(slice(half, None))
-                time.sleep(2.0)
+                time.sleep(args.quiet)
                 run.window("idle_half2", args.idle, daemons=half)
                 run.window("churn_half2", args.churn, run.churner("half2"), daemons=half)
                 run.slope("idle", half)
                 run.slope("churn", half)
                 fleet.start(slice(half, None))
                 log(f"{key}: {fleet.n} daemons ready again")
-                time.sleep(2.0)
+                time.sleep(args.quiet)
             run.propagation()
             run.restart()
             run.rss()
@@ -628,6 +655,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--settle", type=float, default=env_num("SETTLE", 180),
                    help="seconds a fresh API server runs with no daemon before the baseline "
                    "(default $SETTLE or 180)")
+    p.add_argument("--quiet", type=float, default=2.0,
+                   help="seconds between a fleet's start or stop and the next window, so the "
+                   "window holds no start-up requests (default 2; tests/integration's one "
+                   "round passes 0: it asserts no number)")
     p.add_argument("--shared-rounds", type=int, default=int(env_num("SHARED_ROUNDS", 3)),
                    help="rounds of the one-API-server phase, 0 for none (default "
                    "$SHARED_ROUNDS or 3)")
@@ -647,6 +678,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=ROOT / "build" / "bench-cluster",
                    help="where bench-cluster.json and bench-cluster.md go")
     args = p.parse_args(argv)
+    if args.quiet < 0:
+        p.error("--quiet must be at least 0")
     if args.churn_rate <= 0:
         p.error("--churn-rate must be positive")
     if args.daemons < 1 or args.propagation < 1:
@@ -665,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     multus.require_binaries()
     params = {k: getattr(args, k) for k in ("daemons", "rounds", "shared_rounds", "settle",
-                                            "idle", "churn", "churn_rate",
+                                            "idle", "churn", "churn_rate", "quiet",
                                             "propagation", "down", "pods", "nads")}
     results: dict[str, Any] = {"machine": measure.machine(), "params": params,
                                "multus_version": multus.version(), "subjects": {}}

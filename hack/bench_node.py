@@ -213,6 +213,31 @@ def daemon_cpu(pids: list[int]) -> float:
     return total / measure.CLOCK_TICKS
 
 
+def loaded_network(node: nd.RealNode) -> str | None:
+    """The name of the network containerd runs pods on now: the first it has loaded from
+    the node's conf dir (CRI Status verbose, info "cniconfig", go-cni's loopback aside);
+    None before it loaded one."""
+    config = json.loads(node.cri.status()["info"]["cniconfig"])
+    names = [n["Config"]["Name"] for n in config.get("Networks") or []]
+    return next((n for n in names if n != "cni-loopback"), None)
+
+
+def wait_loaded_network(node: nd.RealNode, name: str, timeout: float = 60.0) -> None:
+    """Until containerd has reloaded its network config (fsnotify on the conf dir) and
+    runs pods on the network `name`; `timeout` is a hang guard (Failure)."""
+    deadline = time.monotonic() + timeout
+    while (loaded := loaded_network(node)) != name:
+        if time.monotonic() > deadline:
+            raise Failure(f"containerd runs pods on {loaded!r}, not {name!r}, "
+                          f"{timeout:.0f} s after the change of its conf dir")
+        time.sleep(0.1)
+
+
+def conf_name(path: Path) -> str:
+    """The network name in the CNI config file `path` (a machine path)."""
+    return json.loads(path.read_text())["name"]
+
+
 # ---------------------------------------------------------------- the bench
 
 class NodeBench:
@@ -253,14 +278,15 @@ class NodeBench:
         path.with_suffix(".tmp").write_text(json.dumps(conf))
         path.with_suffix(".tmp").rename(path)
         # the runtime reloads its network config on the change (fsnotify)
-        time.sleep(2.0)
+        wait_loaded_network(self.node, conf_name(self.node.host_path(MULTUS_CONF)))
 
     def uninstall_multus_thin(self) -> None:
         nd.remove_stopped_sandboxes(self.node)
         for p in (MULTUS_CONF, "/opt/cni/bin/multus"):
             self.node.host_path(p).unlink(missing_ok=True)
         shutil.rmtree(self.node.host_path(MULTUS_CNI_DIR), ignore_errors=True)
-        time.sleep(2.0)
+        # the runtime goes back to the cluster default network (fsnotify)
+        wait_loaded_network(self.node, conf_name(self.node.primary_conflist))
 
     def install_multus_thick(self) -> None:
         """Multus thick with what its thick DaemonSet gives a node, its daemon a host
@@ -293,7 +319,7 @@ class NodeBench:
             raise Failure("multus-daemon started, but no process has its command line")
         self.node.place_as_guaranteed_pod("multus-thick-daemon", MULTUS_DAEMON_CPU_MILLIS, pids)
         # the runtime reloads its network config on the change (fsnotify)
-        time.sleep(2.0)
+        wait_loaded_network(self.node, conf_name(self.node.host_path(MULTUS_CONF)))
 
     def uninstall_multus_thick(self) -> None:
         nd.remove_stopped_sandboxes(self.node)
@@ -303,7 +329,8 @@ class NodeBench:
         for p in (MULTUS_CONF, MULTUS_SHIM):
             self.node.host_path(p).unlink(missing_ok=True)
         shutil.rmtree(self.node.host_path(MULTUS_CNI_DIR), ignore_errors=True)
-        time.sleep(2.0)
+        # the runtime goes back to the cluster default network (fsnotify)
+        wait_loaded_network(self.node, conf_name(self.node.primary_conflist))
 
     def uninstall(self, subject: str) -> None:
         if subject == "netattach_thin":

@@ -38,6 +38,10 @@ def fit(sweep: dict[Any, list[float]]) -> tuple[float, float]:
 def table(results: dict[str, Any]) -> str:
     """The markdown table of one run's results, with a line on the machine and date."""
     subjects = results["subjects"]
+    # the sizes of the parallel and loaded phases (bench.py --parallel-pods, --load); the
+    # defaults for results written before they were recorded
+    sizes = {"parallel_pods": 20, "load_pods": 110, "load_nads": 500, **results.get("sizes", {})}
+    par_n = sizes["parallel_pods"]
     cols = [k for k in COLUMNS if k in subjects]
     ratios = [(a, b) for a, b in RATIOS if a in cols and b in cols]
     rows: list[list[str]] = []
@@ -71,7 +75,8 @@ def table(results: dict[str, Any]) -> str:
     row("ADD fixed cost (fit over N)", lambda k: fit(sw[k])[0], lambda v: f"{v * 1000:.0f} ms")
     row("ADD cost per network (fit)", lambda k: fit(sw[k])[1], lambda v: f"{v * 1000:.1f} ms")
     for command in ("ADD", "DEL"):
-        row(f"20 pods {command} in parallel, total", lambda k, c=command: par[k][c]["wall"], secs)
+        row(f"{par_n} pods {command} in parallel, total",
+            lambda k, c=command: par[k][c]["wall"], secs)
         row(f"CPU per pod, parallel {command}", lambda k, c=command: par[k][c]["cpu_per_pod"], cpu)
     version = results.get("version", {}).get("wall", {})
     row("VERSION exec (children: Go bridge)", lambda k: version[VERSION_EXE[k]], ms)
@@ -93,8 +98,9 @@ def table(results: dict[str, Any]) -> str:
     row("peak RSS of an exec'd ADD (largest process)", lambda k: peak[k],
         lambda v: f"{median(v) / 1024:.1f} MiB")
     rss = results.get("daemon_rss_kib", {})
-    for when, what in (("idle", "idle"), ("after_20_pods", "after 20 pods"),
-                       ("loaded", "110 pods + 500 NADs")):
+    # (the key after_20_pods is the results' name, whatever --parallel-pods was)
+    for when, what in (("idle", "idle"), ("after_20_pods", f"after {par_n} pods"),
+                       ("loaded", f"{sizes['load_pods']} pods + {sizes['load_nads']} NADs")):
         row(f"daemon RSS, {what}", lambda k, w=when: rss[k][w], mib)
 
     head = ["", *(subjects[k]["label"] + (" (skipped)" if subjects[k]["skipped"] else "")
@@ -113,8 +119,8 @@ def table(results: dict[str, Any]) -> str:
         if per["cache"]:
             lines.append(f"  its caches over the whole run: {per['cache']}")
     for k, failures in results.get("repeated", {}).items():
-        lines.append(f"\n{subjects[k]['label']}: {len(failures)} round(s) of 20 pods in parallel "
-                     "measured again after calls failed: " + "; ".join(failures))
+        lines.append(f"\n{subjects[k]['label']}: {len(failures)} round(s) of {par_n} pods in "
+                     "parallel measured again after calls failed: " + "; ".join(failures))
     if "import_cost_ms" in results:
         lines.append("\nimport cost, virtualenv console script (cumulative, -X importtime): "
                      + ", ".join(f"{m} {v:.0f} ms" for m, v in results["import_cost_ms"].items()))

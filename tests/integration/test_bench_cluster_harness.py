@@ -1,5 +1,5 @@
 """One round of `make bench-cluster` (hack/bench_cluster.py) with two daemons of each kind
-and phases of a few seconds: the harness runs end to end on the test bed (a fresh
+and phases of a second or less: the harness runs end to end on the test bed (a fresh
 audited API server per subject, restarted once), prints its table with every column
 filled, and every daemon saw the NADs. Nothing here asserts a duration or a ratio:
 only what the harness guarantees, so a loaded machine makes it slower, never red.
@@ -38,9 +38,12 @@ def test_one_round_with_two_daemons_per_subject(tmp_path):
         pytest.fail(str(e), pytrace=False)
     out = tmp_path / "out"
     p = subprocess.run(
-        [sys.executable, str(HARNESS), "--daemons", "2", "--settle", "1", "--idle", "1",
-         "--churn", "3", "--churn-rate", "2", "--shared-rounds", "1",
-         "--propagation", str(PROPAGATION), "--down", "1", "--pods", "3", "--nads", "20",
+        # the least that runs every code path: 2 daemons (a half of 1: the slope's
+        # windows), 6 churn ticks (tick 5 deletes a pod), each window short, no pause
+        # after a fleet starts (start waits until every daemon watches)
+        [sys.executable, str(HARNESS), "--daemons", "2", "--settle", "0.5", "--idle", "0.5",
+         "--churn", "1", "--churn-rate", "6", "--quiet", "0", "--shared-rounds", "1",
+         "--propagation", str(PROPAGATION), "--down", "0.5", "--pods", "3", "--nads", "20",
          "--out", str(out)],
         capture_output=True, text=True, timeout=HANG_GUARD, cwd=ROOT,
         env={**os.environ, "NETATTACH_KEEP_BENCH": "0"})
