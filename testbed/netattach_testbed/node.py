@@ -122,12 +122,6 @@ def kubelet_config(node: RealNode) -> dict[str, Any]:
         # pods get a cluster resolv.conf as on any cluster
         "clusterDNS": [CLUSTER_DNS_IP], "clusterDomain": "cluster.local",
         "shutdownGracePeriod": "0s",
-        # the node's Lease renewed every 2.5 s (a quarter of its duration) rather than
-        # 10 s: RealNode.wait_settled waits for a renewal after a restart of containerd,
-        # which the running kubelet does on its own schedule. Only the renewal's pace
-        # changes: the controller-manager judges the node by its own
-        # --node-monitor-grace-period, not by the Lease's duration
-        "nodeLeaseDurationSeconds": 10,
         "registerNode": True,
         "rotateCertificates": False, "serverTLSBootstrap": False,
     }
@@ -599,8 +593,8 @@ class RealNode:
 
     def wait_settled(self, since: float, timeout: float = READY_TIMEOUT) -> None:
         """Until the kubelet answers its /healthz, has renewed the node's Lease after
-        `since` (epoch seconds; it renews every 2.5 s, kubelet_config), the node is Ready
-        and every pod on it is Ready (hang guard `timeout` s)."""
+        `since` (epoch seconds; it renews every 10 s), the node is Ready and every pod on
+        it is Ready (hang guard `timeout` s)."""
         import datetime as dt
         deadline = time.monotonic() + timeout
         while True:
