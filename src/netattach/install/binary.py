@@ -15,7 +15,7 @@ from typing import Any
 
 from ..node import atomicfile
 from ..node.nodefiles import BIN_TEMP, BINARY_NAME, SHIM_NAME, VERSION_DIR  # noqa: F401
-from .files import InstallError, remove
+from .files import InstallError, read_regular, remove
 
 log = logging.getLogger(__name__)
 
@@ -334,13 +334,10 @@ def install_shim(bin_dir: str, host_bin_dir: str) -> bool:
 
 
 def _is_file_with(path: str, content: bytes) -> bool:
-    """Whether `path` is a regular 0755 file (not a symlink) holding exactly `content`."""
+    """Whether `path` is a regular 0755 file (not a symlink) holding exactly `content`
+    (files.read_regular: never follows a link, never blocks on a FIFO)."""
     try:
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != 0o755:
-            return False
-        with open(path, "rb") as f:
-            return f.read(len(content) + 1) == content
+        return read_regular(path) == content and stat.S_IMODE(os.lstat(path).st_mode) == 0o755
     except OSError:
         return False
 
@@ -349,10 +346,11 @@ def shim_problem(bin_dir: str, host_bin_dir: str) -> str | None:
     """None when `<bin_dir>/netattach-shim` is the script install_shim writes for the
     installed artifact, else what is wrong. Reads only."""
     try:
-        want = shim_script(_shim_interpreter(bin_dir, host_bin_dir))
+        interpreter = _shim_interpreter(bin_dir, host_bin_dir)
+        want = shim_script(interpreter)
     except InstallError as e:
         return str(e)
     path = os.path.join(bin_dir, SHIM_NAME)
     if not _is_file_with(path, want):
-        return f"{path} is not the shim script for {_shim_interpreter(bin_dir, host_bin_dir)}"
+        return f"{path} is not the shim script for {interpreter}"
     return None
