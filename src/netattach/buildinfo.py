@@ -11,41 +11,19 @@ same followed by "-dirty" when tracked files differed from that commit, or "unkn
 (no bundle, no file) says "unknown" too.
 
 Read by `netattach --version`, the daemon's and the installer's start lines and the
-daemon's `netattach_build_info` metric; never on the exec'd CNI path (standard library
-`os` only, imported when used).
+daemon's `netattach_build_info` metric. The exec'd VERSION call names the release and
+commit on stderr without importing this module: the reading lives in the package's
+`__init__` (imported by every netattach process anyway) and is re-exported here; the
+thick shim reads its own copy of the stamp (netattach_shim.build_line).
 """
 from __future__ import annotations
 
-import os
+from . import COMMIT_FILE, UNKNOWN, __version__, commit, valid_commit
 
-from . import __version__
-
-COMMIT_FILE = "build-commit"
-"""The stamp's file name in the bundle, beside this module (netattach.spec writes it)."""
-UNKNOWN = "unknown"
-_HEX = frozenset("0123456789abcdef")
-
-
-def valid_commit(text: str) -> bool:
-    """True when `text` is one of the stamp's forms (module doc)."""
-    sha = text.removesuffix("-dirty")
-    return text == UNKNOWN or (len(sha) == 40 and set(sha) <= _HEX)
-
-
-def commit(path: str | None = None) -> str:
-    """The git commit this netattach was built from (module doc), read from `path`
-    (default: COMMIT_FILE beside this module); "unknown" when there is no such file or it
-    holds anything but a stamp's form. Never raises."""
-    path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), COMMIT_FILE)
-    try:
-        with open(path, encoding="ascii") as f:
-            text = f.read(64).strip()
-    except (OSError, ValueError):
-        return UNKNOWN
-    return text if valid_commit(text) else UNKNOWN
+__all__ = ["COMMIT_FILE", "UNKNOWN", "commit", "describe", "valid_commit"]
 
 
 def describe() -> str:
-    """"<release> (commit <commit>)", e.g. "0.1.0 (commit 3f00fe…)": what --version and the
-    programs' start lines say."""
+    """"<release> (commit <commit>)", e.g. "0.1.0 (commit 3f00fe…)": what --version, the
+    programs' start lines and the VERSION call's line on stderr say."""
     return f"{__version__} (commit {commit()})"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import __version__
+from . import __version__, commit
 from .cni.version import SUPPORTED_VERSIONS
 from .commands import call
 from .commands.call import cni_main  # the one CNI call, thin and thick alike
@@ -117,10 +117,9 @@ spawner, which only the DaemonSet runs)."""
 
 
 def version_line() -> str:
-    """What `netattach --version` prints: "netattach <release> (commit <commit>; CNI
-    <versions>)", the commit as buildinfo.commit stamped it (40 hex digits, "-dirty"
-    after it, or "unknown")."""
-    from .buildinfo import commit
+    """What `netattach --version` prints, and the exec'd VERSION call writes to stderr:
+    "netattach <release> (commit <commit>; CNI <versions>)", the commit as the build
+    stamped it (buildinfo.py: 40 hex digits, "-dirty" after it, or "unknown")."""
     return (f"netattach {__version__} (commit {commit()}; "
             f"CNI {', '.join(SUPPORTED_VERSIONS)})")
 
@@ -152,6 +151,13 @@ def main(argv: list[str] | None = None) -> None:
             from . import _dataclass_code
             _dataclass_code.install()
         doc, code = cni_main(dict(os.environ), sys.stdin.buffer.read())
+        if os.environ["CNI_COMMAND"] == "VERSION":
+            # The one line a VERSION call logs (issue 24): it carries no configuration,
+            # so no logFile; libcni copies a plugin's stderr into the runtime's log.
+            try:
+                sys.stderr.write(version_line() + "\n")
+            except (OSError, AttributeError):  # stderr closed: the answer still goes out
+                pass
         _emit(doc, code)
     import argparse
     kubectl = os.path.basename(sys.argv[0]) == KUBECTL_PLUGIN

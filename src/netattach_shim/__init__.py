@@ -53,6 +53,11 @@ from .wire import socket_path as _in_dir
 SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 """netattach.cni.version.SUPPORTED_VERSIONS, repeated because the shim imports nothing
 of the package (tests/unit/test_thick_units.py keeps the two equal)."""
+RELEASE = "0.1.0"
+"""netattach.__version__, repeated for the same reason (tests/unit/test_thick_units.py)."""
+COMMIT_FILE = "build-commit"
+"""The build's commit stamp (netattach/buildinfo.py), copied by netattach.spec beside
+this module in the shim's prefix."""
 ADD_WAIT_SECONDS = 10.0
 """How long an ADD waits for the daemon's socket to accept before failing with code 11:
 a daemon restarting (DaemonSet rollout, a crash) is back within seconds, and the kubelet
@@ -256,6 +261,23 @@ def run_thin(environ: dict[str, str], stdin: bytes, why: str) -> None:
     os.execve(path, [path], {**environ, "NETATTACH_SHIM_FALLBACK": why[:500]})
 
 
+def build_line() -> str:
+    """What a VERSION call writes to stderr, as `netattach --version` prints it:
+    "netattach-shim <release> (commit <commit>; CNI <versions>)". The commit is the
+    stamp beside this module (40 hex digits, "-dirty" after it), or "unknown" when there
+    is none (a virtualenv) or it holds anything else."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), COMMIT_FILE),
+                  "rb") as f:
+            text = f.read(64).strip().decode("ascii")
+    except (OSError, ValueError):
+        text = ""
+    sha = text.removesuffix("-dirty")
+    if len(sha) != 40 or sha.strip("0123456789abcdef"):
+        text = "unknown"
+    return f"netattach-shim {RELEASE} (commit {text}; CNI {', '.join(SUPPORTED_VERSIONS)})"
+
+
 def _cni_version(stdin: bytes) -> str:
     """The cniVersion of stdin if netattach supports it, else the newest it supports:
     the version of the documents the shim writes itself."""
@@ -278,6 +300,10 @@ def shim(environ: dict[str, str], stdin: bytes) -> tuple[int, bytes]:
     CHECK without a daemon) and then never returns."""
     command = environ.get("CNI_COMMAND", "")
     if command == "VERSION":  # json.dumps' output, built from our own version strings
+        try:  # its one log line (issue 24): libcni copies stderr into the runtime's log
+            os.write(2, (build_line() + "\n").encode())
+        except OSError:
+            pass
         versions = ", ".join(f'"{v}"' for v in SUPPORTED_VERSIONS)
         return 0, (f'{{"cniVersion": "{_cni_version(stdin)}", '
                    f'"supportedVersions": [{versions}]}}').encode()

@@ -108,6 +108,7 @@ def test_dist_runs_on_the_floors_glibc_in_the_images_root(rootfs):
     p = in_root(rootfs, ENTRYPOINT + ["--version"])
     assert p.returncode == 0, p.stderr.decode()
     assert p.stdout.decode().startswith(f"netattach {__version__} (commit ")
+    version = p.stdout.decode()
 
     # the shim as `netattach install` writes it: a script naming the bundle's interpreter
     (rootfs / "tmp").mkdir(exist_ok=True)
@@ -118,6 +119,9 @@ def test_dist_runs_on_the_floors_glibc_in_the_images_root(rootfs):
         assert p.returncode == 0, (exe, p.stderr.decode())
         assert json.loads(p.stdout) == {"cniVersion": "1.0.0",
                                         "supportedVersions": list(SUPPORTED_VERSIONS)}
+        # its log line names the image's release and commit (issue 24)
+        name = "netattach-shim" if exe.endswith("shim") else "netattach"
+        assert p.stderr.decode() == version.replace("netattach ", f"{name} ", 1), exe
 
 
 def test_add_loads_the_api_client_and_tls_on_the_floors_glibc(rootfs):

@@ -82,6 +82,28 @@ def test_version_flag_agrees_with_cni_version_and_the_venv(exe):
         frozen.stdout.decode().replace(f"(commit {m[1]};", "(commit unknown;")
 
 
+def test_the_version_call_logs_the_release_and_commit_on_stderr(exe, tmp_path):
+    """A VERSION call (issue 24) writes one line to stderr, the one libcni copies into
+    the runtime's log: thin mode's is --version's line, the thick shim's the same with
+    "netattach-shim", from the stamp netattach.spec copied into the shim's prefix.
+    stdout stays the one JSON answer."""
+    from netattach.install.binary import SHIM_PYTHON, shim_script
+    flag = run([str(exe), "--version"], {}).stdout.decode()
+    thin = run([str(exe)], {"CNI_COMMAND": "VERSION"}, '{"cniVersion": "1.0.0"}')
+    assert thin.returncode == 0 and thin.stderr.decode() == flag
+    assert one_document(thin)["cniVersion"] == "1.0.0"
+    version = tmp_path / "bin" / ".netattach-0123456789ab"
+    shutil.copytree(exe.parent, version, symlinks=True)
+    shim = tmp_path / "bin" / "netattach-shim"
+    shim.write_bytes(shim_script(str(version / SHIM_PYTHON)))
+    shim.chmod(0o755)
+    thick = run([str(shim)], {"CNI_COMMAND": "VERSION"}, '{"cniVersion": "1.0.0"}')
+    assert thick.returncode == 0 and one_document(thick)["cniVersion"] == "1.0.0"
+    assert thick.stderr.decode() == flag.replace("netattach ", "netattach-shim ", 1)
+    assert "(commit unknown;" not in flag or \
+        (exe.parent / "_internal" / "netattach" / "build-commit").read_text().strip() == "unknown"
+
+
 def test_the_bundle_is_stamped_with_the_commit_it_was_built_from(exe):
     """`make build` stamps hack/build-commit.sh's answer for this checkout: a commit of
     this repository (with "-dirty" when tracked files differed from it), or "unknown"

@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import netattach_shim as shim
+from netattach import __version__
 from netattach.cni.version import SUPPORTED_VERSIONS
 from netattach.daemon import cache, podapi, server
 from netattach.kube.client import KubeError
@@ -28,6 +29,34 @@ from netattach_shim import wire
 
 def test_shim_versions_are_the_plugins():
     assert shim.SUPPORTED_VERSIONS == SUPPORTED_VERSIONS
+    assert shim.RELEASE == __version__
+
+
+@pytest.mark.parametrize("stamp, shown", [
+    ("0123456789abcdef0123456789abcdef01234567\n", "0123456789abcdef0123456789abcdef01234567"),
+    ("0123456789abcdef0123456789abcdef01234567-dirty", "0123456789abcdef0123456789abcdef01234567-dirty"),
+    ("../../etc/passwd", "unknown"), ("0123456789ABCDEF0123456789ABCDEF01234567", "unknown"),
+    ("\xff\xfe", "unknown"), (None, "unknown")])
+def test_shim_build_line_names_the_stamped_commit(tmp_path, monkeypatch, stamp, shown):
+    """The shim's VERSION line (issue 24) reads the stamp beside its module; anything but
+    a stamp's form reads as "unknown", as netattach.commit does."""
+    import netattach
+    module = tmp_path / "netattach_shim" / "__init__.py"
+    module.parent.mkdir()
+    module.write_text("")
+    if stamp is not None:
+        (module.parent / shim.COMMIT_FILE).write_bytes(stamp.encode("latin-1"))
+        assert netattach.commit(str(module.parent / shim.COMMIT_FILE)) == shown
+    monkeypatch.setattr(shim, "__file__", str(module))
+    assert shim.build_line() == (f"netattach-shim {__version__} (commit {shown}; "
+                                 f"CNI {', '.join(SUPPORTED_VERSIONS)})")
+
+
+def test_shim_version_writes_its_line_to_stderr_only(capfd):
+    code, out = shim.shim({"CNI_COMMAND": "VERSION"}, b"")
+    captured = capfd.readouterr()
+    assert code == 0 and captured.out == "" and captured.err == shim.build_line() + "\n"
+    assert json.loads(out)["supportedVersions"] == list(SUPPORTED_VERSIONS)
 
 
 def test_shim_imports_only_the_standard_library():
