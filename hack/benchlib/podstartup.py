@@ -89,7 +89,8 @@ class PodTimes:
 class Burst:
     """One burst of `size` pods by one subject in one round: the pods' timelines, the
     CPU (s) the node's CNI execs (containerd's reaped children) and the subject's
-    daemon spent over the whole burst (ADD and DEL), and the runtime's CNI calls over
+    daemon spent over the whole burst (ADD and DEL), the part of the daemon's spent by
+    the delegates it ran (its reaped children), and the runtime's CNI calls over
     it as containerd timed them: {"set_up_pod": (calls, total s), "tear_down_pod":
     ...} (RealNode.cni_operations, the difference over the burst)."""
     subject: str
@@ -98,11 +99,13 @@ class Burst:
     pods: list[PodTimes] = field(default_factory=list)
     cni_exec_cpu: float = 0.0
     daemon_cpu: float = 0.0
+    daemon_child_cpu: float = 0.0
     runtime_cni: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"subject": self.subject, "size": self.size, "round": self.round,
                 "cni_exec_cpu": self.cni_exec_cpu, "daemon_cpu": self.daemon_cpu,
+                "daemon_child_cpu": self.daemon_child_cpu,
                 "runtime_cni": {op: list(v) for op, v in self.runtime_cni.items()},
                 "pods": [{**vars(p), "startup": p.startup, "deletion": p.deletion,
                           "api_startup": p.api_startup, "api_sandbox": p.api_sandbox}
@@ -129,6 +132,7 @@ def stats(bursts: list[Burst], subject: str, size: int) -> dict[str, float] | No
             "api_p50": percentile(api, 50) if api else math.nan,
             "cni_cpu_per_pod": sum(b.cni_exec_cpu for b in bs) / len(pods),
             "daemon_cpu_per_pod": sum(b.daemon_cpu for b in bs) / len(pods),
+            "delegate_cpu_per_pod": sum(b.daemon_child_cpu for b in bs) / len(pods),
             "runtime_add": _mean_call(bs, "set_up_pod"),
             "runtime_del": _mean_call(bs, "tear_down_pod")}
 
@@ -165,8 +169,8 @@ def table(bursts: list[Burst]) -> str:
     lines = ["| burst | subject | pods | startup p50 | p90 | p99 | over floor p50 | "
              "/ Multus p50 | / Multus p99 | "
              "delete p50 | p99 | API startup p50 (1 s res.) | runtime ADD mean | "
-             "runtime DEL mean | CNI exec CPU/pod | daemon CPU/pod |",
-             "|" + "---|" * 16]
+             "runtime DEL mean | CNI exec CPU/pod | daemon CPU/pod | of which delegates |",
+             "|" + "---|" * 17]
     ratio_lines: list[str] = []
     for size in sizes:
         floor = stats(bursts, "floor", size)
@@ -183,7 +187,8 @@ def table(bursts: list[Burst]) -> str:
                 f"{_ms(st['del_p50'])} | {_ms(st['del_p99'])} | "
                 f"{_ms(st['api_p50'])} | {_ms(st['runtime_add'])} | "
                 f"{_ms(st['runtime_del'])} | {_ms(st['cni_cpu_per_pod'])} | "
-                f"{_ms(st['daemon_cpu_per_pod'])} |")
+                f"{_ms(st['daemon_cpu_per_pod'])} | "
+                f"{_ms(st['delegate_cpu_per_pod']) if st['daemon_cpu_per_pod'] else ''} |")
         for a, b in RATIOS:
             sa, sb = per.get(a), per.get(b)
             if sa and sb:
