@@ -149,6 +149,13 @@ class CriError(RuntimeError):
         super().__init__(f"CRI {verb}: {code}: {message}")
         self.verb, self.code, self.message = verb, code, message
 
+    @property
+    def not_initialized(self) -> bool:
+        """gRPC's Unavailable, which containerd answers ("server is not initialized
+        yet") between its socket's creation and the end of its CRI plugin's start: a
+        start's readiness check waits it out (a loaded machine makes the gap longer)."""
+        return self.code == "Unavailable"
+
 
 @dataclass
 class Cri:
@@ -404,6 +411,9 @@ class Containerd:
                     break
                 except (ClusterError, subprocess.TimeoutExpired):
                     pass
+                except CriError as e:
+                    if not e.not_initialized:
+                        raise
             if time.monotonic() > deadline:
                 raise ClusterError(f"containerd not ready after {timeout:.0f}s; last lines "
                                    f"of {self.log}:\n{log_tail(self.log)}")
