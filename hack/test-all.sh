@@ -16,6 +16,9 @@
 #      needs /run/containerd on the machine as its mount point while it runs, and such a
 #      containerd puts its shims' sockets there and removes the dir when it made it
 #      (testbed/netattach_testbed/runtime.py), which would take the node's mount away.
+#      The two harness tests of the benches (BALANCE: about 110 s of a warm run, their
+#      own API servers and processes) run there too, before the node, so that both
+#      runs end at about the same time.
 #
 # The runs each write their output to build/test-logs/<run>.log; the last one's goes to
 # the terminal as it runs and the other two are printed whole as soon as they end, never
@@ -31,6 +34,8 @@ cd "$(dirname "$0")/.."
 : "${MAKE:=make}" "${PY:=.venv/bin/python}" "${PREP:?the make targets run beside the unit tier}"
 LOGS=build/test-logs
 HOST_CONTAINERD=(tests/e2e/test_runtime_containerd.py tests/e2e/test_uninstall_containerd.py)
+BALANCE=(tests/integration/test_bench_cluster_harness.py tests/e2e/test_bench_harness.py)
+BEFORE_NODE=("${HOST_CONTAINERD[@]}" "${BALANCE[@]}")
 mkdir -p "$LOGS"
 rm -f "$LOGS"/*.log
 
@@ -78,13 +83,13 @@ if [ "$prep" -ne 0 ]; then
 fi
 
 echo
-echo "$(stamp) ${HOST_CONTAINERD[*]} and tests/node start (their output follows), beside the rest of tests/"
+echo "$(stamp) ${BEFORE_NODE[*]} and then tests/node start (their output follows), beside the rest of tests/"
 # pytest runs the files in the order given; the node starts at its first test
-run node "${HOST_CONTAINERD[@]}" tests/node --durations=20
+run node "${BEFORE_NODE[@]}" tests/node --durations=20
 node=$!
 t_rest=$(date +%s)
 "$PY" -m pytest --durations=30 --ignore=tests/unit --ignore=tests/node \
-  "${HOST_CONTAINERD[@]/#/--ignore=}" 2>&1 | tee "$LOGS/rest.log"
+  "${BEFORE_NODE[@]/#/--ignore=}" 2>&1 | tee "$LOGS/rest.log"
 rest=${PIPESTATUS[0]}
 summary+=("[rest: pytest exit $rest after $(( $(date +%s) - t_rest )) s, ended $(stamp)]")
 if [ "$rest" -ne 0 ]; then status=1; fi
