@@ -129,8 +129,10 @@ lint: venv
 # artifact, the image (tests/image) and the real node (tests/node). Needs root for
 # network namespaces. The slowest phases are listed (--durations), so every CI log
 # shows where the time goes. With no PYTEST_ARGS, hack/test-all.sh runs every test once
-# in three overlapping pytest runs: tests/unit beside TEST_PREP, then tests/node beside
-# the rest; with PYTEST_ARGS, one pytest run of what they select after TEST_PREP.
+# in three overlapping pytest runs: tests/unit beside TEST_PREP, then tests/node (after
+# the e2e tests that start a containerd on the machine and the bench harness tests)
+# beside the rest; with PYTEST_ARGS, one pytest run of what they select after TEST_PREP
+# (`make test PYTEST_ARGS=tests` runs every test in one run, one tier after the other).
 TEST_PREP := lint testbin testbin-k8s-oldest testbin-multus testbin-helm build image
 TEST_ENV := NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(IMAGE_ENV)
 test: sysdeps venv
