@@ -126,11 +126,22 @@ lint: venv
 
 # Every test: the static checks, then unit, integration (real plugins in real netns)
 # and end to end (real kube-apiserver + etcd), the plugin exec'd being the built
-# artifact, and the image (tests/image). Needs root for network namespaces. The 30
-# slowest phases are listed at the end (--durations), so every CI log shows where the
-# time goes.
-test: sysdeps venv lint testbin testbin-k8s-oldest testbin-multus testbin-helm build image
-	NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(IMAGE_ENV) $(PY) -m pytest --durations=30 $(PYTEST_ARGS)
+# artifact, the image (tests/image) and the real node (tests/node). Needs root for
+# network namespaces. The slowest phases are listed (--durations), so every CI log
+# shows where the time goes. With no PYTEST_ARGS, hack/test-all.sh runs every test once
+# in three overlapping pytest runs: tests/unit beside TEST_PREP, then tests/node (after
+# the e2e tests that start a containerd on the machine and the bench harness tests)
+# beside the rest; with PYTEST_ARGS, one pytest run of what they select after TEST_PREP
+# (`make test PYTEST_ARGS=tests` runs every test in one run, one tier after the other).
+TEST_PREP := lint testbin testbin-k8s-oldest testbin-multus testbin-helm build image
+TEST_ENV := NETATTACH_EXE=$(NETATTACH_EXE) $(TESTBIN_ENV) $(IMAGE_ENV)
+test: sysdeps venv
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(TEST_ENV) MAKE="$(MAKE) --no-print-directory" PREP="$(TEST_PREP)" PY=$(PY) hack/test-all.sh
+else
+	@$(MAKE) --no-print-directory $(TEST_PREP)
+	$(TEST_ENV) $(PY) -m pytest --durations=30 $(PYTEST_ARGS)
+endif
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -506,6 +506,9 @@ class RealNode:
                     break
                 except (ClusterError, subprocess.TimeoutExpired):
                     pass
+                except rt.CriError as e:
+                    if not e.not_initialized:
+                        raise
             if time.monotonic() > deadline:
                 raise ClusterError(f"containerd not ready after {timeout:.0f}s:\n{log_tail(proc.log)}")
             time.sleep(0.2)
