@@ -495,23 +495,7 @@ class RealNode:
         proc = self._spawn("containerd", self.ns.argv(
             "env", f"PATH={env_path}", str(self.containerd_bin / "containerd"),
             "--config", str(config)))
-        cri = self.cri
-        deadline = time.monotonic() + timeout
-        while True:
-            if not proc.running:
-                raise ClusterError(f"containerd exited while starting:\n{log_tail(proc.log)}")
-            if self.host_path(CONTAINERD_SOCKET).exists():
-                try:
-                    rt.Cri(cri.client, cri.endpoint, timeout=5).version()
-                    break
-                except (ClusterError, subprocess.TimeoutExpired):
-                    pass
-                except rt.CriError as e:
-                    if not e.not_initialized:
-                        raise
-            if time.monotonic() > deadline:
-                raise ClusterError(f"containerd not ready after {timeout:.0f}s:\n{log_tail(proc.log)}")
-            time.sleep(0.2)
+        rt.wait_cri_ready(proc, self.host_path(CONTAINERD_SOCKET), self.cri, timeout)
         self.import_image(rt.sandbox_image(self.containerd_bin / "pause", d / "pause.tar"))
 
     def cni_operations(self) -> dict[str, tuple[int, float]]:

@@ -157,6 +157,31 @@ class CriError(RuntimeError):
         return self.code == "Unavailable"
 
 
+def wait_cri_ready(proc: _Process, socket: Path, cri: Cri, timeout: float) -> None:
+    """Until the containerd `proc` answers CRI Version on `socket` (the path as this
+    process sees it) through `cri`'s client: its socket made and its CRI plugin started
+    (CriError.not_initialized is waited out). ClusterError with the tail of its log when
+    it exits first or is not ready within `timeout` s (a hang guard)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not proc.running:
+            raise ClusterError(f"containerd exited while starting; last lines of "
+                               f"{proc.log}:\n{log_tail(proc.log)}")
+        if socket.exists():
+            try:
+                Cri(cri.client, cri.endpoint, timeout=5).version()
+                return
+            except (ClusterError, subprocess.TimeoutExpired):
+                pass
+            except CriError as e:
+                if not e.not_initialized:
+                    raise
+        if time.monotonic() > deadline:
+            raise ClusterError(f"containerd not ready after {timeout:.0f}s; last lines "
+                               f"of {proc.log}:\n{log_tail(proc.log)}")
+        time.sleep(0.2)
+
+
 @dataclass
 class Cri:
     """The kubelet's side of a CRI socket: each method is one RuntimeService call
@@ -400,24 +425,7 @@ class Containerd:
             "env", f"PATH={env_path}", str(self.bin_dir / "containerd"),
             "--config", str(self.config)], self.log)
         self._proc.start()
-        deadline = time.monotonic() + timeout
-        while True:
-            if not self._proc.running:
-                raise ClusterError(f"containerd exited while starting; last lines of "
-                                   f"{self.log}:\n{log_tail(self.log)}")
-            if self.socket.exists():
-                try:
-                    Cri(self.cri.client, self.cri.endpoint, timeout=5).version()
-                    break
-                except (ClusterError, subprocess.TimeoutExpired):
-                    pass
-                except CriError as e:
-                    if not e.not_initialized:
-                        raise
-            if time.monotonic() > deadline:
-                raise ClusterError(f"containerd not ready after {timeout:.0f}s; last lines "
-                                   f"of {self.log}:\n{log_tail(self.log)}")
-            time.sleep(0.2)
+        wait_cri_ready(self._proc, self.socket, self.cri, timeout)
         image = sandbox_image(self.bin_dir / "pause", self.workdir / "pause.tar")
         self.ctr("images", "import", "--all-platforms", str(image))
 
