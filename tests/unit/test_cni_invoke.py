@@ -224,3 +224,67 @@ def test_chroot_find_never_leaves_the_root(tmp_path):
 def test_chroot_executor_problem(tmp_path):
     assert chroot.ChrootExecutor(str(tmp_path)).problem() is None
     assert "is not a directory" in chroot.ChrootExecutor(str(tmp_path / "no")).problem()
+
+
+# ------------------------------------------------------------------ the spawner's threads
+
+def _workers(keep: int):
+    """A chroot._Workers whose connections are stand-ins: each an Event it waits on
+    (released by the test), recorded with the thread that served it."""
+    import threading
+    served: list[tuple[object, str]] = []
+
+    def serve_one(conn):
+        conn.wait(10)
+        served.append((conn, threading.current_thread().name + str(threading.get_ident())))
+    return chroot._Workers(keep=keep, serve_one=serve_one), served
+
+
+def _until(predicate) -> None:
+    import time
+    deadline = time.monotonic() + 10
+    while not predicate():
+        assert time.monotonic() < deadline, "hang guard"
+        time.sleep(0.005)
+
+
+def test_spawner_workers_serve_one_child_after_another_on_one_thread():
+    import threading
+    workers, served = _workers(keep=4)
+    for i in range(5):
+        done = threading.Event()
+        done.set()
+        workers.submit(done)
+        _until(lambda n=i + 1: len(served) == n)
+        _until(lambda: workers._idle == 1)
+    assert workers.started == 1 and len({t for _, t in served}) == 1
+    workers.close()
+
+
+def test_spawner_workers_serve_children_at_once_and_keep_at_most_keep_waiting():
+    import threading
+    workers, served = _workers(keep=2)
+    conns = [threading.Event() for _ in range(5)]
+    for c in conns:
+        workers.submit(c)
+    assert workers.started == 5  # none was waiting: each child its own thread at once
+    for c in conns:
+        c.set()
+    _until(lambda: len(served) == 5)
+    _until(lambda: workers._idle == 2)
+    before = threading.active_count()
+    workers.close()
+    _until(lambda: threading.active_count() == before - 2)  # the waiting ones end
+
+
+def test_spawner_workers_closed_end_the_busy_thread_once_its_child_is_done():
+    import threading
+    workers, served = _workers(keep=4)
+    busy = threading.Event()
+    workers.submit(busy)
+    before = threading.active_count()
+    workers.close()
+    busy.set()
+    _until(lambda: len(served) == 1)
+    _until(lambda: threading.active_count() == before - 1)
+    assert workers._idle == 0

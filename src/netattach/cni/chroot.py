@@ -25,11 +25,13 @@ byte), writes the request on its own end and shuts down its sending side:
                it cannot be executed, "details": ...}, then stdout, then stderr
 
 (u32: big-endian). The helper serves each connection in a thread of its own with
-invoke.run_child (its timeout and kill-the-whole-tree rules), answers and closes it. It
-ends when the control socket reaches end of file (the daemon closed it, or died), once
-its children are done. When the helper is found gone, or does not take a connection
-within SEND_TIMEOUT (then it is killed), the next child starts a new one; a child whose
-whole answer did not come (the helper died while it ran) is reported as a ChildError 999.
+invoke.run_child (its timeout and kill-the-whole-tree rules), answers and closes it; a
+thread that is done waits for the next connection (up to IDLE_WORKERS of them wait)
+rather than a new thread being started for each child (_Workers). It ends when the
+control socket reaches end of file (the daemon closed it, or died), once its children
+are done. When the helper is found gone, or does not take a connection within
+SEND_TIMEOUT (then it is killed), the next child starts a new one; a child whose whole
+answer did not come (the helper died while it ran) is reported as a ChildError 999.
 
 Imported by the daemon and by the helper only (never on the exec'd CNI path); the helper
 imports everything it runs before it chroots, since nothing of the image is visible
@@ -41,6 +43,7 @@ import argparse
 import json
 import logging
 import os
+import queue
 import socket
 import struct
 import subprocess
@@ -78,6 +81,9 @@ it cannot."""
 ANSWER_GRACE = 15.0
 """Seconds the daemon waits for an answer beyond the child's own timeout: the helper's
 kill of a timed-out tree and its wait for the pipes (run_child: up to 5 s) come first."""
+IDLE_WORKERS = 16
+"""Threads of the helper kept waiting for the next child once theirs is done (_Workers):
+more than the children of one pod, fewer than the node daemon's calls at once."""
 _LENGTH = struct.Struct(">I")
 
 
@@ -383,6 +389,51 @@ def _serve_one(conn: socket.socket) -> None:
             pass  # the daemon gave up waiting
 
 
+class _Workers:
+    """The helper's threads, each serving one child's connection at a time (_serve_one).
+    A connection goes to a thread waiting for one, else to a new thread; a thread that is
+    done waits for the next while fewer than `keep` wait, else ends. Starting a thread
+    per child cost about a sixth of the helper's CPU per child (docs/bench-node.md).
+    `close` ends the waiting threads; the busy ones end when their child is done.
+    `serve_one`: what serves a connection (_serve_one; a stand-in in unit tests)."""
+
+    def __init__(self, keep: int = IDLE_WORKERS,
+                 serve_one: Callable[[socket.socket], None] | None = None):
+        self.keep = keep
+        self.serve_one = serve_one or _serve_one
+        self.started = 0
+        """Threads started so far."""
+        self._queue: queue.SimpleQueue[socket.socket | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._closed = False
+
+    def submit(self, conn: socket.socket) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                self._queue.put(conn)
+                return
+            self.started += 1
+        threading.Thread(target=self._work, args=(conn,), name="spawn").start()
+
+    def _work(self, conn: socket.socket | None) -> None:
+        while conn is not None:
+            self.serve_one(conn)
+            with self._lock:
+                if self._closed or self._idle >= self.keep:
+                    return
+                self._idle += 1
+            conn = self._queue.get()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, 0
+        for _ in range(idle):
+            self._queue.put(None)
+
+
 def serve(control: socket.socket, root: str) -> int:
     """The helper's loop (module doc): chroot to `root`, then serve every connection
     passed over `control` until it reaches end of file. Returns the exit status."""
@@ -400,17 +451,20 @@ def serve(control: socket.socket, root: str) -> int:
                        "namespace: mount the host's /proc there and run the daemon with "
                        "hostPID, as deploy/thick does")
     control.sendall(READY + b"\n")
-    while True:
-        try:
-            msg, fds, _flags, _addr = socket.recv_fds(control, 1, 16)
-        except OSError as e:
-            print(f"netattach spawner: the control socket failed: {e}", file=sys.stderr)
-            return 1
-        if not msg and not fds:
-            return 0  # the daemon closed it or died: children still running finish
-        for fd in fds:
-            threading.Thread(target=_serve_one, args=(socket.socket(fileno=fd),),
-                             name="spawn").start()
+    workers = _Workers()
+    try:
+        while True:
+            try:
+                msg, fds, _flags, _addr = socket.recv_fds(control, 1, 16)
+            except OSError as e:
+                print(f"netattach spawner: the control socket failed: {e}", file=sys.stderr)
+                return 1
+            if not msg and not fds:
+                return 0  # the daemon closed it or died: children still running finish
+            for fd in fds:
+                workers.submit(socket.socket(fileno=fd))
+    finally:
+        workers.close()
 
 
 def _refuse(control: socket.socket, why: str) -> int:
