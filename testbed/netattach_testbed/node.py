@@ -180,7 +180,8 @@ class RealNode:
                     "for the oldest Kubernetes; or the tests through `make test`)")
         self.etcd = cl.k8s_bin_dir() / "etcd"
         self.containerd_bin = rt.require_binaries()
-        self.cni_bin = Path(os.environ.get("NETATTACH_CNI_BIN") or "")
+        cni_bin = os.environ.get("NETATTACH_CNI_BIN")
+        self.cni_bin = Path(cni_bin) if cni_bin else None
         self.cluster: cl.Cluster | None = None
         self.ns = MountNamespace(self.logs / "mount-namespace.log")
         self.bridge = unique("n")
@@ -436,7 +437,7 @@ class RealNode:
 
     def _cni_bin_dir(self) -> None:
         """The node's /opt/cni/bin: the reference plugins (copies, as a node has them)."""
-        src = self.cni_bin if str(self.cni_bin) else None
+        src = self.cni_bin  # Path("") would be ".", a directory that exists
         if src is None:
             raise ClusterError("NETATTACH_CNI_BIN is not set: run the tests through `make test`")
         dest = self.host_path("/opt/cni/bin")

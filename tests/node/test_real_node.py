@@ -6,6 +6,8 @@ import ipaddress
 import json
 import subprocess
 
+import pytest
+
 from netattach_testbed import node as nd
 from netattach_testbed.serviceaccount import wait_for
 
@@ -40,3 +42,12 @@ def test_nothing_aimed_at_a_service_ip_leaves_the_machine(real_node):
     out = subprocess.run(["ip", "route", "get", nd.KUBERNETES_SERVICE_IP], capture_output=True,
                          text=True, check=True).stdout
     assert out.startswith("local "), out
+
+
+def test_a_node_without_the_plugins_variable_says_so(tmp_path, monkeypatch):
+    # the guard must fire before any copy: Path("") would be "." and the copy of
+    # "./bridge" fail with a message that names no variable
+    monkeypatch.delenv("NETATTACH_CNI_BIN", raising=False)
+    node = nd.RealNode(tmp_path / "node")
+    with pytest.raises(nd.ClusterError, match="NETATTACH_CNI_BIN is not set"):
+        node._cni_bin_dir()
