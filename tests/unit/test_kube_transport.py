@@ -82,8 +82,9 @@ def test_unreadable_documents_are_left_to_lightkube(tmp_path, text):
     assert transport.load(str(path)) is None
 
 
-def test_no_kubeconfig_or_no_file_is_left_to_lightkube(tmp_path):
-    assert transport.load(None) is None
+def test_no_kubeconfig_or_no_file_is_left_to_lightkube(tmp_path, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert transport.load(None) is None  # not in a pod: lightkube's lookup goes on
     assert transport.load(str(tmp_path / "absent")) is None
 
 
@@ -103,3 +104,74 @@ def test_a_token_that_cannot_be_a_header_is_refused_unquoted(tmp_path, token):
     with pytest.raises(transport.KubeconfigError) as e:
         transport.load(write(tmp_path, {"server": "https://h:1"}, {"token": token}))
     assert "Illegal header value" in str(e.value) and token.strip() not in str(e.value)
+
+
+# ------------------------------------------------------------------ in-cluster (no kubeconfig)
+
+def _ca_pem() -> bytes:
+    """A self-signed CA certificate (PEM), as the kubelet mounts ca.crt."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes-ca")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(1)
+            .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+@pytest.fixture
+def service_account(tmp_path):
+    d = tmp_path / "serviceaccount"
+    d.mkdir()
+    (d / "token").write_text("eyJhbGc.payload.sig")
+    (d / "namespace").write_text("netattach-system")
+    (d / "ca.crt").write_bytes(_ca_pem())
+    return d
+
+
+IN_POD = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+
+
+def test_in_cluster_is_the_service_accounts_token_namespace_and_ca(service_account):
+    import ssl
+    t, ns = transport.in_cluster(str(service_account), IN_POD)
+    assert (t.base_url, ns) == ("https://10.96.0.1:443", "netattach-system")
+    assert t._headers["Authorization"] == "Bearer eyJhbGc.payload.sig"
+    assert t._context.verify_mode == ssl.CERT_REQUIRED and t._context.check_hostname
+    [ca] = t._context.get_ca_certs()
+    assert dict(x[0] for x in ca["subject"])["commonName"] == "kubernetes-ca"
+
+
+def test_in_cluster_ipv6_host_is_bracketed_and_a_trailing_newline_dropped(service_account):
+    (service_account / "token").write_text("t0k\n")
+    t, _ = transport.in_cluster(str(service_account), {"KUBERNETES_SERVICE_HOST": "fd00::1",
+                                                       "KUBERNETES_SERVICE_PORT": "6443"})
+    assert (t.base_url, t._host, t._port) == ("https://[fd00::1]:6443", "fd00::1", 6443)
+    assert t._headers["Authorization"] == "Bearer t0k"
+
+
+@pytest.mark.parametrize("missing", ["token", "namespace", "ca.crt", "KUBERNETES_SERVICE_HOST",
+                                     "KUBERNETES_SERVICE_PORT"])
+def test_not_in_a_pod_is_left_to_lightkube(service_account, missing):
+    environ = dict(IN_POD)
+    if missing in environ:
+        environ[missing] = ""
+    else:
+        (service_account / missing).unlink()
+    assert transport.in_cluster(str(service_account), environ) is None
+
+
+@pytest.mark.parametrize("file, text", [("ca.crt", "not a certificate"), ("token", "a b"),
+                                        ("token", ""), ("token", "t\x00k")],
+                         ids=["bad-ca", "space-inside", "empty-token", "control-character"])
+def test_in_cluster_files_this_transport_does_not_take_are_left_to_lightkube(service_account, file, text):
+    (service_account / file).write_text(text)
+    assert transport.in_cluster(str(service_account), IN_POD) is None

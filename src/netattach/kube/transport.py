@@ -15,8 +15,15 @@ client-go resolves it) or `certificate-authority-data`, optional
 `token`, a `tokenFile`, or `client-certificate` + `client-key` files. Anything
 else (exec and auth-provider credentials, embedded client certificates, both a
 token and a token file, a proxy, tls-server-name, impersonation, basic auth, an unreadable or
-malformed file, no file at all) returns None, and kube.Kube uses lightkube, which
-reads every kubeconfig client-go does; so no kubeconfig that worked stops working.
+malformed file) returns None, and kube.Kube uses lightkube, which reads every
+kubeconfig client-go does; so no kubeconfig that worked stops working.
+
+No kubeconfig at all (None: the node daemon's, as deploy/thick runs it) is the
+in-cluster configuration (`in_cluster`, what lightkube's default lookup tries first):
+the ServiceAccount's token, namespace and CA files and KUBERNETES_SERVICE_HOST and
+_PORT. When one is missing, None: lightkube's lookup goes on ($KUBECONFIG,
+~/.kube/config). The daemon sends every network-status PATCH and Event through it:
+http.client costs about half of httpx2's CPU per request (docs/bench-node.md).
 
 The transport is the duck type kube.Kube drives: `base_url`, and
 `request(method, path, content, headers, timeout)` returning a `Response` with
@@ -176,14 +183,50 @@ def _named(doc: dict[str, Any], section: str, name: Any, key: str) -> dict[str, 
     return None
 
 
+SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where the kubelet mounts a pod's ServiceAccount token, namespace and CA (client-go's
+rest.InClusterConfig, lightkube's KubeConfig.from_service_account)."""
+
+
+def in_cluster(service_account: str = SERVICE_ACCOUNT,
+               environ: Any = os.environ) -> tuple[StdlibTransport, str] | None:
+    """(transport, namespace) of the in-cluster configuration, as lightkube builds it
+    (KubeConfig.from_service_account): https://KUBERNETES_SERVICE_HOST:_PORT (an IPv6
+    address in brackets), verified against `service_account`/ca.crt, the bearer token
+    and the namespace read from its `token` and `namespace` files (whitespace around
+    them dropped). None when not in a pod (a file or a variable missing), or when the CA
+    cannot be used or the token is empty or has a space or control character inside:
+    lightkube then takes it (and words what is wrong), as a kubeconfig this transport
+    does not read. The token is read
+    once: whoever keeps the transport loads it again to take a rotated token (the node
+    daemon: every CLIENT_REUSE_SECONDS)."""
+    host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port:
+        return None
+    try:
+        with open(os.path.join(service_account, "token"), encoding="utf-8") as f:
+            token = f.read().strip()
+        with open(os.path.join(service_account, "namespace"), encoding="utf-8") as f:
+            namespace = f.read().strip()
+        context = ssl.create_default_context(cafile=os.path.join(service_account, "ca.crt"))
+    except (OSError, UnicodeDecodeError, ValueError, ssl.SSLError):
+        return None
+    if not token or not namespace or any(ord(c) < 0x21 or ord(c) == 0x7f for c in token):
+        return None
+    if ":" in host:
+        host = f"[{host}]"
+    return StdlibTransport(f"https://{host}:{port}", context, token), namespace
+
+
 def load(kubeconfig: str | None) -> tuple[StdlibTransport, str] | None:
-    """(transport, the current context's namespace or "default") for `kubeconfig`, or
-    None when this transport does not handle it (module doc: lightkube does).
+    """(transport, the current context's namespace or "default") for `kubeconfig`
+    (None: the in-cluster configuration, `in_cluster`), or None when this transport
+    does not handle it (module doc: lightkube does).
 
     Raises KubeconfigError when the kubeconfig is one it handles but a file it names
     cannot be read or used (the message names the file and why)."""
     if not kubeconfig:
-        return None
+        return in_cluster() if kubeconfig is None else None
     try:
         doc = _read_document(kubeconfig)
     except Exception:  # OS, UTF-8, JSON and YAML errors alike: lightkube words them
