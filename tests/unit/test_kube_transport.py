@@ -175,3 +175,88 @@ def test_not_in_a_pod_is_left_to_lightkube(service_account, missing):
 def test_in_cluster_files_this_transport_does_not_take_are_left_to_lightkube(service_account, file, text):
     (service_account / file).write_text(text)
     assert transport.in_cluster(str(service_account), IN_POD) is None
+
+
+# ------------------------------------------------------------------ kept-alive connections
+
+class _KeepAlive:
+    """A loopback HTTP/1.1 server that keeps connections open and records the client
+    port of each request (one port, one connection); a request for /wait is answered
+    once `release` is set."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        self.ports: list[int] = []
+        self.release = threading.Event()
+        self.arrived = threading.Semaphore(0)
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                outer.ports.append(self.client_address[1])
+                if self.path == "/wait":
+                    outer.arrived.release()
+                    outer.release.wait(10)
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def keepalive():
+    s = _KeepAlive()
+    yield s
+    s.close()
+
+
+def _at_once(t, n: int, server: _KeepAlive) -> None:
+    """n requests for /wait at the same time, answered once all n arrived."""
+    import threading
+    threads = [threading.Thread(target=t.request, args=("GET", "/wait")) for _ in range(n)]
+    for th in threads:
+        th.start()
+    for _ in range(n):
+        assert server.arrived.acquire(timeout=10), "hang guard"
+    server.release.set()
+    for th in threads:
+        th.join(10)
+    server.release.clear()
+
+
+def test_one_request_after_another_keeps_one_connection(keepalive):
+    t = transport.StdlibTransport(keepalive.url, None, None)
+    for _ in range(3):
+        assert t.request("GET", "/x").status_code == 200
+    assert len(keepalive.ports) == 3 and len(set(keepalive.ports)) == 1
+
+
+def test_requests_at_once_each_get_a_connection_and_all_are_kept(keepalive):
+    t = transport.StdlibTransport(keepalive.url, None, None)
+    _at_once(t, 2, keepalive)
+    _at_once(t, 2, keepalive)  # no new connection: both were kept
+    assert len(keepalive.ports) == 4 and len(set(keepalive.ports)) == 2
+    assert len(t._idle) == 2
+
+
+def test_no_more_than_max_idle_connections_are_kept(keepalive):
+    t = transport.StdlibTransport(keepalive.url, None, None)
+    _at_once(t, transport.MAX_IDLE + 2, keepalive)
+    assert len(set(keepalive.ports)) == transport.MAX_IDLE + 2
+    assert len(t._idle) == transport.MAX_IDLE

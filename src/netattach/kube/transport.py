@@ -70,9 +70,18 @@ class Response:
     content: bytes
 
 
+MAX_IDLE = 4
+"""Kept-alive connections a transport keeps at most between requests. The exec'd plugin
+makes one request at a time and so uses one; the node daemon's threads (its calls, its
+two publisher threads) each take one of their own, where the second of two requests at
+once used to open a connection, make a TLS handshake and close it again (py-spy on the
+real node, 2026-11-29)."""
+
+
 class StdlibTransport:
-    """One API server over one keep-alive connection (a second, one-off connection
-    when a request is made while an abandoned one still holds the first)."""
+    """One API server over keep-alive connections: a request takes an idle one, or
+    opens one when none is idle (another request holds each, even one abandoned by
+    its caller), and gives it back once answered (MAX_IDLE kept at most)."""
 
     def __init__(self, server: str, context: ssl.SSLContext | None, token: str | None):
         parts = urlsplit(server)
@@ -85,7 +94,7 @@ class StdlibTransport:
         self._headers = {"User-Agent": f"netattach/{__version__}"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
-        self._conn: http.client.HTTPConnection | None = None
+        self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
 
     def _connect(self, timeout: float) -> http.client.HTTPConnection:
@@ -99,47 +108,47 @@ class StdlibTransport:
         new one (every call of the plugin is idempotent: kube/session.py, "Retries")."""
         body = content.encode() if isinstance(content, str) else content
         all_headers = {**self._headers, **(headers or {})}
-        if not self._lock.acquire(blocking=False):
-            conn = self._connect(timeout)  # the kept one is held by an abandoned request
-            try:
-                return self._exchange(conn, method, path, body, all_headers, timeout)
-            finally:
-                conn.close()
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        reused = conn is not None
+        if conn is None:
+            conn = self._connect(timeout)
         try:
-            reused = self._conn is not None
             try:
-                if self._conn is None:
-                    self._conn = self._connect(timeout)
-                try:
-                    return self._exchange(self._conn, method, path, body, all_headers, timeout)
-                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                    if not reused:
-                        raise
-                    self._drop()  # closed by the server while idle: once more, afresh
-                    self._conn = self._connect(timeout)
-                    return self._exchange(self._conn, method, path, body, all_headers, timeout)
-            except BaseException:
-                self._drop()  # whatever state it is in, the next request starts afresh
-                raise
-        finally:
-            self._lock.release()
+                resp, will_close = self._exchange(conn, method, path, body, all_headers,
+                                                  timeout)
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                if not reused:
+                    raise
+                conn.close()  # closed by the server while idle: once more, afresh
+                conn = self._connect(timeout)
+                resp, will_close = self._exchange(conn, method, path, body, all_headers,
+                                                  timeout)
+        except BaseException:
+            conn.close()  # whatever state it is in, it is not used again
+            raise
+        if will_close:
+            conn.close()
+        else:
+            with self._lock:
+                keep = len(self._idle) < MAX_IDLE
+                if keep:
+                    self._idle.append(conn)
+            if not keep:
+                conn.close()
+        return resp
 
     def _exchange(self, conn: http.client.HTTPConnection, method: str, path: str,
-                  body: bytes | None, headers: dict[str, str], timeout: float) -> Response:
+                  body: bytes | None, headers: dict[str, str], timeout: float
+                  ) -> tuple[Response, bool]:
+        """(the answer, whether the server ends the connection after it)."""
         conn.timeout = timeout
         if conn.sock is not None:
             conn.sock.settimeout(timeout)
         conn.request(method, self._prefix + path, body=body, headers=headers)
         resp = conn.getresponse()
         data = resp.read()
-        if resp.will_close:
-            self._drop()
-        return Response(resp.status, resp.headers, data)
-
-    def _drop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        return Response(resp.status, resp.headers, data), bool(resp.will_close)
 
 
 class _Connection(http.client.HTTPConnection):
