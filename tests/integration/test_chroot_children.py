@@ -234,6 +234,33 @@ def test_spawner_ends_when_the_daemon_closes_it():
     assert spawner.started == 1
 
 
+def test_spawner_ends_when_closed_after_serving_children(tmp_path):
+    """Its worker threads wait for the next child once theirs is done (chroot._Workers):
+    the daemon's close ends the waiting ones, and a child still running is answered
+    before the helper ends."""
+    from concurrent.futures import ThreadPoolExecutor
+    spawner = chroot.Spawner("/")
+    marker = tmp_path / "running"
+    with ThreadPoolExecutor(3) as pool:
+        try:
+            for _ in range(3):  # one after another: one worker, waiting after each
+                assert _spawner_outcome(spawner, "echo one").stdout == b"one\n"
+            outs = list(pool.map(lambda _: _spawner_outcome(spawner, "sleep 0.2; echo many"),
+                                 range(3)))  # at once: more workers, all waiting after
+            assert [o.stdout for o in outs] == [b"many\n"] * 3
+            last = pool.submit(_spawner_outcome, spawner, f"touch {marker}; sleep 1; echo last")
+            deadline = time.monotonic() + 30
+            while not marker.exists():  # hang guard only: the child is running once it exists
+                assert time.monotonic() < deadline and not last.done(), "the child never ran"
+                time.sleep(0.01)
+            pid = spawner.pid
+        finally:
+            spawner.close()
+        assert last.result(30).stdout == b"last\n"
+    assert _dead(pid)
+    assert spawner.started == 1
+
+
 def test_spawner_refuses_a_root_without_its_proc(tmp_path):
     """A root whose /proc is not the daemon's (here: none) would leave a timed-out tree
     unkillable: the helper says so and exits, the daemon's start fails with that reason,

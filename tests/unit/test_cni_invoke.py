@@ -232,11 +232,11 @@ def _workers(keep: int):
     """A chroot._Workers whose connections are stand-ins: each an Event it waits on
     (released by the test), recorded with the thread that served it."""
     import threading
-    served: list[tuple[object, str]] = []
+    served: list[tuple[object, threading.Thread]] = []
 
     def serve_one(conn):
         conn.wait(10)
-        served.append((conn, threading.current_thread().name + str(threading.get_ident())))
+        served.append((conn, threading.current_thread()))
     return chroot._Workers(keep=keep, serve_one=serve_one), served
 
 
@@ -259,6 +259,8 @@ def test_spawner_workers_serve_one_child_after_another_on_one_thread():
         _until(lambda: workers._idle == 1)
     assert workers.started == 1 and len({t for _, t in served}) == 1
     workers.close()
+    served[0][1].join(10)
+    assert not served[0][1].is_alive()  # the one waiting ends on close
 
 
 def test_spawner_workers_serve_children_at_once_and_keep_at_most_keep_waiting():
@@ -272,9 +274,13 @@ def test_spawner_workers_serve_children_at_once_and_keep_at_most_keep_waiting():
         c.set()
     _until(lambda: len(served) == 5)
     _until(lambda: workers._idle == 2)
-    before = threading.active_count()
+    threads = {t for _, t in served}
+    assert len(threads) == 5
+    _until(lambda: sum(t.is_alive() for t in threads) == 2)  # 3 ended, 2 wait
     workers.close()
-    _until(lambda: threading.active_count() == before - 2)  # the waiting ones end
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads)  # the waiting ones end on close
 
 
 def test_spawner_workers_closed_end_the_busy_thread_once_its_child_is_done():
@@ -282,9 +288,9 @@ def test_spawner_workers_closed_end_the_busy_thread_once_its_child_is_done():
     workers, served = _workers(keep=4)
     busy = threading.Event()
     workers.submit(busy)
-    before = threading.active_count()
     workers.close()
     busy.set()
     _until(lambda: len(served) == 1)
-    _until(lambda: threading.active_count() == before - 1)
-    assert workers._idle == 0
+    thread = served[0][1]
+    thread.join(10)
+    assert not thread.is_alive() and workers._idle == 0  # done, it does not wait

@@ -182,7 +182,8 @@ def test_in_cluster_files_this_transport_does_not_take_are_left_to_lightkube(ser
 class _KeepAlive:
     """A loopback HTTP/1.1 server that keeps connections open and records the client
     port of each request (one port, one connection); a request for /wait is answered
-    once `release` is set."""
+    once `release` is set, one for /drop is answered and its connection then closed
+    without a `Connection: close` (the client keeps a connection that is gone)."""
 
     def __init__(self):
         import threading
@@ -204,6 +205,8 @@ class _KeepAlive:
                 self.send_header("Content-Length", "2")
                 self.end_headers()
                 self.wfile.write(b"{}")
+                if self.path == "/drop":  # closed without saying so: stale on the client
+                    self.close_connection = True
 
             def log_message(self, *args):
                 pass
@@ -260,3 +263,27 @@ def test_no_more_than_max_idle_connections_are_kept(keepalive):
     _at_once(t, transport.MAX_IDLE + 2, keepalive)
     assert len(set(keepalive.ports)) == transport.MAX_IDLE + 2
     assert len(t._idle) == transport.MAX_IDLE
+
+
+def test_a_kept_connection_the_server_closed_is_replaced_once(keepalive):
+    t = transport.StdlibTransport(keepalive.url, None, None)
+    assert t.request("GET", "/drop").status_code == 200
+    assert len(t._idle) == 1  # kept: nothing said it would close
+    assert t.request("GET", "/x").status_code == 200  # sent again on a new connection
+    assert len(set(keepalive.ports)) == 2 and len(t._idle) == 1
+
+
+def test_a_failed_request_does_not_keep_its_connection(keepalive):
+    t = transport.StdlibTransport(keepalive.url, None, None)
+    with pytest.raises(transport.ERRORS[0]):
+        t.request("GET", "/wait", timeout=0.2)  # never answered in time
+    assert t._idle == []
+    keepalive.release.set()
+    assert t.request("GET", "/x").status_code == 200
+    assert len(set(keepalive.ports)) == 2  # a new one, not the failed one
+
+
+@pytest.mark.parametrize("port", ["443x", "99999"])
+def test_in_cluster_port_that_is_no_port_is_left_to_lightkube(service_account, port):
+    environ = dict(IN_POD, KUBERNETES_SERVICE_PORT=port)
+    assert transport.in_cluster(str(service_account), environ) is None

@@ -212,30 +212,31 @@ def in_cluster(service_account: str = SERVICE_ACCOUNT,
     host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
     if not host or not port:
         return None
+    if ":" in host:
+        host = f"[{host}]"
     try:
         with open(os.path.join(service_account, "token"), encoding="utf-8") as f:
             token = f.read().strip()
         with open(os.path.join(service_account, "namespace"), encoding="utf-8") as f:
             namespace = f.read().strip()
         context = ssl.create_default_context(cafile=os.path.join(service_account, "ca.crt"))
+        if not token or not namespace or any(ord(c) < 0x21 or ord(c) == 0x7f for c in token):
+            return None
+        # a port that is not one (urlsplit raises) is lightkube's to word
+        return StdlibTransport(f"https://{host}:{port}", context, token), namespace
     except (OSError, UnicodeDecodeError, ValueError, ssl.SSLError):
         return None
-    if not token or not namespace or any(ord(c) < 0x21 or ord(c) == 0x7f for c in token):
-        return None
-    if ":" in host:
-        host = f"[{host}]"
-    return StdlibTransport(f"https://{host}:{port}", context, token), namespace
 
 
 def load(kubeconfig: str | None) -> tuple[StdlibTransport, str] | None:
     """(transport, the current context's namespace or "default") for `kubeconfig`
-    (None: the in-cluster configuration, `in_cluster`), or None when this transport
+    (None or "": the in-cluster configuration, `in_cluster`), or None when this transport
     does not handle it (module doc: lightkube does).
 
     Raises KubeconfigError when the kubeconfig is one it handles but a file it names
     cannot be read or used (the message names the file and why)."""
-    if not kubeconfig:
-        return in_cluster() if kubeconfig is None else None
+    if not kubeconfig:  # "" too: lightkube's default lookup, in-cluster first
+        return in_cluster()
     try:
         doc = _read_document(kubeconfig)
     except Exception:  # OS, UTF-8, JSON and YAML errors alike: lightkube words them
