@@ -204,11 +204,11 @@ def in_cluster(service_account: str = SERVICE_ACCOUNT,
     address in brackets), verified against `service_account`/ca.crt, the bearer token
     and the namespace read from its `token` and `namespace` files (whitespace around
     them dropped). None when not in a pod (a file or a variable missing), or when the CA
-    cannot be used or the token is empty or has a space or control character inside:
-    lightkube then takes it (and words what is wrong), as a kubeconfig this transport
-    does not read. The token is read
-    once: whoever keeps the transport loads it again to take a rotated token (the node
-    daemon: every CLIENT_REUSE_SECONDS)."""
+    cannot be used, the token is empty or has a space or control character inside, or
+    the port is not one: lightkube then takes it (and words what is wrong), as a
+    kubeconfig this transport does not read. The token is read once (lightkube reads
+    it again after a 401): whoever keeps the transport loads it again to take a rotated
+    token (the node daemon: every CLIENT_REUSE_SECONDS)."""
     host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
     if not host or not port:
         return None
