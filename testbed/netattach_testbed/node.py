@@ -610,10 +610,7 @@ class RealNode:
         proc = self._procs.get("containerd")
         if proc is not None and proc.running:
             try:
-                cri = self.cri
-                for sb in cri.sandboxes():
-                    cri.stop_sandbox(sb["id"])
-                    cri.remove_sandbox(sb["id"])
+                self.cri.remove_all()
             except (rt.CriError, ClusterError, subprocess.TimeoutExpired) as e:
                 errors.append(f"removing sandboxes: {e}")
         self._stop_proc("containerd", errors)

@@ -239,6 +239,27 @@ class Cri:
         """ListPodSandbox: every sandbox the runtime knows, ready or not."""
         return self.call("pods").get("items", [])
 
+    def remove_all(self, timeout: float = 60.0) -> None:
+        """Stop and remove every sandbox listed, as the kubelet's garbage collection
+        would. A removal the kubelet began before it was stopped may still run in
+        containerd: its containers answer "already in removing state" until it ends, and
+        a sandbox it finished is then NotFound. Those are waited out (polled every
+        0.5 s, up to `timeout` seconds per sandbox); any other CriError is raised."""
+        for sb in self.sandboxes():
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    self.stop_sandbox(sb["id"])
+                    self.remove_sandbox(sb["id"])
+                    break
+                except CriError as e:
+                    if e.code == "NotFound":
+                        break
+                    if "already in removing state" not in e.message \
+                            or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+
 
 def sandbox_config(namespace: str, name: str, uid: str, annotations: dict[str, str],
                    attempt: int = 0) -> dict[str, Any]:
@@ -452,9 +473,7 @@ class Containerd:
         errors = []
         if self.running:
             try:
-                for sb in self.cri.sandboxes():
-                    self.cri.stop_sandbox(sb["id"])
-                    self.cri.remove_sandbox(sb["id"])
+                self.cri.remove_all()
             except (CriError, ClusterError, subprocess.TimeoutExpired) as e:
                 errors.append(f"removing sandboxes: {e}")
         if self._proc is not None:
