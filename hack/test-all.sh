@@ -82,8 +82,12 @@ PREFIX=(env -u NETATTACH_EXE)
 run unit tests/unit --durations=10
 unit=$!
 PREFIX=()
+# Two targets at a time: each Go build keeps both CPUs busy while it compiles, but not
+# while it downloads its modules or links, nor do the image's Debian downloads, pip's
+# installs, PyInstaller or mypy; those now overlap another target's compiling. Each
+# command's output comes whole (--output-sync=line), never interleaved.
 # shellcheck disable=SC2086  # PREP is a list of targets
-$MAKE $PREP
+$MAKE -j2 --output-sync=line $PREP
 prep=$?
 finish unit "$unit"
 if [ "$prep" -ne 0 ]; then

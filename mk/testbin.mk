@@ -105,14 +105,15 @@ testbin: $(K8S_BINS) $(TESTBIN_K8S_DIR)/etcd $(CNI_BINS) $(CONTAINERD_BINS)
 # Each binary is linked to a temporary name and renamed into place, so an
 # interrupted build never leaves a truncated binary that passes the existence check.
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl: one
-# `go build` (they share most packages), grouped target.
+# `go build` (they share most packages), grouped target. The compiler writes no DWARF
+# (-dwarf=false): the linker's -w would drop it anyway, and it is compile time.
 # $(call k8s_build,<tools module dir>,<version>,<out dir>,<packages>,<binaries>,<minutes>)
 define k8s_build
 	@mkdir -p $(3).tmp
 	@echo "building Kubernetes $(2): $(notdir $(5)) (takes ~$(6) min on 2 cores the first time, downloads included, cached afterwards in $(3))"
 	@$(call testbin_download,$(1))
-	cd $(1) && $(TESTBIN_GOENV) $(GO) build -trimpath -ldflags '$(call k8s_ldflags,$(2))' \
-	  -o $(3).tmp/ $(4)
+	cd $(1) && $(TESTBIN_GOENV) $(GO) build -trimpath -gcflags=all=-dwarf=false \
+	  -ldflags '$(call k8s_ldflags,$(2))' -o $(3).tmp/ $(4)
 	@mkdir -p $(3) && mv -f $(addprefix $(3).tmp/,$(notdir $(5))) $(3)/ && rmdir $(3).tmp
 endef
 $(K8S_BINS) &:
