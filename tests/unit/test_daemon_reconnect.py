@@ -100,7 +100,7 @@ class _Http:
     def __call__(self):
         return self
 
-    def stream(self, method, path, params, timeout=None):
+    def stream(self, method, path, params, read_timeout=None):
         self.calls.append(dict(params))
         if len(self.calls) >= 3:
             self.cache_ref[0].stop()

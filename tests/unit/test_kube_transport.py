@@ -287,3 +287,110 @@ def test_a_failed_request_does_not_keep_its_connection(keepalive):
 def test_in_cluster_port_that_is_no_port_is_left_to_lightkube(service_account, port):
     environ = dict(IN_POD, KUBERNETES_SERVICE_PORT=port)
     assert transport.in_cluster(str(service_account), environ) is None
+
+
+# ------------------------------------------------------------------ streamed answers
+
+class _Streaming:
+    """A loopback HTTP/1.1 server answering a GET with a chunked body: /lines sends
+    LINES with the second line split across two chunks; /stall sends one line and then
+    nothing; anything else is a 404 with a JSON body. It records each request's path and
+    query, and sets `closed` once the client closed the connection."""
+
+    LINES = [b'{"type":"ADDED","object":{"n":1}}\n', b'{"type":"MODIFIED","object":{"n":2}}\n',
+             b"\n", b'{"type":"DELETED","object":{"n":3}}\n']
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        self.paths: list[str] = []
+        self.closed = threading.Event()
+        self.release = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def chunk(self, data: bytes) -> None:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                outer.paths.append(self.path)
+                path = self.path.removeprefix("/p")
+                if path.startswith(("/lines", "/stall")):
+                    self.send_response(200)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    if path.startswith("/stall"):
+                        self.chunk(outer.LINES[0])
+                        outer.release.wait(10)
+                        return
+                    first, second = outer.LINES[:2]
+                    self.chunk(first + second[:5])
+                    self.chunk(second[5:])
+                    for line in outer.LINES[2:]:
+                        self.chunk(line)
+                    self.wfile.write(b"0\r\n\r\n")
+                else:
+                    body = b'{"kind":"Status","code":404}'
+                    self.send_response(404)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                if not self.rfile.read(1):  # the client closed its end
+                    outer.closed.set()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def streaming():
+    s = _Streaming()
+    yield s
+    s.close()
+
+
+def test_a_stream_gives_whole_lines_across_chunks_and_closes_its_connection(streaming):
+    t = transport.StdlibTransport(streaming.url + "/p", None, "tok")
+    with t.stream("GET", "/lines", {"watch": "1", "fieldSelector": "spec.nodeName=n 1"},
+                  read_timeout=5) as resp:
+        assert resp.status_code == 200
+        assert list(resp.iter_lines()) == _Streaming.LINES
+    assert streaming.paths == ["/p/lines?watch=1&fieldSelector=spec.nodeName%3Dn+1"]
+    assert streaming.closed.wait(5), "the stream's connection was not closed"
+    assert t._idle == []  # never kept for a request
+
+
+def test_a_stream_gives_its_body_as_chunks(streaming):
+    t = transport.StdlibTransport(streaming.url, None, None)
+    with t.stream("GET", "/lines") as resp:
+        assert b"".join(resp.iter_bytes()) == b"".join(_Streaming.LINES)
+
+
+def test_an_error_answer_is_read_whole(streaming):
+    t = transport.StdlibTransport(streaming.url, None, None)
+    with t.stream("GET", "/nothing") as resp:
+        assert resp.status_code == 404
+        assert resp.read() == b'{"kind":"Status","code":404}'
+        assert json.loads(resp.text)["code"] == 404
+
+
+def test_a_stream_that_stalls_times_out_after_its_read_timeout(streaming):
+    t = transport.StdlibTransport(streaming.url, None, None)
+    with t.stream("GET", "/stall", read_timeout=0.3) as resp:
+        lines = resp.iter_lines()
+        assert next(lines) == _Streaming.LINES[0]
+        with pytest.raises(transport.ERRORS[0]):
+            next(lines)

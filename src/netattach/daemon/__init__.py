@@ -253,12 +253,13 @@ def _import_before_threads(dra: bool) -> None:
     """Import, in the main thread before any other runs, every library module the
     daemon's threads would otherwise be the first to import, several at the same moment:
 
-    * the watch threads (both connect at once): lightkube's adapter and kubeconfig
-      loader, httpx2, asyncio (which lightkube's adapter loads), and httpcore2, which
-      httpx2 imports only when a client makes its first connection, with anyio, h11,
-      h2 and truststore behind it, and the "idna" codec (encodings.idna, stringprep)
-      that encodes the API server's host name; ijson and its backend, with which a
-      LIST is parsed as it streams in (cache.parse_list);
+    * the watch threads (both connect at once), which use lightkube for a kubeconfig
+      kube/transport.py does not read: lightkube's adapter and kubeconfig loader,
+      httpx2, asyncio (which lightkube's adapter loads), and httpcore2, which httpx2
+      imports only when a client makes its first connection, with anyio, h11, h2 and
+      truststore behind it, and the "idna" codec (encodings.idna, stringprep) that
+      encodes the API server's host name; ijson and its backend, with which a LIST is
+      parsed as it streams in (cache.parse_list);
     * with `--dra`: grpc and the DRA plugin's generated modules (grpc loads asyncio
       too), whose server threads answer the kubelet as soon as the sockets exist;
     * the CNI workers: ctypes, through which node/netns.py enters the pod's netns (the

@@ -4,9 +4,9 @@ NetworkAttachmentDefinition, kept current by LIST + WATCH as client-go's reflect
 resourceVersion; bookmarks advance it; a watch that ends is resumed from the last
 resourceVersion seen; 410 Gone, "too old resource version", relists).
 
-The HTTP client is lightkube's (config.kubeconfig.KubeConfig + config.client_adapter:
-an httpx2 client with the kubeconfig's server, CA, client certificate and bearer token
-or token file) used for raw REST, as kube/ uses it: objects stay JSON dicts, and only
+The HTTP client is the one kube/ chooses for the kubeconfig (`connector`: the standard
+library's http.client for the kubeconfigs and the in-cluster configuration it reads
+whole, else lightkube's httpx2 client) used for raw REST: objects stay JSON dicts, and only
 the fields the orchestrator reads are kept (`trim`, `nad_trimmer`), so a node's cache
 stays small. Each LIST and WATCH re-reads the kubeconfig, so a rotated token is picked
 up by the next reconnect (a watch ends at least every 2 x WATCH_SECONDS).
@@ -214,9 +214,8 @@ class WatchCache:
 
     kind: PODS or NADS (for logs and metrics); path: the collection's API path;
     selector: a fieldSelector ("spec.nodeName=<node>") or None; connect: returns a new
-    httpx2 client (kube/kubeconfig.py's way of loading the kubeconfig) and is called for each
-    LIST and WATCH; trimmer: what of each object is kept (`trim`; the NADs':
-    `nad_trimmer`).
+    client (`connector`) and is called for each LIST and WATCH; trimmer: what of each
+    object is kept (`trim`; the NADs': `nad_trimmer`).
 
     `synced` is set once the first LIST is stored and stays set; `watching` is true
     while a WATCH is established (false while reconnecting: the cache may be behind).
@@ -350,12 +349,11 @@ class WatchCache:
         seconds = watch_seconds()
         params = {**self._params(), "watch": "1", "resourceVersion": version,
                   "allowWatchBookmarks": "true", "timeoutSeconds": str(seconds)}
-        import httpx2
-        timeout = httpx2.Timeout(10.0, read=seconds + 30.0)
         self._seen = version
         try:
             self.requests += 1
-            with http.stream("GET", self.path, params=params, timeout=timeout) as resp:
+            with http.stream("GET", self.path, params=params,
+                             read_timeout=seconds + 30.0) as resp:
                 if resp.status_code == 410:
                     raise Gone()
                 if resp.status_code != 200:
@@ -402,17 +400,47 @@ class WatchCache:
                 log.exception("cache %s: a listener failed", self.kind)
 
 
-def _events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+def _events(lines: Iterator[str | bytes]) -> Iterator[dict[str, Any]]:
     """The watch stream's events: one JSON object per line (empty lines skipped)."""
     for line in lines:
         if line.strip():
             yield json.loads(line)
 
 
+class _Httpx:
+    """lightkube's httpx2 client with the streaming call of transport.StdlibTransport:
+    `stream(method, path, params, read_timeout)` (10 s to connect and for the headers,
+    `read_timeout` s for each read of the body), `close()`."""
+
+    def __init__(self, client: Any):
+        self._client = client
+
+    def stream(self, method: str, path: str, params: dict[str, str] | None = None,
+               read_timeout: float | None = None) -> Any:
+        import httpx2
+        return self._client.stream(method, path, params=params,
+                                   timeout=httpx2.Timeout(10.0, read=read_timeout or 10.0))
+
+    def close(self) -> None:
+        self._client.close()
+
+
 def connector(kubeconfig: str | None) -> Callable[[], Any]:
-    """A function returning a new httpx2 client for `kubeconfig` (None: lightkube's
-    default lookup, in-cluster first), loaded anew on each call (token rotation)."""
-    return lambda: lightkube_client(kubeconfig, 10.0)[0]
+    """A function returning a new client for `kubeconfig` (None: the in-cluster
+    configuration, then lightkube's default lookup), the kubeconfig loaded anew on each
+    call (token rotation): the standard library's (transport.StdlibTransport) for the
+    kubeconfigs it reads whole, as the daemon's writes use it, else lightkube's httpx2
+    client (`_Httpx`). The pod WATCH streams every change of every pod of the node
+    through it: http.client reads an event in about half of httpx2's CPU
+    (docs/bench-node.md). Raises transport.KubeconfigError for a kubeconfig naming a
+    file that cannot be used (the cache retries: a failed connection)."""
+    def connect() -> Any:
+        from ..kube import transport
+        loaded = transport.load(kubeconfig)
+        if loaded is not None:
+            return loaded[0]
+        return _Httpx(lightkube_client(kubeconfig, 10.0)[0])
+    return connect
 
 
 def node_caches(kubeconfig: str | None, node_name: str,

@@ -25,6 +25,9 @@ _PORT. When one is missing, None: lightkube's lookup goes on ($KUBECONFIG,
 ~/.kube/config). The daemon sends every network-status PATCH and Event through it:
 http.client costs about half of httpx2's CPU per request (docs/bench-node.md).
 
+The node daemon's watch caches read their LISTs and WATCHes through `stream` (a
+`Stream` on a connection of its own) when this transport reads their kubeconfig.
+
 The transport is the duck type kube.Kube drives: `base_url`, and
 `request(method, path, content, headers, timeout)` returning a `Response` with
 `status_code`, `headers.get(name)` and `content`; its failures are ERRORS
@@ -42,7 +45,7 @@ import ssl
 import threading
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from .. import __version__
 
@@ -138,6 +141,32 @@ class StdlibTransport:
                 conn.close()
         return resp
 
+    def stream(self, method: str, path: str, params: dict[str, str] | None = None,
+               read_timeout: float | None = None, timeout: float = 10.0) -> Stream:
+        """Send one request on a connection of its own (not kept: a WATCH holds it for
+        minutes) and return its answer once the status line and headers are in, the body
+        still to read from the Stream; `timeout` s for connecting and the headers,
+        `read_timeout` s (None: `timeout`) for each read of the body. `params`: the
+        query, URL-encoded. Raises ERRORS as `request` does."""
+        query = f"?{urlencode(params)}" if params else ""
+        conn = self._connect(timeout)
+        try:
+            conn.request(method, self._prefix + path + query, headers=self._headers)
+            resp = conn.getresponse()
+            if read_timeout is not None and conn.sock is not None:
+                conn.sock.settimeout(read_timeout)
+        except BaseException:
+            conn.close()
+            raise
+        return Stream(conn, resp)
+
+    def close(self) -> None:
+        """Close the idle kept-alive connections (a request afterwards opens a new one)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
     def _exchange(self, conn: http.client.HTTPConnection, method: str, path: str,
                   body: bytes | None, headers: dict[str, str], timeout: float
                   ) -> tuple[Response, bool]:
@@ -149,6 +178,51 @@ class StdlibTransport:
         resp = conn.getresponse()
         data = resp.read()
         return Response(resp.status, resp.headers, data), bool(resp.will_close)
+
+
+STREAM_CHUNK = 64 * 1024
+"""Bytes `Stream.iter_bytes` asks the socket for at most per chunk."""
+
+
+class Stream:
+    """One answer whose body is read as it arrives (a LIST parsed as it streams in, a
+    WATCH): `status_code`, `headers.get(name)`; the body by `iter_bytes()` (chunks as
+    they come, at most STREAM_CHUNK bytes each), `iter_lines()` (bytes, one line each,
+    its line end kept: a WATCH's events) or `read()` (the rest, whole; then `text`).
+    Chunked transfer encoding is undone by http.client. Its connection is closed on
+    leaving its `with` (or by `close()`)."""
+
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse):
+        self._conn, self._resp = conn, resp
+        self.status_code = resp.status
+        self.headers = resp.headers
+        self.content = b""
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def iter_bytes(self) -> Any:
+        while chunk := self._resp.read1(STREAM_CHUNK):
+            yield chunk
+
+    def iter_lines(self) -> Any:
+        while line := self._resp.readline():
+            yield line
+
+    def read(self) -> bytes:
+        self.content += self._resp.read()
+        return self.content
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def close(self) -> None:
+        self._resp.close()
+        self._conn.close()
 
 
 class _Connection(http.client.HTTPConnection):
