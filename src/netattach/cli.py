@@ -146,11 +146,14 @@ def main(argv: list[str] | None = None) -> None:
         # process goes. Reference counting still frees everything else at once.
         import gc
         gc.disable()
-        if os.environ["CNI_COMMAND"] != "VERSION":  # VERSION imports no dataclass
+        environ, stdin = dict(os.environ), sys.stdin.buffer.read()
+        if environ["CNI_COMMAND"] == "STATUS" and call.status_recalled(environ, stdin):
+            _emit(None, 0)  # this same call's "ready", remembered (node/statusmemo.py)
+        if environ["CNI_COMMAND"] != "VERSION":  # VERSION imports no dataclass
             _defer_inspect()
             from . import _dataclass_code
             _dataclass_code.install()
-        doc, code = cni_main(dict(os.environ), sys.stdin.buffer.read())
+        doc, code = cni_main(environ, stdin)
         if os.environ["CNI_COMMAND"] == "VERSION":
             # The one line a VERSION call logs (issue 24): it carries no configuration,
             # so no logFile; libcni copies a plugin's stderr into the runtime's log.

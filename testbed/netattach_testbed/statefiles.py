@@ -2,8 +2,9 @@
 
 A completed DEL (or an ADD that failed and undid everything) leaves `<id>.deleted`, an
 empty tombstone that lets the runtime's next DEL of that container succeed at once,
-and `.tombstones-pruned`, the stamp of the hourly pruning. Neither holds an attachment;
-everything else (`<id>.json`, `.lock`, temp files, `.json.corrupt`) does or guards one.
+`.tombstones-pruned`, the stamp of the hourly pruning, and `.status-memo`, thin STATUS's
+memo (netattach/node/statusmemo.py). None holds an attachment; everything else
+(`<id>.json`, `.lock`, temp files, `.json.corrupt`) does or guards one.
 """
 from __future__ import annotations
 
@@ -11,15 +12,16 @@ from pathlib import Path
 
 TOMBSTONE = ".deleted"
 PRUNE_STAMP = ".tombstones-pruned"
+STATUS_MEMO = ".status-memo"
 
 
 def live(state_dir: Path) -> list[str]:
-    """Names in `state_dir` other than tombstones and the prune stamp, sorted; [] when the
-    dir does not exist."""
+    """Names in `state_dir` other than tombstones, the prune stamp and STATUS's memo,
+    sorted; [] when the dir does not exist."""
     if not state_dir.exists():
         return []
     return sorted(p.name for p in state_dir.iterdir()
-                  if not p.name.endswith(TOMBSTONE) and p.name != PRUNE_STAMP)
+                  if not p.name.endswith(TOMBSTONE) and p.name not in (PRUNE_STAMP, STATUS_MEMO))
 
 
 def tombstones(state_dir: Path) -> list[str]:

@@ -87,3 +87,57 @@ def test_a_status_with_nothing_to_forward_imports_no_engine_no_logging(tmp_path)
     assert (out["code"], out["doc"]) == (0, None)
     assert "netattach.commands.status" in out["modules"]  # the probe can see modules
     assert sorted(set(NOT_ON_QUICK_STATUS) & set(out["modules"])) == []
+
+
+FROZEN_STATUS_PROBE = """
+import os, sys
+sys.frozen = True  # as the built executable: the memo is used (node/statusmemo.py)
+sys.executable = {exe!r}
+import time
+from netattach.node import statusmemo  # the files here are fresh: old enough so
+statusmemo._now_ns = lambda: time.time_ns() + statusmemo.RACY_NS
+from netattach import cli
+def emit(doc, code):  # cli.main's end (os._exit), with what it imported
+    modules = sorted(sys.modules)
+    import json
+    print(json.dumps({{"code": code, "doc": doc, "modules": modules}}))
+    sys.stdout.flush()
+    os._exit(0)
+cli._emit = emit
+os.environ.update({env})
+cli.main()
+"""
+
+# what a STATUS answered from its memo must not import: the request's and the
+# configuration's parsers, their validator and dataclasses
+NOT_ON_REMEMBERED_STATUS = ("netattach.cni.request", "netattach.spec.netconf",
+                            "netattach.spec._netconf_validator", "dataclasses", "json", "re",
+                            *NOT_ON_QUICK_STATUS)
+
+
+def test_a_remembered_status_imports_no_parser(tmp_path):
+    """The second of two identical thin STATUS calls is answered from the memo the
+    first wrote, before the request or the configuration is parsed: cli.main as the
+    built executable runs it."""
+    cluster = tmp_path / "10-cluster.conflist"
+    cluster.write_text(json.dumps({"cniVersion": "1.0.0", "name": "c",
+                                   "plugins": [{"type": "bridge"}]}))
+    (tmp_path / "state").mkdir(mode=0o700)
+    exe = tmp_path / "netattach"
+    exe.write_text("")
+    conf = {"cniVersion": "1.1.0", "name": "n", "type": "netattach",
+            "clusterNetwork": str(cluster), "cniDir": str(tmp_path / "state"),
+            "logToStderr": False}
+    code = FROZEN_STATUS_PROBE.format(
+        exe=str(exe), env=repr({"CNI_COMMAND": "STATUS", "CNI_PATH": str(tmp_path)}))
+    outs = []
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           input=json.dumps(conf), timeout=60)
+        assert p.returncode == 0, p.stderr
+        outs.append(json.loads(p.stdout.splitlines()[-1]))
+    assert [(o["code"], o["doc"]) for o in outs] == [(0, None), (0, None)]
+    assert "netattach.spec.netconf" in outs[0]["modules"]  # the first took the full way
+    assert (tmp_path / "state" / ".status-memo").exists()
+    assert "netattach.node.statusmemo" in outs[1]["modules"]
+    assert sorted(set(NOT_ON_REMEMBERED_STATUS) & set(outs[1]["modules"])) == []

@@ -67,8 +67,8 @@ def cni_main(environ: dict[str, str], stdin: bytes, orchestrator: Orchestrator |
         conf = parse_netconf(req.config or {})
         if orchestrator is None:
             if _quiet_status(req, conf):
-                from .status import answered_without_forwarding
-                if answered_without_forwarding(conf):
+                from .status import answer_quietly
+                if answer_quietly(environ, stdin, conf):
                     return None, 0
             _setup_logging(conf)
             logging_ready = True
@@ -155,6 +155,20 @@ def _setup_logging(conf: NetConf) -> None:
     from ..node.logsetup import setup_logging
     setup_logging(conf.log_file, conf.log_level, conf.log_to_stderr, conf.log_options,
                   conf.log_format)
+
+
+def status_recalled(environ: dict[str, str], stdin: bytes) -> bool:
+    """True when thin STATUS's memo answers this call "ready" (node/statusmemo.recall):
+    cli.main asks before anything else of a STATUS is imported. stdin that is no JSON
+    object is the full way's (cni_main's) to refuse. Never raises."""
+    from ..cni.errors import CniError
+    from ..cni.stdin import decode_json_object
+    from ..node.statusmemo import recall
+    try:
+        config = decode_json_object(stdin)
+    except CniError:
+        return False
+    return recall(environ, stdin, config)
 
 
 def _quiet_status(req: CniRequest, conf: NetConf) -> bool:

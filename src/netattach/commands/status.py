@@ -9,7 +9,9 @@ only from cniVersion 1.1.0 on (GetStatusNetworkList returns nil below, without l
 at its plugins); a cluster default network below 1.1.0 has nothing to forward.
 `answered_without_forwarding` settles that case from the file alone, importing only
 the standard library and the CNI protocol's errors and versions (no conflist engine, no
-logging: tests/unit/test_import_check.py); everything else is `cmd_status`.
+logging: tests/unit/test_import_check.py); everything else is `cmd_status`. A thin
+STATUS settled so is remembered (`answer_quietly`), and the next identical call is
+answered from that memo before the configuration is even parsed (node/statusmemo.py).
 """
 from __future__ import annotations
 
@@ -41,19 +43,45 @@ def answered_without_forwarding(conf: NetConf) -> bool:
 
     Raises NotAvailable (50) while the readiness indicator file is missing.
     """
+    return settled_identity(conf) is not None
+
+
+def settled_identity(conf: NetConf) -> list[int] | None:
+    """`answered_without_forwarding`, and what settled it: the identity
+    (statusmemo.identity) of the cluster default network's file, the same before and
+    after it was read, when STATUS is answered "ready" without forwarding; None when
+    the answer needs `cmd_status` (or the file changed while it was read).
+
+    Raises NotAvailable (50) while the readiness indicator file is missing."""
     _check_readiness_file(conf)
     path = conf.cluster_network
     if not path.startswith("/") or os.path.isdir(path):
-        return False
+        return None
     from ..cni import version
     from ..cni.jsonutil import loads_strict
+    from ..node.statusmemo import identity
+    before = identity(path)
     try:
         with open(path, "rb") as fh:
             config = loads_strict(fh.read().decode("utf-8"))
         cni_version = config.get("cniVersion") if isinstance(config, dict) else None
-        return isinstance(cni_version, str) and not version.at_least(cni_version, "1.1.0")
+        settled = isinstance(cni_version, str) and not version.at_least(cni_version, "1.1.0")
     except (OSError, ValueError, VersionError):
+        return None
+    return before if settled and before is not None and identity(path) == before else None
+
+
+def answer_quietly(environ: dict[str, str], stdin: bytes, conf: NetConf) -> bool:
+    """True when this thin STATUS is answered "ready" without forwarding
+    (`settled_identity`), its memo then written for the next identical call
+    (node/statusmemo.py). Raises NotAvailable as `settled_identity` does."""
+    settled = settled_identity(conf)
+    if settled is None:
         return False
+    from ..node.statusmemo import remember
+    remember(environ, stdin, conf.raw, conf.readiness_indicator_file,
+             [[conf.cluster_network, settled]])
+    return True
 
 
 def cmd_status(orch: Orchestrator, req: CniRequest, conf: NetConf) -> None:

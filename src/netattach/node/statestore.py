@@ -42,6 +42,7 @@ from .state import (
     encode_state,
     progress_records,
 )
+from .statusmemo import MEMO_NAME
 
 TOMBSTONE_SECONDS = 7 * 24 * 3600.0
 """How long a tombstone is kept after the DEL that wrote it (see `Tombstones`)."""
@@ -257,12 +258,16 @@ class StateStore:
     def _ours(self, name: str) -> bool:
         """True when `name` is an entry netattach writes in cniDir (module doc): a state,
         a damaged one set aside, a lock, a tombstone, a save's temp file of this or an
-        earlier release, the tombstone pruning stamp."""
-        if name == _PRUNE_STAMP:
+        earlier release, the tombstone pruning stamp, thin STATUS's memo and its temp
+        file (statusmemo)."""
+        if name in (_PRUNE_STAMP, MEMO_NAME):
             return True
         for suffix in (".json", ".json.corrupt", ".lock", _TOMBSTONE):
             if name.endswith(suffix) and container_id_problem(name[:-len(suffix)]) is None:
                 return True
+        memo_tmp = f".{MEMO_NAME}.tmp-"  # atomicfile.temp_path of a memo's write, killed
+        if name.startswith(memo_tmp) and name[len(memo_tmp):].isdigit():
+            return True
         for prefix, sep in ((".", ".json.tmp-"), ("", _OLD_TMP)):
             cid, found, pid = name[len(prefix):].rpartition(sep)
             if (name.startswith(prefix) and found and pid.isdigit()

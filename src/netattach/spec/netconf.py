@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from ..cni import version
 from ..cni.errors import ConfigError, VersionError
 from ..cni.names import is_dns1123_label, network_name_problem
+from .paths import DEFAULT_CNI_DIR as DEFAULT_CNI_DIR  # its home: spec/paths.py
 
 TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
 if TYPE_CHECKING:
@@ -68,7 +69,6 @@ MULTUS_ONLY_KEYS: dict[str, str] = {
 }
 """Multus configuration keys that netattach reads but does not honour -> why; each
 invocation that finds one logs one WARNING naming them (`NetConf.unhonoured`)."""
-DEFAULT_CNI_DIR = "/var/lib/cni/netattach"
 DEFAULT_BIN_DIR = "/opt/cni/bin"
 DEFAULT_NAMESPACE = "kube-system"
 DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
