@@ -126,12 +126,25 @@ def test_a_damaged_memo_is_a_miss(tmp_path, frozen, text):
     assert node.status() == (None, 0) and node.status() == "recalled"  # written afresh
 
 
-def test_no_memo_from_source_nor_into_a_state_dir_that_is_gone(tmp_path, monkeypatch, frozen):
+def test_the_state_dir_is_made_when_its_parent_exists(tmp_path, frozen):
     node = Node(tmp_path)
     node.state.rmdir()
-    assert node.status() == (None, 0)
-    assert not node.state.exists()  # a STATUS never makes it (an uninstall removed it)
-    node.state.mkdir(mode=0o700)
+    assert node.status() == (None, 0) and node.status() == "recalled"
+    assert node.state.stat().st_mode & 0o777 == 0o700
+    node.memo.unlink()
+    node.state.rmdir()
+    node.conf["cniDir"] = str(tmp_path / "absent" / "state")
+    assert node.status() == (None, 0) and not (tmp_path / "absent").exists()
+
+
+def test_no_memo_in_a_state_dir_others_may_write(tmp_path, frozen):
+    node = Node(tmp_path)
+    node.state.chmod(0o777)
+    assert node.status() == (None, 0) and not node.memo.exists()
+
+
+def test_no_memo_when_run_from_source(tmp_path, monkeypatch, frozen):
+    node = Node(tmp_path)
     monkeypatch.setattr(sys, "frozen", False)
     assert node.status() == (None, 0)
     assert not node.memo.exists() and node.status() == (None, 0)

@@ -129,15 +129,26 @@ def remember(environ: dict[str, str], stdin: bytes, config: Any, readiness: str 
     """Write the memo of a STATUS the full way answered "ready" without forwarding:
     `readiness` the readiness indicator file (None: none configured), `files` [[path,
     identity]] of what it read, each taken before the read and found the same after it,
-    and none changed within RACY_NS. Only into a state dir that exists (a STATUS never
-    makes it: an uninstall may just have removed it). Never raises: a memo not written
-    is a miss next time."""
+    and none changed within RACY_NS. Into the state dir, made (0700) when its parent
+    exists, used only when it is a directory of this uid no one else may write. Never
+    raises: a memo not written is a miss next time."""
     this = key(environ, stdin)
     if this is None or any(ident[4] > _now_ns() - RACY_NS for _, ident in files):
         return
     path = memo_path(config)
-    if not os.path.isdir(os.path.dirname(path)):
+    directory = os.path.dirname(path)
+    try:
+        os.mkdir(directory, 0o700)  # no ADD made it yet; its parent must exist
+    except FileExistsError:
+        pass
+    except OSError:
         return
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        return  # not a dir only this uid may write: StateStore refuses it too
     data = dumps({"key": this, "readiness": readiness, "files": files}).encode()
     try:
         from . import atomicfile
