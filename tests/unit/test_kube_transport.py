@@ -394,3 +394,36 @@ def test_a_stream_that_stalls_times_out_after_its_read_timeout(streaming):
         assert next(lines) == _Streaming.LINES[0]
         with pytest.raises(transport.ERRORS[0]):
             next(lines)
+
+
+def test_the_daemons_watches_take_the_transport_kube_would(tmp_path, monkeypatch):
+    """daemon/cache.connector: http.client for a kubeconfig transport.py reads whole,
+    lightkube's httpx2 client (behind the same `stream`) for any other; each call loads
+    the kubeconfig anew (a rotated token is read by the next LIST or WATCH)."""
+    from netattach.daemon import cache
+    path = write(tmp_path, {"server": "http://127.0.0.1:1"}, {"tokenFile": "tok"})
+    (tmp_path / "tok").write_text("first")
+    connect = cache.connector(path)
+    first = connect()
+    assert isinstance(first, transport.StdlibTransport)
+    assert first._headers["Authorization"] == "Bearer first"
+    (tmp_path / "tok").write_text("second")
+    assert connect()._headers["Authorization"] == "Bearer second"
+    other = write(tmp_path, {"server": "http://127.0.0.1:1"},
+                  {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "x"}})
+    client = cache.connector(other)()
+    assert isinstance(client, cache._Httpx)
+    client.close()
+
+
+@pytest.mark.parametrize("client", ["stdlib", "httpx2"])
+def test_both_clients_give_the_cache_the_same_events(streaming, client):
+    import httpx2
+
+    from netattach.daemon import cache
+    http = (transport.StdlibTransport(streaming.url, None, None) if client == "stdlib"
+            else cache._Httpx(httpx2.Client(base_url=streaming.url)))
+    with http.stream("GET", "/lines", {"watch": "1"}, read_timeout=5) as resp:
+        events = list(cache._events(resp.iter_lines()))
+    http.close()
+    assert [e["object"]["n"] for e in events] == [1, 2, 3]
