@@ -11,6 +11,10 @@ COMMIT_FILE = "build-commit"
 """The commit stamp's file name in the bundle, beside this module (netattach.spec writes
 it; the shim's prefix holds a copy beside netattach_shim)."""
 UNKNOWN = "unknown"
+SOURCE_DIGEST_FILE = "source-digest"
+"""The bundle's digest of netattach's Python sources (SHA-256 hex of every module's path
+and bytes, netattach.spec writes it beside this module): what code a built executable
+runs, read by thin STATUS's memo (node/statusmemo.py), whose answers it keys."""
 
 
 def valid_commit(text: str) -> bool:

@@ -321,6 +321,8 @@ class _Streaming:
                 if path.startswith(("/lines", "/stall")):
                     self.send_response(200)
                     self.send_header("Transfer-Encoding", "chunked")
+                    if "close" in self.path:  # a proxy that ends every connection
+                        self.send_header("Connection", "close")
                     self.end_headers()
                     if path.startswith("/stall"):
                         self.chunk(outer.LINES[0])
@@ -394,6 +396,17 @@ def test_a_stream_that_stalls_times_out_after_its_read_timeout(streaming):
         assert next(lines) == _Streaming.LINES[0]
         with pytest.raises(transport.ERRORS[0]):
             next(lines)
+
+
+def test_the_read_timeout_holds_when_the_answer_ends_the_connection(streaming):
+    """`Connection: close` makes http.client let go of the socket at getresponse: the
+    body's reads still get `read_timeout`, not the connect timeout."""
+    import threading
+    t = transport.StdlibTransport(streaming.url, None, None)
+    # the server ends it 4 s on: past the 3 s for connecting and the headers
+    threading.Timer(4, streaming.release.set).start()
+    with t.stream("GET", "/stall-close", read_timeout=60, timeout=3) as resp:
+        assert list(resp.iter_lines()) == [_Streaming.LINES[0]]
 
 
 def test_the_daemons_watches_take_the_transport_kube_would(tmp_path, monkeypatch):

@@ -27,6 +27,7 @@ def frozen(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     monkeypatch.setattr(sys, "executable", str(exe))
     monkeypatch.setattr(statusmemo, "_now_ns", lambda: time.time_ns() + statusmemo.RACY_NS)
+    monkeypatch.setattr(statusmemo, "_source_digest", lambda: "a" * 64)  # the bundle's
     return exe
 
 
@@ -82,6 +83,24 @@ def test_another_call_is_a_miss(tmp_path, frozen):
     assert not node.recalled(stdin=b"[]") and not node.recalled(stdin=b"\xff")
     os.utime(frozen, ns=(1, 1))  # another build of the executable
     assert not node.recalled()
+
+
+def test_other_code_is_a_miss(tmp_path, frozen, monkeypatch):
+    """The bootloader is the same file in every build: the sources' digest tells."""
+    node = Node(tmp_path)
+    node.status()
+    monkeypatch.setattr(statusmemo, "_source_digest", lambda: "b" * 64)
+    assert not node.recalled()
+    monkeypatch.setattr(statusmemo, "_source_digest", lambda: None)  # no digest: no memo
+    assert node.status() == (None, 0) and not node.recalled()
+
+
+def test_a_state_dir_that_cannot_be_a_path_is_a_miss_not_an_error(tmp_path, frozen):
+    """A cniDir the validator takes but the OS cannot encode (a lone surrogate): the
+    memo is neither written nor read, and STATUS answers as before."""
+    node = Node(tmp_path)
+    node.conf["cniDir"] = str(tmp_path / "state\ud800")
+    assert node.status() == (None, 0) and node.status() == (None, 0)
 
 
 def test_a_changed_cluster_default_network_is_forwarded_again(tmp_path, frozen):

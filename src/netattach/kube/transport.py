@@ -152,9 +152,10 @@ class StdlibTransport:
         conn = self._connect(timeout)
         try:
             conn.request(method, self._prefix + path + query, headers=self._headers)
+            sock = conn.sock  # an answer that ends the connection takes it from `conn`
             resp = conn.getresponse()
-            if read_timeout is not None and conn.sock is not None:
-                conn.sock.settimeout(read_timeout)
+            if read_timeout is not None and sock is not None:
+                sock.settimeout(read_timeout)
         except BaseException:
             conn.close()
             raise

@@ -10,16 +10,16 @@ file: commands/status.answered_without_forwarding) costs some 20 ms of imports
 what VERSION costs (docs/performance.md, docs/architecture.md "Decisions").
 
 What a memo holds (`<cniDir>/.status-memo`, 0600, JSON; written only when that full
-way answered "ready" without forwarding): the call's key (the executable's identity,
-every CNI_* variable, stdin byte for byte), the readiness indicator file the
-configuration names (or null), and the identity (device, inode, size, mtime, ctime)
-of the cluster default network's file as it was read. `recall` answers "ready" only
-when the key is the same, the readiness indicator file still exists and the file's
-identity is unchanged: the answer is then the one the full way would give, since it
-depends on nothing else (status.py). Any difference, a missing, foreign or unreadable
-memo, or a run from source rather than the built executable (whose code can change
-under an unchanged key) is a miss: the full way runs, and writes the memo afresh
-(unless the file changed just before it was read: RACY_NS).
+way answered "ready" without forwarding): the call's key (the digest of the bundle's
+sources, the executable's identity, every CNI_* variable, stdin byte for byte), the
+readiness indicator file the configuration names (or null), and the identity (device,
+inode, size, mtime, ctime) of the cluster default network's file as it was read.
+`recall` answers "ready" only when the key is the same, the readiness indicator file
+still exists and the file's identity is unchanged: the answer is then the one the full
+way would give, since it depends on nothing else (status.py). Any difference, a
+missing, foreign or unreadable memo, or a run from source rather than the built
+executable (whose code has no digest) is a miss: the full way runs, and writes the
+memo afresh (unless the file changed just before it was read: RACY_NS).
 
 Only the node's root writes the state dir (0700); the memo is trusted only when it is
 a regular file of this uid that no one else may write. The standard library's os,
@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 
 MEMO_NAME = ".status-memo"
 """The memo's file name in the state dir (cniDir); node/statestore.py counts it as
-netattach's own, so an uninstall removes it with the dir."""
+netattach's own, so an uninstall removes it with the dir (a release older than the memo,
+installed over it, does not know it, and its uninstall leaves the dir with it)."""
 MAX_MEMO = 1 << 21
 """Bytes of a memo read at most: its key holds stdin (at most 1 MiB, cni/stdin.py)."""
 RACY_NS = 2_000_000_000
@@ -66,16 +67,32 @@ def identity(path: str) -> list[int] | None:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
+def _source_digest() -> str | None:
+    """The bundle's SOURCE_DIGEST_FILE (64 hex digits) beside the netattach package, None
+    without one."""
+    from .. import SOURCE_DIGEST_FILE
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        with open(os.path.join(package, SOURCE_DIGEST_FILE), "rb") as f:
+            code = f.read(128).strip().decode("ascii")
+    except (OSError, ValueError):
+        return None
+    return code if len(code) == 64 and not code.strip("0123456789abcdef") else None
+
+
 def key(environ: dict[str, str], stdin: bytes) -> dict[str, Any] | None:
-    """What makes two STATUS calls the same call: the executable (path and identity),
+    """What makes two STATUS calls the same call: the code (the bundle's digest of
+    netattach's sources, SOURCE_DIGEST_FILE beside the package: the bootloader
+    executable is the same file in every build), the executable (path and identity),
     the CNI_* variables (sorted), stdin (its bytes as latin-1 text, one character each).
-    None when not run as the built executable (sys.frozen)."""
+    None when not run as the built executable (sys.frozen) or without the digest."""
     if not getattr(sys, "frozen", False) or not isinstance(stdin, bytes):
         return None
+    code = _source_digest()
     exe = identity(sys.executable)
-    if exe is None:
+    if exe is None or code is None:
         return None
-    return {"exe": [sys.executable, *exe],
+    return {"code": code, "exe": [sys.executable, *exe],
             "env": sorted([k, v] for k, v in environ.items() if k.startswith("CNI_")),
             "stdin": stdin.decode("latin-1")}
 
@@ -93,6 +110,13 @@ def memo_path(config: Any) -> str:
 def recall(environ: dict[str, str], stdin: bytes, config: Any) -> bool:
     """True when the memo for `config` (the decoded stdin) answers this STATUS "ready"
     (module doc). Never raises: anything amiss is False."""
+    try:
+        return _recall(environ, stdin, config)
+    except Exception:  # noqa: BLE001 - a miss: the full way answers
+        return False
+
+
+def _recall(environ: dict[str, str], stdin: bytes, config: Any) -> bool:
     this = key(environ, stdin)
     if this is None:
         return False
@@ -132,6 +156,14 @@ def remember(environ: dict[str, str], stdin: bytes, config: Any, readiness: str 
     and none changed within RACY_NS. Into the state dir, made (0700) when its parent
     exists, used only when it is a directory of this uid no one else may write. Never
     raises: a memo not written is a miss next time."""
+    try:
+        _remember(environ, stdin, config, readiness, files)
+    except Exception:  # noqa: BLE001 - the answer stands; a memo is only a shortcut
+        pass
+
+
+def _remember(environ: dict[str, str], stdin: bytes, config: Any, readiness: str | None,
+              files: list[list[Any]]) -> None:
     this = key(environ, stdin)
     if this is None or any(ident[4] > _now_ns() - RACY_NS for _, ident in files):
         return
@@ -141,17 +173,11 @@ def remember(environ: dict[str, str], stdin: bytes, config: Any, readiness: str 
         os.mkdir(directory, 0o700)  # no ADD made it yet; its parent must exist
     except FileExistsError:
         pass
-    except OSError:
-        return
-    try:
-        st = os.lstat(directory)
-    except OSError:
-        return
+    st = os.lstat(directory)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         return  # not a dir only this uid may write: StateStore refuses it too
     data = dumps({"key": this, "readiness": readiness, "files": files}).encode()
-    try:
-        from . import atomicfile
-        atomicfile.replace(path, data, 0o600, durable=False)
-    except OSError:
-        pass
+    if len(data) > MAX_MEMO:
+        return  # `recall` would not read it whole
+    from . import atomicfile
+    atomicfile.replace(path, data, 0o600, durable=False)
