@@ -121,9 +121,9 @@ class _Plugin(Subject):
     state: Path
 
     def leftovers(self, pod: Pod) -> list[str]:
-        """Files in its state dir other than netattach's tombstones (statefiles)."""
-        return [f"state {p}" for p in _files(self.state)
-                if not p.name.endswith(statefiles.TOMBSTONE) and p.name != statefiles.PRUNE_STAMP]
+        """Files in its state dir that hold or guard an attachment (statefiles): not
+        netattach's tombstones, its prune stamp nor its STATUS memo."""
+        return [f"state {p}" for p in _files(self.state) if statefiles.holds_attachment(p.name)]
 
     def executables(self) -> list[tuple[str, str]]:
         return [(self.exe.name, str(self.exe))]

@@ -20,8 +20,13 @@ def live(state_dir: Path) -> list[str]:
     sorted; [] when the dir does not exist."""
     if not state_dir.exists():
         return []
-    return sorted(p.name for p in state_dir.iterdir()
-                  if not p.name.endswith(TOMBSTONE) and p.name not in (PRUNE_STAMP, STATUS_MEMO))
+    return sorted(p.name for p in state_dir.iterdir() if holds_attachment(p.name))
+
+
+def holds_attachment(name: str) -> bool:
+    """True for an entry of the state dir that holds or guards a pod's attachment: not a
+    tombstone, the prune stamp nor STATUS's memo (module doc)."""
+    return not name.endswith(TOMBSTONE) and name not in (PRUNE_STAMP, STATUS_MEMO)
 
 
 def tombstones(state_dir: Path) -> list[str]:
