@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -179,7 +180,27 @@ def test_in_cluster_files_this_transport_does_not_take_are_left_to_lightkube(ser
 
 # ------------------------------------------------------------------ kept-alive connections
 
-class _KeepAlive:
+class _Loopback:
+    """A threading HTTP server on 127.0.0.1 (`serve`), `url` its address; `close` sets
+    `release` (what a waiting handler waits for) and shuts it down."""
+
+    release: Any
+
+    def serve(self, handler: type) -> None:
+        import threading
+        from http.server import ThreadingHTTPServer
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _KeepAlive(_Loopback):
     """A loopback HTTP/1.1 server that keeps connections open and records the client
     port of each request (one port, one connection); a request for /wait is answered
     once `release` is set, one for /drop is answered and its connection then closed
@@ -187,7 +208,7 @@ class _KeepAlive:
 
     def __init__(self):
         import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
         self.ports: list[int] = []
         self.release = threading.Event()
         self.arrived = threading.Semaphore(0)
@@ -211,15 +232,7 @@ class _KeepAlive:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self):
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(Handler)
 
 
 @pytest.fixture
@@ -291,7 +304,7 @@ def test_in_cluster_port_that_is_no_port_is_left_to_lightkube(service_account, p
 
 # ------------------------------------------------------------------ streamed answers
 
-class _Streaming:
+class _Streaming(_Loopback):
     """A loopback HTTP/1.1 server answering a GET with a chunked body: /lines sends
     LINES with the second line split across two chunks; /stall sends one line and then
     nothing; anything else is a 404 with a JSON body. It records each request's path and
@@ -302,7 +315,7 @@ class _Streaming:
 
     def __init__(self):
         import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
         self.paths: list[str] = []
         self.closed = threading.Event()
         self.release = threading.Event()
@@ -346,15 +359,7 @@ class _Streaming:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self):
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(Handler)
 
 
 @pytest.fixture
