@@ -431,8 +431,8 @@ def connector(kubeconfig: str | None) -> Callable[[], Any]:
     call (token rotation): the standard library's (transport.StdlibTransport) for the
     kubeconfigs it reads whole, as the daemon's writes use it, else lightkube's httpx2
     client (`_Httpx`). The pod WATCH streams every change of every pod of the node
-    through it: http.client reads an event in about half of httpx2's CPU
-    (docs/bench-node.md). Raises transport.KubeconfigError for a kubeconfig naming a
+    through it: http.client reads an event for about 0.08 ms less CPU than httpx2
+    (docs/architecture.md, Decisions). Raises transport.KubeconfigError for a kubeconfig naming a
     file that cannot be used (the cache retries: a failed connection)."""
     def connect() -> Any:
         from ..kube import transport
