@@ -120,19 +120,16 @@ def _recall(environ: dict[str, str], stdin: bytes, config: Any) -> bool:
     this = key(environ, stdin)
     if this is None:
         return False
+    # an OSError or ValueError (no memo, not JSON) is a miss: `recall`
+    fd = os.open(memo_path(config), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        fd = os.open(memo_path(config), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-            if (st.st_uid != os.geteuid() or st.st_mode & 0o022
-                    or not stat.S_ISREG(st.st_mode)):
-                return False
-            data = os.read(fd, MAX_MEMO)
-        finally:
-            os.close(fd)
-        memo = loads_strict(data)
-    except (OSError, ValueError):
-        return False
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022 or not stat.S_ISREG(st.st_mode):
+            return False
+        data = os.read(fd, MAX_MEMO)
+    finally:
+        os.close(fd)
+    memo = loads_strict(data)
     if not isinstance(memo, dict) or memo.get("key") != this:
         return False
     ready = memo.get("readiness")
