@@ -404,14 +404,18 @@ def test_a_stream_that_stalls_times_out_after_its_read_timeout(streaming):
 
 
 def test_the_read_timeout_holds_when_the_answer_ends_the_connection(streaming):
-    """`Connection: close` makes http.client let go of the socket at getresponse: the
-    body's reads still get `read_timeout`, not the connect timeout."""
+    """An answer with `Connection: close`: the body's reads get `read_timeout`, not the
+    connect timeout; a chunked body the server ends without its last chunk is an error
+    (the WATCH broke), not a quiet end."""
     import threading
     t = transport.StdlibTransport(streaming.url, None, None)
     # the server ends it 4 s on: past the 3 s for connecting and the headers
     threading.Timer(4, streaming.release.set).start()
     with t.stream("GET", "/stall-close", read_timeout=60, timeout=3) as resp:
-        assert list(resp.iter_lines()) == [_Streaming.LINES[0]]
+        lines = resp.iter_lines()
+        assert next(lines) == _Streaming.LINES[0]
+        with pytest.raises(transport.ERRORS[1], match="the answer ended inside"):
+            next(lines)
 
 
 def test_the_daemons_watches_take_the_transport_kube_would(tmp_path, monkeypatch):

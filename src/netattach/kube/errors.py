@@ -78,7 +78,7 @@ def excerpt(data: bytes, limit: int) -> str:
 def short(e: Exception) -> str:
     """`e`'s text for a message, at most 200 characters, holding nothing of the
     kubeconfig: a YAML error by its line and column, without the line PyYAML quotes
-    (it can be the token's or the key's), and h11's "Illegal header value" (http.client's
+    (it can be the token's or the key's), and h11's "Illegal header value" (http11's
     "Invalid header value") without the value (it is `Bearer <token>` when the token
     has a newline or control byte)."""
     mark = getattr(e, "problem_mark", None)  # yaml.MarkedYAMLError
@@ -88,7 +88,7 @@ def short(e: Exception) -> str:
                 f"column {mark.column + 1}")
     else:
         text = str(e)
-        if text.startswith(("Illegal header value", "Invalid header value")):  # h11, http.client
+        if text.startswith(("Illegal header value", "Invalid header value")):  # h11, http11
             text = ("Illegal header value (not shown: it may hold the bearer token; has the "
                     "kubeconfig's token a newline, a control character or trailing space?)")
     return text if len(text) < 200 else text[:200] + "..."

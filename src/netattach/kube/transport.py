@@ -1,10 +1,11 @@
 """The exec'd path's HTTP transport to the API server: the standard library's
-`http.client` and `ssl`, for the kubeconfigs it fully understands.
+`socket` and `ssl`, HTTP/1.1 framed by http11.py, for the kubeconfigs it fully
+understands.
 
 Why: an exec'd ADD paid about 200 ms to import lightkube and httpx2 before its first
-request (issue 11); `http.client` + `ssl` cost a small part of that, and the plugin's
-four kinds of call (GET pod, GET NAD, merge-PATCH pods/status, POST event) need no
-more than one keep-alive HTTP/1.1 connection. Measured in docs/architecture.md
+request (issue 11), and later 23 ms to import `http.client` (with the `email` package);
+the plugin's four kinds of call (GET pod, GET NAD, merge-PATCH pods/status, POST event)
+need no more than one keep-alive HTTP/1.1 connection. Measured in docs/architecture.md
 (Decisions).
 
 Which kubeconfigs (`load`): JSON (what `netattach install` writes) or YAML, whose
@@ -23,7 +24,8 @@ in-cluster configuration (`in_cluster`, what lightkube's default lookup tries fi
 the ServiceAccount's token, namespace and CA files and KUBERNETES_SERVICE_HOST and
 _PORT. When one is missing, None: lightkube's lookup goes on ($KUBECONFIG,
 ~/.kube/config). The daemon sends every network-status PATCH and Event through it:
-http.client costs about half of httpx2's CPU per request (docs/bench-node.md).
+http.client cost about half of httpx2's CPU per request (docs/bench-node.md), and
+this framing costs less than http.client.
 
 The node daemon's watch caches read their LISTs and WATCHes through `stream` (a
 `Stream` on a connection of its own) when this transport reads their kubeconfig.
@@ -37,7 +39,6 @@ environment is used, as with lightkube's `trust_env=False`.
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import os
 import socket
@@ -45,11 +46,11 @@ import ssl
 import threading
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode, urlsplit
 
 from .. import __version__
+from .http11 import Answer, ProtocolError, host_field, read_answer, request_bytes, split_server
 
-ERRORS = (TimeoutError, (OSError, http.client.HTTPException))
+ERRORS = (TimeoutError, (OSError, ProtocolError))
 """(what a request that took too long raises, what an unreachable or garbled
 server raises): socket timeouts; refused or reset connections, DNS and TLS
 failures (ssl.SSLError is an OSError), malformed HTTP answers."""
@@ -69,7 +70,7 @@ class Response:
     """One answer: status, headers (`get(name)`, any case) and the whole body."""
 
     status_code: int
-    headers: Any  # http.client.HTTPMessage: get(name) is case-insensitive
+    headers: Any  # http11.Headers: get(name) is case-insensitive
     content: bytes
 
 
@@ -87,22 +88,24 @@ class StdlibTransport:
     its caller), and gives it back once answered (MAX_IDLE kept at most)."""
 
     def __init__(self, server: str, context: ssl.SSLContext | None, token: str | None):
-        parts = urlsplit(server)
+        """Raises ValueError for a `server` that is no "http[s]://host[:port][/path]"
+        (http11.split_server)."""
+        scheme, self._host, port, self._prefix = split_server(server)
         self.base_url = server.rstrip("/")
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname or ""
-        self._port = parts.port
-        self._prefix = parts.path.rstrip("/")
+        self._https = scheme == "https"
+        default_port = 443 if self._https else 80
+        self._port = port or default_port
+        self._host_field = host_field(self._host, self._port, default_port)
         self._context = context
         self._headers = {"User-Agent": f"netattach/{__version__}"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
-        self._idle: list[http.client.HTTPConnection] = []
+        self._idle: list[_Connection] = []
         self._lock = threading.Lock()
 
-    def _connect(self, timeout: float) -> http.client.HTTPConnection:
-        port = self._port or (443 if self._https else 80)
-        return _Connection(self._host, port, timeout, self._context if self._https else None)
+    def _connect(self, timeout: float) -> _Connection:
+        return _Connection(self._host, self._port, timeout,
+                           self._context if self._https else None)
 
     def request(self, method: str, path: str, content: bytes | str | None = None,
                 headers: dict[str, str] | None = None, timeout: float = 10.0) -> Response:
@@ -110,7 +113,8 @@ class StdlibTransport:
         a kept-alive connection the server closed meanwhile is sent again once on a
         new one (every call of the plugin is idempotent: kube/session.py, "Retries")."""
         body = content.encode() if isinstance(content, str) else content
-        all_headers = {**self._headers, **(headers or {})}
+        message = request_bytes(method, self._prefix + path, self._host_field,
+                                {**self._headers, **(headers or {})}, body)
         with self._lock:
             conn = self._idle.pop() if self._idle else None
         reused = conn is not None
@@ -118,15 +122,13 @@ class StdlibTransport:
             conn = self._connect(timeout)
         try:
             try:
-                resp, will_close = self._exchange(conn, method, path, body, all_headers,
-                                                  timeout)
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                resp, will_close = self._exchange(conn, method, message, timeout)
+            except (ConnectionResetError, BrokenPipeError):  # http11.ServerClosed too
                 if not reused:
                     raise
                 conn.close()  # closed by the server while idle: once more, afresh
                 conn = self._connect(timeout)
-                resp, will_close = self._exchange(conn, method, path, body, all_headers,
-                                                  timeout)
+                resp, will_close = self._exchange(conn, method, message, timeout)
         except BaseException:
             conn.close()  # whatever state it is in, it is not used again
             raise
@@ -148,18 +150,21 @@ class StdlibTransport:
         still to read from the Stream; `timeout` s for connecting and the headers,
         `read_timeout` s (None: `timeout`) for each read of the body. `params`: the
         query, URL-encoded. Raises ERRORS as `request` does."""
-        query = f"?{urlencode(params)}" if params else ""
+        query = ""
+        if params:
+            from urllib.parse import urlencode  # the node daemon's watches only
+            query = f"?{urlencode(params)}"
+        message = request_bytes(method, self._prefix + path + query, self._host_field,
+                                self._headers, None)
         conn = self._connect(timeout)
         try:
-            conn.request(method, self._prefix + path + query, headers=self._headers)
-            sock = conn.sock  # an answer that ends the connection takes it from `conn`
-            resp = conn.getresponse()
-            if read_timeout is not None and sock is not None:
-                sock.settimeout(read_timeout)
+            answer = conn.exchange(method, message)
+            if read_timeout is not None:
+                conn.sock.settimeout(read_timeout)
         except BaseException:
             conn.close()
             raise
-        return Stream(conn, resp)
+        return Stream(conn, answer)
 
     def close(self) -> None:
         """Close the idle kept-alive connections (a request afterwards opens a new one)."""
@@ -168,17 +173,14 @@ class StdlibTransport:
         for conn in idle:
             conn.close()
 
-    def _exchange(self, conn: http.client.HTTPConnection, method: str, path: str,
-                  body: bytes | None, headers: dict[str, str], timeout: float
+    @staticmethod
+    def _exchange(conn: _Connection, method: str, message: bytes, timeout: float
                   ) -> tuple[Response, bool]:
-        """(the answer, whether the server ends the connection after it)."""
-        conn.timeout = timeout
-        if conn.sock is not None:
-            conn.sock.settimeout(timeout)
-        conn.request(method, self._prefix + path, body=body, headers=headers)
-        resp = conn.getresponse()
-        data = resp.read()
-        return Response(resp.status, resp.headers, data), bool(resp.will_close)
+        """(the answer, whether the connection cannot carry another request after it)."""
+        conn.sock.settimeout(timeout)
+        answer = conn.exchange(method, message)
+        data = answer.read()
+        return Response(answer.status, answer.headers, data), answer.will_close
 
 
 STREAM_CHUNK = 64 * 1024
@@ -190,13 +192,13 @@ class Stream:
     WATCH): `status_code`, `headers.get(name)`; the body by `iter_bytes()` (chunks as
     they come, at most STREAM_CHUNK bytes each), `iter_lines()` (bytes, one line each,
     its line end kept: a WATCH's events) or `read()` (the rest, whole; then `text`).
-    Chunked transfer encoding is undone by http.client. Its connection is closed on
+    Chunked transfer coding is undone (http11.Answer). Its connection is closed on
     leaving its `with` (or by `close()`)."""
 
-    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse):
-        self._conn, self._resp = conn, resp
-        self.status_code = resp.status
-        self.headers = resp.headers
+    def __init__(self, conn: _Connection, answer: Answer):
+        self._conn, self._answer = conn, answer
+        self.status_code = answer.status
+        self.headers = answer.headers
         self.content = b""
 
     def __enter__(self) -> Stream:
@@ -206,15 +208,14 @@ class Stream:
         self.close()
 
     def iter_bytes(self) -> Any:
-        while chunk := self._resp.read1(STREAM_CHUNK):
+        while chunk := self._answer.read1(STREAM_CHUNK):
             yield chunk
 
     def iter_lines(self) -> Any:
-        while line := self._resp.readline():
-            yield line
+        return self._answer.lines()
 
     def read(self) -> bytes:
-        self.content += self._resp.read()
+        self.content += self._answer.read()
         return self.content
 
     @property
@@ -222,29 +223,40 @@ class Stream:
         return self.content.decode("utf-8", "replace")
 
     def close(self) -> None:
-        self._resp.close()
         self._conn.close()
 
 
-class _Connection(http.client.HTTPConnection):
-    """An HTTP/1.1 connection, over TLS with `context` (else plain), that resolves and
-    verifies the host given as ASCII bytes. getaddrinfo and ssl take bytes as they
-    are, where a str goes through the "idna" codec, whose import (encodings.idna and
-    stringprep, about 3 ms) each exec'd ADD paid for a host that is an IP address or
-    an ASCII name. A non-ASCII name stays a str (and is IDNA-encoded as before). The
-    Host header is written from the str as http.client writes it."""
+class _Connection:
+    """One TCP connection (TLS with `context`, else plain) to `host`:`port`, opened at
+    once with `timeout` s to connect, Nagle off. The host goes to getaddrinfo and ssl
+    as ASCII bytes, which they take as they are, where a str goes through the "idna"
+    codec, whose import (encodings.idna and stringprep, about 3 ms) each exec'd ADD
+    paid for a host that is an IP address or an ASCII name; a non-ASCII name stays a
+    str (IDNA-encoded by them). Raises OSError (ssl.SSLError too) and TimeoutError."""
 
     def __init__(self, host: str, port: int, timeout: float, context: ssl.SSLContext | None):
-        super().__init__(host, port, timeout=timeout)
-        self._tls = context
+        name: str | bytes = host.encode() if host.isascii() else host
+        sock = socket.create_connection(  # getaddrinfo takes bytes (typeshed says str)
+            (name, port), timeout)  # type: ignore[arg-type]
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if context is not None:
+                sock = context.wrap_socket(sock, server_hostname=name)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+        self._rfile = sock.makefile("rb")
 
-    def connect(self) -> None:
-        host: str | bytes = self.host.encode() if self.host.isascii() else self.host
-        self.sock = socket.create_connection(  # getaddrinfo takes bytes (typeshed says str)
-            (host, self.port), self.timeout)  # type: ignore[arg-type]
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self._tls is not None:
-            self.sock = self._tls.wrap_socket(self.sock, server_hostname=host)
+    def exchange(self, method: str, message: bytes) -> Answer:
+        """Send the request `message` (http11.request_bytes) and read its answer's status
+        line and header fields (http11.read_answer); the body is the Answer's to read."""
+        self.sock.sendall(message)
+        return read_answer(self._rfile, method)
+
+    def close(self) -> None:
+        self._rfile.close()
+        self.sock.close()
 
 
 def _read_document(path: str) -> Any:
@@ -297,7 +309,7 @@ def in_cluster(service_account: str = SERVICE_ACCOUNT,
         context = ssl.create_default_context(cafile=os.path.join(service_account, "ca.crt"))
         if not token or not namespace or any(ord(c) < 0x21 or ord(c) == 0x7f for c in token):
             return None
-        # a port that is not one (urlsplit raises) is lightkube's to word
+        # a port that is not one (split_server raises) is lightkube's to word
         return StdlibTransport(f"https://{host}:{port}", context, token), namespace
     except (OSError, UnicodeDecodeError, ValueError, ssl.SSLError):
         return None
@@ -329,8 +341,11 @@ def load(kubeconfig: str | None) -> tuple[StdlibTransport, str] | None:
     if set(cluster) - _CLUSTER_KEYS or set(user) - _USER_KEYS:
         return None
     server = cluster.get("server")
-    if not isinstance(server, str) or urlsplit(server).scheme not in ("http", "https") \
-            or not urlsplit(server).hostname:
+    if not isinstance(server, str):
+        return None
+    try:
+        scheme = split_server(server)[0]
+    except ValueError:  # a query, user information, a bad port...: lightkube's to word
         return None
     if ("token" in user and "tokenFile" in user) or \
             ("client-certificate" in user) != ("client-key" in user):
@@ -364,7 +379,7 @@ def load(kubeconfig: str | None) -> tuple[StdlibTransport, str] | None:
         raise KubeconfigError("Illegal header value: the user's token (not shown) has a "
                               "newline, a control character or leading or trailing space")
     context_ssl = None
-    if urlsplit(server).scheme == "https":
+    if scheme == "https":
         context_ssl = _ssl_context(cluster, user, insecure, resolve)
     return StdlibTransport(server, context_ssl, token), namespace
 
