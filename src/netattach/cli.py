@@ -78,33 +78,40 @@ def _subcommand(name: str) -> Any:
     return podstatus
 
 
-def _defer_inspect() -> None:
-    """Make `inspect` load on first use instead of on import.
+DEFERRED_MODULES = ("inspect", "traceback")
+"""Standard-library modules a CNI call imports on first use instead of on import
+(`_defer_imports`): `dataclasses` imports `inspect` (with ast, dis, tokenize: about 10
+ms on a slow machine, issue 11) only to word the docstring of a dataclass that has
+none, and every dataclass on the exec'd path has one; `logging` imports `traceback`
+(with linecache, tokenize and textwrap: about 4 ms of a thin ADD, issue 23) only to
+format an exception or a stack, which a call that succeeds never logs."""
 
-    `dataclasses` imports `inspect` (with ast, dis, tokenize: about 10 ms on a slow
-    machine, issue 11) only to word the docstring of a dataclass that has none; every
-    dataclass on the exec'd path has one, so a CNI call need not pay for it. Until
-    first used, sys.modules holds a stand-in whose module `__getattr__` (PEP 562)
-    imports the real `inspect`, puts it in sys.modules and copies its names into the
+
+def _defer_imports() -> None:
+    """Make each of DEFERRED_MODULES load on first use instead of on import.
+
+    Until first used, sys.modules holds a stand-in whose module `__getattr__` (PEP 562)
+    imports the real module, puts it in sys.modules and copies its names into the
     stand-in, so whoever imported the stand-in sees the whole module from then on.
     (importlib.util.LazyLoader does not do here: the `import` statement reads the
     module's `__spec__`, which loads a LazyLoader module at once.)
     """
-    if "inspect" in sys.modules:
-        return
     import types
-    stand_in = types.ModuleType("inspect", "inspect, imported on first use (netattach.cli)")
-    stand_in.__spec__ = None  # read by `import`: must not load it
+    for name in DEFERRED_MODULES:
+        if name in sys.modules:
+            continue
+        stand_in = types.ModuleType(name, f"{name}, imported on first use (netattach.cli)")
+        stand_in.__spec__ = None  # read by `import`: must not load it
 
-    def load(name: str) -> Any:
-        if sys.modules.get("inspect") is stand_in:
-            del sys.modules["inspect"]
-        import inspect
-        stand_in.__dict__.update(inspect.__dict__)
-        return getattr(inspect, name)
+        def load(attribute: str, name: str = name, stand_in: Any = stand_in) -> Any:
+            if sys.modules.get(name) is stand_in:
+                del sys.modules[name]
+            real = __import__(name)
+            stand_in.__dict__.update(real.__dict__)
+            return getattr(real, attribute)
 
-    stand_in.__getattr__ = load  # type: ignore[method-assign]
-    sys.modules["inspect"] = stand_in
+        stand_in.__getattr__ = load  # type: ignore[method-assign]
+        sys.modules[name] = stand_in
 
 
 KUBECTL_PLUGIN = "kubectl-netattach"
@@ -150,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
         if environ["CNI_COMMAND"] == "STATUS" and call.status_recalled(environ, stdin):
             _emit(None, 0)  # this same call's "ready", remembered (node/statusmemo.py)
         if environ["CNI_COMMAND"] != "VERSION":  # VERSION imports no dataclass
-            _defer_inspect()
+            _defer_imports()
             from . import _dataclass_code
             _dataclass_code.install()
         doc, code = cni_main(environ, stdin)

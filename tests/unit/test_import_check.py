@@ -142,3 +142,38 @@ def test_a_remembered_status_imports_no_parser(tmp_path):
     assert (tmp_path / "state" / ".status-memo").exists()
     assert "netattach.node.statusmemo" in outs[1]["modules"]
     assert sorted(set(NOT_ON_REMEMBERED_STATUS) & set(outs[1]["modules"])) == []
+
+
+DEFER_PROBE = """
+import io, json, sys
+from netattach import cli
+cli._defer_imports()
+import dataclasses, logging
+before = {name: name in sys.modules for name in ("ast", "dis", "linecache", "tokenize")}
+stream = io.StringIO()
+log = logging.getLogger("probe")
+log.addHandler(logging.StreamHandler(stream))
+try:
+    1 / 0
+except ZeroDivisionError:
+    log.exception("failed")  # logging's traceback.print_exception: the real one loads
+import inspect
+print(json.dumps({"before": before, "logged": stream.getvalue(),
+                  "signature": str(inspect.signature(cli.version_line)),
+                  "linecache": "linecache" in sys.modules,
+                  "same": sys.modules["traceback"].format_exc is not None}))
+"""
+
+
+def test_deferred_modules_load_on_first_use():
+    """cli._defer_imports: `dataclasses` and `logging` import without inspect's and
+    traceback's own imports; the first use of either (logging an exception, asking a
+    signature) loads the real module, and whoever imported the stand-in sees it whole."""
+    p = subprocess.run([sys.executable, "-c", DEFER_PROBE], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.splitlines()[-1])
+    assert out["before"] == {"ast": False, "dis": False, "linecache": False, "tokenize": False}
+    assert "failed\nTraceback (most recent call last):" in out["logged"]
+    assert "ZeroDivisionError: division by zero" in out["logged"]
+    assert out["signature"] == "() -> 'str'" and out["linecache"] and out["same"]
