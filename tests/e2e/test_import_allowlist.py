@@ -87,6 +87,9 @@ def test_exec_path_imports_only_the_standard_library_and_netattach(console_scena
     for command, modules in seen.items():
         assert not modules & {"inspect", "ast", "dis", "traceback", "linecache", "tokenize"}, \
             (command, modules)
+    # typing (about 4 ms): the exec'd path's modules import it for the type checker only
+    # (`TYPE_CHECKING = False`, cli.py)
+    assert not (seen["ADD"] | seen["DEL"]) & {"typing"}, sorted(seen["ADD"] | seen["DEL"])
     # VERSION: the C scanner and string encoder of _json (jsonutil), not the json
     # package with re, enum and typing
     assert not seen["VERSION"] & {"typing", "json", "re", "enum"}, seen["VERSION"]

@@ -101,7 +101,7 @@ def test_insecure_skip_tls_verify_turns_verification_off(tmp_path):
 @pytest.mark.parametrize("token", ["t0k\n", " t0k", "t0k\x7f", "a\rb"],
                          ids=["newline", "leading-space", "del", "carriage-return"])
 def test_a_token_that_cannot_be_a_header_is_refused_unquoted(tmp_path, token):
-    """Sent, it would fail inside http.client with a message quoting `Bearer <token>`."""
+    """Sent, it would be refused as a header value (http11.request_bytes)."""
     with pytest.raises(transport.KubeconfigError) as e:
         transport.load(write(tmp_path, {"server": "https://h:1"}, {"token": token}))
     assert "Illegal header value" in str(e.value) and token.strip() not in str(e.value)
@@ -419,7 +419,7 @@ def test_the_read_timeout_holds_when_the_answer_ends_the_connection(streaming):
 
 
 def test_the_daemons_watches_take_the_transport_kube_would(tmp_path, monkeypatch):
-    """daemon/cache.connector: http.client for a kubeconfig transport.py reads whole,
+    """daemon/cache.connector: StdlibTransport for a kubeconfig transport.py reads whole,
     lightkube's httpx2 client (behind the same `stream`) for any other; each call loads
     the kubeconfig anew (a rotated token is read by the next LIST or WATCH)."""
     from netattach.daemon import cache

@@ -17,12 +17,15 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from . import invoke, version
 from .errors import ChildError, CniError, ConfigError, DecodeFailure, VersionError
 from .request import validate_container_id, validate_ifname, validate_network_name
 from .result import convert_result
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 GC_ATTACHMENTS_KEY = "cni.dev/valid-attachments"  # SPEC.md GC
 # libcni also sends the list under the key an earlier draft of the spec used.

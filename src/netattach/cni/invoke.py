@@ -18,9 +18,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from .errors import DECODE_FAILURE, INTERNAL, ChildError, ConfigError, IOFailure, TryAgain
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+else:
+    Protocol = object  # a protocol: read by the type checker only
 
 log = logging.getLogger("netattach.invoke")
 

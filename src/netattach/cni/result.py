@@ -23,10 +23,13 @@ the first IPv4 and the first IPv6 address and their routes only, as libcni does.
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 from .errors import DecodeFailure, VersionError
 from .version import check_supported
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 # Result layout families, as libcni's Go types group the versions.
 _FAMILY = {"0.1.0": "020", "0.2.0": "020", "0.3.0": "040", "0.3.1": "040", "0.4.0": "040",

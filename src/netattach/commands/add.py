@@ -48,7 +48,6 @@ import sys
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
 
 from ..cni import chain, invoke
 from ..cni.errors import CniError, InvalidEnv, TryAgain
@@ -73,7 +72,10 @@ from ..spec.pod import PodRef
 from .delete import delete_attachments
 from .networks import InvalidSelection, Plan, build_plan, empty_result
 
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from ..spec.claims import ClaimRef
     from ..spec.plan import Attachment
     from .orchestrator import Orchestrator

@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from ..cni import chain
 from ..cni.errors import CniError, ConfigError, TryAgain
@@ -50,6 +49,7 @@ from ..node.statestore import StateStore, is_missing_netns
 from ..spec.netconf import NetConf
 from ..spec.pod import PodRef
 
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
 if TYPE_CHECKING:
     from ..node.libcni_cache import CachedAdd
     from .orchestrator import Orchestrator

@@ -13,7 +13,6 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from ..cni import invoke
 from ..cni.chain import NetworkConfig
@@ -28,7 +27,10 @@ from ..spec import plan as planning
 from ..spec.netconf import NetConf
 from ..spec.pod import PodRef
 
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from ..spec import claims, routes
 
 log = logging.getLogger("netattach")

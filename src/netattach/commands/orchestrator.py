@@ -34,7 +34,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..cni import chain, invoke
 from ..cni.request import CniRequest
@@ -43,6 +42,10 @@ from ..node.libcni_cache import CACHE_DIR
 from ..node.state import SavedAttachment
 from ..node.statestore import StateStore
 from ..spec.netconf import NetConf
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _thin_api(conf: NetConf) -> PodApi:

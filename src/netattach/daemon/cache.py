@@ -5,11 +5,12 @@ resourceVersion; bookmarks advance it; a watch that ends is resumed from the las
 resourceVersion seen; 410 Gone, "too old resource version", relists).
 
 The HTTP client is the one kube/ chooses for the kubeconfig (`connector`: the standard
-library's http.client for the kubeconfigs and the in-cluster configuration it reads
-whole, else lightkube's httpx2 client) used for raw REST: objects stay JSON dicts, and only
-the fields the orchestrator reads are kept (`trim`, `nad_trimmer`), so a node's cache
-stays small. Each LIST and WATCH re-reads the kubeconfig, so a rotated token is picked
-up by the next reconnect (a watch ends at least every 2 x WATCH_SECONDS).
+library's socket + ssl, kube/transport.py, for the kubeconfigs and the in-cluster
+configuration it reads whole, else lightkube's httpx2 client) used for raw REST:
+objects stay JSON dicts, and only the fields the orchestrator reads are kept (`trim`,
+`nad_trimmer`), so a node's cache stays small. Each LIST and WATCH re-reads the
+kubeconfig, so a rotated token is picked up by the next reconnect (a watch ends at
+least every 2 x WATCH_SECONDS).
 
 Bounded memory (issue 21): NetworkAttachmentDefinitions are tenants' objects, of any
 namespace, up to the API server's object size (etcd's 1.5 MiB by default). The cache
@@ -431,9 +432,10 @@ def connector(kubeconfig: str | None) -> Callable[[], Any]:
     call (token rotation): the standard library's (transport.StdlibTransport) for the
     kubeconfigs it reads whole, as the daemon's writes use it, else lightkube's httpx2
     client (`_Httpx`). The pod WATCH streams every change of every pod of the node
-    through it: http.client reads an event for about 0.08 ms less CPU than httpx2
-    (docs/architecture.md, Decisions). Raises transport.KubeconfigError for a kubeconfig naming a
-    file that cannot be used (the cache retries: a failed connection)."""
+    through it: the standard library's transport reads an event for less CPU than
+    httpx2 (docs/architecture.md, Decisions). Raises transport.KubeconfigError for a
+    kubeconfig naming a file that cannot be used (the cache retries: a failed
+    connection)."""
     def connect() -> Any:
         from ..kube import transport
         loaded = transport.load(kubeconfig)

@@ -13,12 +13,16 @@ state first (state.PendingStatus), so that it survives the process that was to s
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
-
 from ..cni.errors import InvalidEnv
 from ..cni.names import is_dns1123_label, is_dns1123_subdomain
 from ..cni.request import CniRequest
 from ..spec.pod import PodRef
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+else:
+    Protocol = object  # a protocol: read by the type checker only
 
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 

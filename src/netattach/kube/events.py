@@ -3,10 +3,15 @@ event recorder does (the node daemon aggregates them: daemon/events.py)."""
 from __future__ import annotations
 
 import time
-from typing import Any, TypedDict
 
 from .errors import KubeError
 from .session import Session
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any, TypedDict
+else:
+    TypedDict = dict  # a dict's keys: read by the type checker only
 
 
 class InvolvedObject(TypedDict):

@@ -4,7 +4,7 @@ Objects travel as plain JSON dicts: the plugin reads a handful of fields of a Po
 and a NetworkAttachmentDefinition, so no client's typed models (nor their
 validation cost on every ADD) are used. Requests are raw REST calls (method +
 path) on one of two transports, chosen by the kubeconfig (`load`):
-* `transport.StdlibTransport` (http.client + ssl) for the kubeconfigs it reads
+* `transport.StdlibTransport` (socket + ssl, http11.py) for the kubeconfigs it reads
   whole: a server, a CA file or data, and a token, a token file or client
   certificate files; `netattach install` writes one of those. Importing it costs a
   small part of what lightkube + httpx2 cost on every exec'd ADD (issue 11).
@@ -24,9 +24,12 @@ import was most of an ADD's time (docs/architecture.md, Decisions).
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from .errors import KubeError, short
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 _LIGHTKUBE_LOAD = threading.Lock()
 """Held while lightkube loads a kubeconfig: its KubeConfig.from_file converts with
@@ -65,7 +68,7 @@ def load(kubeconfig: str | None, timeout: float) -> tuple[Any, Any, str]:
         loaded = transport.load(kubeconfig)
     except transport.KubeconfigError as e:
         raise KubeError(f"cannot load kubeconfig {kubeconfig}: {e}") from None
-    if loaded is not None:  # the standard library's http.client (transport.py)
+    if loaded is not None:  # the standard library's socket + ssl (transport.py)
         http, namespace = loaded
         return http, transport.ERRORS, namespace
     import httpx2

@@ -4,10 +4,13 @@ GET retried as every call (kube/session.py, "Retries"), None for a 404."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from .errors import KubeError
 from .session import Session
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 NAD_GROUP = "k8s.cni.cncf.io"
 

@@ -48,10 +48,13 @@ import json
 import logging
 import threading
 import time
-from typing import Any
 
 from . import kubeconfig
 from .errors import KubeError, excerpt, explain, short
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 log = logging.getLogger("netattach.kube")
 

@@ -25,7 +25,7 @@ the ServiceAccount's token, namespace and CA files and KUBERNETES_SERVICE_HOST a
 _PORT. When one is missing, None: lightkube's lookup goes on ($KUBECONFIG,
 ~/.kube/config). The daemon sends every network-status PATCH and Event through it:
 http.client cost about half of httpx2's CPU per request (docs/bench-node.md), and
-this framing costs less than http.client.
+http11.py took its place (issue 23).
 
 The node daemon's watch caches read their LISTs and WATCHes through `stream` (a
 `Stream` on a connection of its own) when this transport reads their kubeconfig.
@@ -45,10 +45,13 @@ import socket
 import ssl
 import threading
 from dataclasses import dataclass
-from typing import Any
 
 from .. import __version__
 from .http11 import Answer, ProtocolError, host_field, read_answer, request_bytes, split_server
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 ERRORS = (TimeoutError, (OSError, ProtocolError))
 """(what a request that took too long raises, what an unreachable or garbled

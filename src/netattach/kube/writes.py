@@ -3,11 +3,13 @@ a DRA ResourceClaim's status.devices by server-side apply, the node's ResourceSl
 (created, updated). Retried as kube/session.py's "Retries" says, but the create."""
 from __future__ import annotations
 
-from typing import Any
-
 from .errors import KubeError
 from .reads import RESOURCE_GROUP, RESOURCE_VERSION
 from .session import Session
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 CLAIM_FIELD_MANAGER = "netattach"
 """The field manager of netattach's server-side apply of a claim's status.devices."""

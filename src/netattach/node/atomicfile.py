@@ -11,7 +11,10 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
-from typing import IO
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import IO
 
 
 def temp_path(path: str) -> str:

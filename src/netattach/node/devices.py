@@ -41,12 +41,15 @@ import stat
 import time
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
 
 from ..cni.errors import ConfigError, IOFailure, TryAgain
 from ..cni.jsonutil import json_type, loads_strict
 from ..spec.netconf import DEFAULT_DEVICE_INFO_DIR, DEFAULT_POD_RESOURCES_SOCKET
 from . import atomicfile
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 log = logging.getLogger("netattach.devices")
 

@@ -24,9 +24,12 @@ import errno
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..cni.jsonutil import loads_strict
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 CACHE_DIR = "/var/lib/cni"
 """libcni's default cache dir (libcni `CacheDir`); entries are in its `results/`."""

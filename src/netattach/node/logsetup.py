@@ -26,9 +26,12 @@ import os
 import sys
 import threading
 import time
-from typing import Any
 
 from ..spec.netconf import LOG_LEVEL_NAMES
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 LOG_LEVELS: dict[str, int] = dict(zip(LOG_LEVEL_NAMES, (
     logging.CRITICAL, logging.ERROR, logging.WARNING, logging.INFO, logging.DEBUG,

@@ -27,7 +27,6 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
 
 __all__ = ["NetnsError", "NetnsOpenError", "NetnsEnterError", "NetnsStuck",
            "inside", "run_inside"]
@@ -35,7 +34,11 @@ __all__ = ["NetnsError", "NetnsOpenError", "NetnsEnterError", "NetnsStuck",
 CLONE_NEWNET = 0x40000000
 _OWN = "/proc/thread-self/ns/net"
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 
 class NetnsError(OSError):

@@ -29,12 +29,15 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
 
 from ..cni.chain import AddFailure
 from ..cni.errors import CniError, IOFailure
 from ..cni.request import CniRequest
 from ..spec.pod import PodRef
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
 
 STATE_FORMAT = 1
 """The format this release writes. Format 1: the keys of `SavedState.to_dict`.
@@ -484,13 +487,21 @@ def _apply_progress(state: SavedState, records: list[Any]) -> None:
             state.attachments[i].result = result
 
 
-class Salvaged(NamedTuple):
+if TYPE_CHECKING:
+    class _SalvagedFields(NamedTuple):
+        attachments: list[SavedAttachment]
+        complete: bool
+        header: dict[str, Any]
+else:  # the same tuple, without importing typing (cli.py)
+    from collections import namedtuple
+    _SalvagedFields = namedtuple("_SalvagedFields", ["attachments", "complete", "header"])
+
+
+class Salvaged(_SalvagedFields):
     """What `salvage` could read: `attachments` as the ADD saved them, `complete` when
     that is all of them, `header` the other top-level members read before the damage
-    (containerID, netns, ifname, cniArgs, pod... as saved)."""
-    attachments: list[SavedAttachment]
-    complete: bool
-    header: dict[str, Any]
+    (containerID, netns, ifname, cniArgs, pod... as saved); a tuple of the three."""
+    __slots__ = ()
 
     def runtime_view(self, container_id: str) -> SavedState:
         """The container as the runtime named it, from what was read of the header, read

@@ -51,11 +51,14 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
 
 from netattach.cni.chain import NetworkConfig
 from netattach.cni.errors import CniError, ConfigError
 from netattach.cni.jsonutil import json_type, loads_strict
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "CONF_EXTENSIONS",

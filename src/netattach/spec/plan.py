@@ -21,14 +21,18 @@ from __future__ import annotations
 import copy
 from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
 
 from ..cni.chain import NetworkConfig
 from ..cni.errors import ConfigError
 from .selection import NetworkSelectionElement
 
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
 if TYPE_CHECKING:
+    from typing import Any, Protocol
+
     from .claims import ClaimNetwork, ClaimRef
+else:
+    Protocol = object  # a protocol: read by the type checker only
 
 # network selection element attribute -> (runtimeConfig key == capability name, spec section).
 # A key with a section must be declared by some plugin of the delegate or the plan fails;

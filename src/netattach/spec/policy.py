@@ -19,13 +19,16 @@ docs/security.md says who is trusted for what.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from ..cni import invoke
 from ..cni.chain import NetworkConfig
 from ..cni.errors import CniError
 from .delegates import NAD_SOURCE_PREFIX
 from .netconf import NetConf
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_DEPTH = 16
 """Nesting levels of a plugin's config searched for `type` keys (deeper ones are not

@@ -49,9 +49,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Required, TypedDict, cast
 
 from ..cni.version import is_legacy_result
+
+TYPE_CHECKING = False  # typing is not imported on the exec'd path (cli.py)
+if TYPE_CHECKING:
+    from typing import Any, Required, TypedDict
 
 __all__ = [
     "NETWORK_STATUS_ANNOTATION",
@@ -65,17 +68,20 @@ __all__ = [
 NETWORK_STATUS_ANNOTATION = "k8s.v1.cni.cncf.io/network-status"
 """Pod annotation carrying the attachment statuses (§5)."""
 
-NetworkStatusEntry = TypedDict("NetworkStatusEntry", {
-    "name": Required[str],
-    "interface": str,
-    "ips": list[str],
-    "mac": str,
-    "mtu": int,
-    "default": Required[bool],
-    "dns": dict[str, Any],
-    "default-route": list[str],
-    "device-info": dict[str, Any],
-}, total=False)
+if TYPE_CHECKING:
+    NetworkStatusEntry = TypedDict("NetworkStatusEntry", {
+        "name": Required[str],
+        "interface": str,
+        "ips": list[str],
+        "mac": str,
+        "mtu": int,
+        "default": Required[bool],
+        "dns": dict[str, Any],
+        "default-route": list[str],
+        "device-info": dict[str, Any],
+    }, total=False)
+else:
+    NetworkStatusEntry = dict  # its keys: read by the type checker only
 """One element of the network-status list (§5.3), as `status_entry` makes it: `name` and
 `default` always, the others when they have a value (`dns`: nameservers, domain, search;
 `device-info`: the §5.3.8 map). Entries read back from an annotation are plain JSON and
@@ -318,7 +324,8 @@ def status_entry(
     if device_info:
         fields["device-info"] = device_info
     # in the order Multus writes them (a TypedDict cannot be built key by key in a loop)
-    return cast(NetworkStatusEntry, {key: fields[key] for key in _KEY_ORDER if key in fields})
+    entry: Any = {key: fields[key] for key in _KEY_ORDER if key in fields}
+    return entry  # type: ignore[no-any-return]
 
 
 def added_interface_message(ifname: Any, entry: Mapping[str, Any], network: Any) -> str:
