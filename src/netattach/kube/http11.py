@@ -152,6 +152,25 @@ class Answer:
         if self._rfile.readline(3) not in (b"\r\n", b"\n"):
             raise ProtocolError("a chunk does not end with CRLF")
 
+    def _of_length(self, data: bytes) -> bytes:
+        """`data`, just read of a Content-Length body, counted off it."""
+        if not data:
+            raise ProtocolError(f"the answer ended {self._length} bytes before its "
+                                "Content-Length")
+        self._length -= len(data)  # type: ignore[operator]
+        self.complete = not self._length
+        return data
+
+    def _of_chunk(self, data: bytes) -> bytes:
+        """`data`, just read of the current chunk, counted off it (its CRLF read at its
+        end)."""
+        if not data:
+            raise ProtocolError("the answer ended inside a chunk")
+        self._chunk_left -= len(data)
+        if not self._chunk_left:
+            self._end_of_chunk()
+        return data
+
     def read1(self, n: int = 65536) -> bytes:
         if self.complete:
             return b""
@@ -159,49 +178,26 @@ class Answer:
         if self._chunked:
             if not self._chunk_left and not self._next_chunk():
                 return b""
-            data: bytes = rfile.read1(min(n, self._chunk_left))
-            if not data:
-                raise ProtocolError("the answer ended inside a chunk")
-            self._chunk_left -= len(data)
-            if not self._chunk_left:
-                self._end_of_chunk()
-            return data
+            return self._of_chunk(rfile.read1(min(n, self._chunk_left)))
         if self._length is None:  # to the end of the connection
             data = rfile.read1(n)
             self.complete = not data
             return data
-        data = rfile.read1(min(n, self._length))
-        if not data:
-            raise ProtocolError(f"the answer ended {self._length} bytes before its "
-                                "Content-Length")
-        self._length -= len(data)
-        self.complete = not self._length
-        return data
+        return self._of_length(rfile.read1(min(n, self._length)))
 
     def readline(self) -> bytes:
         if self.complete:
             return b""
         rfile = self._rfile
         if self._length is not None:
-            line: bytes = rfile.readline(self._length)
-            if not line:
-                raise ProtocolError(f"the answer ended {self._length} bytes before its "
-                                    "Content-Length")
-            self._length -= len(line)
-            self.complete = not self._length
-            return line
+            return self._of_length(rfile.readline(self._length))
         if not self._chunked:
             line = rfile.readline()
             self.complete = not line
             return line
         parts = []
         while self._chunk_left or self._next_chunk():
-            part: bytes = rfile.readline(self._chunk_left)
-            if not part:
-                raise ProtocolError("the answer ended inside a chunk")
-            self._chunk_left -= len(part)
-            if not self._chunk_left:
-                self._end_of_chunk()
+            part = self._of_chunk(rfile.readline(self._chunk_left))
             parts.append(part)
             if part.endswith(b"\n"):
                 break
