@@ -94,9 +94,13 @@ def _defer_imports() -> None:
     imports the real module, puts it in sys.modules and copies its names into the
     stand-in, so whoever imported the stand-in sees the whole module from then on.
     (importlib.util.LazyLoader does not do here: the `import` statement reads the
-    module's `__spec__`, which loads a LazyLoader module at once.)
+    module's `__spec__`, which loads a LazyLoader module at once.) Two threads using a
+    stand-in for the first time at once load it once (a lock of `_thread`, which
+    imports nothing).
     """
+    import _thread
     import types
+    lock = _thread.allocate_lock()
     for name in DEFERRED_MODULES:
         if name in sys.modules:
             continue
@@ -104,10 +108,11 @@ def _defer_imports() -> None:
         stand_in.__spec__ = None  # read by `import`: must not load it
 
         def load(attribute: str, name: str = name, stand_in: Any = stand_in) -> Any:
-            if sys.modules.get(name) is stand_in:
-                del sys.modules[name]
-            real = __import__(name)
-            stand_in.__dict__.update(real.__dict__)
+            with lock:
+                if sys.modules.get(name) is stand_in:
+                    del sys.modules[name]
+                real = __import__(name)
+                stand_in.__dict__.update(real.__dict__)
             return getattr(real, attribute)
 
         stand_in.__getattr__ = load  # type: ignore[method-assign]

@@ -176,3 +176,33 @@ def test_a_daemon_in_an_outage_is_back_within_about_its_length():
                 t += cache.reconnect_pause(failures, rand=rng.random, elapsed=t)
                 failures += 1
             assert t - outage <= max(outage, cache.BACKOFF[0])
+
+
+def test_a_watch_cut_after_it_delivered_is_a_first_failure_again(monkeypatch):
+    """A WATCH the server cuts in the middle of its answer (kube/http11.py: "ended inside
+    its chunked body") after it delivered events is not one more failure of a row: the
+    pause after each such cut stays the first step's, however many came before; WATCHes
+    that fail before delivering anything still back off."""
+    import json
+
+    counts: list[int] = []
+    monkeypatch.setattr(cache, "reconnect_pause",
+                        lambda failures, *a, **k: counts.append(failures) or 0.0)
+
+    class Delivering(_Http):
+        def stream(self, method, path, params, read_timeout=None):
+            self.calls.append(dict(params))
+            n = len(self.calls)
+            if n >= 6:
+                self.cache_ref[0].stop()
+            lines = [json.dumps({"type": "ADDED", "object": {"metadata": {
+                "namespace": "a", "name": f"n{n}", "resourceVersion": str(100 + n)}}})]
+            return _Resp(lines if n <= 3 else [], ConnectionError("cut"))
+
+    ref: list = []
+    http = Delivering(ref, [])
+    c = cache.WatchCache(cache.NADS, "/x", None, http, cache.nad_trimmer(1024))
+    ref.append(c)
+    c._list = lambda: "100"  # type: ignore[method-assign]
+    c._run()
+    assert counts == [0, 0, 0, 1, 2, 3]

@@ -98,8 +98,8 @@ def test_insecure_skip_tls_verify_turns_verification_off(tmp_path):
     assert t._context.verify_mode == ssl.CERT_REQUIRED and t._context.check_hostname
 
 
-@pytest.mark.parametrize("token", ["t0k\n", " t0k", "t0k\x7f", "a\rb"],
-                         ids=["newline", "leading-space", "del", "carriage-return"])
+@pytest.mark.parametrize("token", ["t0k\n", " t0k", "t0k\x7f", "a\rb", "t0k\u20ac"],
+                         ids=["newline", "leading-space", "del", "carriage-return", "non-ascii"])
 def test_a_token_that_cannot_be_a_header_is_refused_unquoted(tmp_path, token):
     """Sent, it would be refused as a header value (http11.request_bytes)."""
     with pytest.raises(transport.KubeconfigError) as e:

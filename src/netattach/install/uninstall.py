@@ -97,10 +97,13 @@ def ask(server: str, sa: ServiceAccount, namespace: str, name: str, budget: floa
         context = None
         if server.startswith("https://"):
             context = ssl.create_default_context(cadata=sa.ca.decode("ascii", "replace"))
-        http = transport.StdlibTransport(server, context, sa.token)
     except (ValueError, ssl.SSLError) as e:
         return Verdict(None, f"cannot connect to the API server {server}: the "
                              f"ServiceAccount's CA is not usable ({e})")
+    try:
+        http = transport.StdlibTransport(server, context, sa.token)
+    except ValueError as e:  # http11.split_server: not http(s)://host[:port][/path]
+        return Verdict(None, f"cannot connect to the API server {server}: {e}")
     kube = Kube(None, budget, "--uninstall-timeout", shared=(http, transport.ERRORS, namespace))
     try:
         return judge(kube.get_daemonset(namespace, name), None, ref)

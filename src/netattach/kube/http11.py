@@ -29,6 +29,12 @@ MAX_LINE = 65536
 http.client's _MAXLINE)."""
 MAX_HEADERS = 100
 """Header field lines of an answer at most (as http.client's _MAXHEADERS)."""
+MAX_LENGTH = 1 << 40
+"""A Content-Length or chunk size above this (1 TiB) is refused as garbage, before
+anything is read or allocated for it."""
+READ_PIECE = 1 << 20
+"""Bytes `Answer.read` asks for at most at a time: memory grows with what arrives, not
+with what the answer announces."""
 
 _TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz"
                    b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
@@ -47,15 +53,15 @@ class ServerClosed(ConnectionResetError):
 
 
 class Headers:
-    """An answer's header fields: `get(name, default=None)` in any case of `name`; a
-    field given more than once is its values joined by ", " (RFC 9110 section 5.3)."""
+    """An answer's header fields: `get(name, default=None)` in any case of `name`, the
+    first value of a field given more than once, as http.client's `get` (the fields
+    read here, Retry-After and Content-Type, are singletons: RFC 9110 section 5.3)."""
 
     def __init__(self, fields: list[tuple[str, str]]):
-        joined: dict[str, str] = {}
+        first: dict[str, str] = {}
         for name, value in fields:
-            key = name.lower()
-            joined[key] = f"{joined[key]}, {value}" if key in joined else value
-        self._fields = joined
+            first.setdefault(name.lower(), value)
+        self._fields = first
 
     def get(self, name: str, default: str | None = None) -> str | None:
         return self._fields.get(name.lower(), default)
@@ -136,6 +142,8 @@ class Answer:
                 any(b not in b"0123456789abcdefABCDEF" for b in size_text):
             raise ProtocolError(f"invalid chunk size line {line[:40]!r}")
         size = int(size_text, 16)
+        if size > MAX_LENGTH:
+            raise ProtocolError(f"a chunk size over {MAX_LENGTH} bytes: {line[:40]!r}")
         if size:
             self._chunk_left = size
             return True
@@ -204,15 +212,12 @@ class Answer:
         return b"".join(parts)
 
     def read(self) -> bytes:
-        if self._length is not None and not self._chunked and not self.complete:
-            data: bytes = self._rfile.read(self._length)
-            if len(data) < self._length:
-                raise ProtocolError(f"the answer ended {self._length - len(data)} bytes "
-                                    "before its Content-Length")
-            self._length, self.complete = 0, True
-            return data
         parts = []
-        while chunk := self.read1(1 << 20):
+        if self._length is not None:  # in pieces: the length is the server's word
+            while not self.complete:
+                parts.append(self._of_length(self._rfile.read(min(self._length, READ_PIECE))))
+            return b"".join(parts)
+        while chunk := self.read1(READ_PIECE):
             parts.append(chunk)
         return b"".join(parts)
 
@@ -243,25 +248,35 @@ def read_answer(rfile: BufferedReader, method: str) -> Answer:
             continue  # interim: the final answer follows
         break
     headers = Headers(fields)
-    connection = {t.strip().lower() for t in (headers.get("Connection") or "").split(",")}
+    connection = {t.strip().lower() for t in _joined(fields, "connection").split(",")}
     will_close = "close" in connection or (version == "HTTP/1.0"
                                            and "keep-alive" not in connection)
-    coding = (headers.get("Transfer-Encoding") or "").lower()
-    if method == "HEAD" or status in (101, 204, 304):
+    coding = _joined(fields, "transfer-encoding").lower()
+    lengths = {v.strip() for v in _joined(fields, "content-length").split(",") if v.strip()}
+    if method == "HEAD" or status in (204, 304):
         return Answer(rfile, status, headers, will_close, 0, False)
+    if status == 101:  # what follows is no HTTP any more (never asked for here)
+        return Answer(rfile, status, headers, True, 0, False)
     if coding:
+        # RFC 9112 6.3: a body not chunked last runs to the end of the connection; one
+        # with a Content-Length too, or chunked in HTTP/1.0, may be smuggling: the
+        # connection is not used again after it
         if coding.rsplit(",", 1)[-1].strip() != "chunked":
-            # RFC 9112 6.3: a body not chunked last runs to the end of the connection
             return Answer(rfile, status, headers, True, None, False)
-        return Answer(rfile, status, headers, will_close, None, True)
-    length_text = headers.get("Content-Length")
-    if length_text is None:
+        return Answer(rfile, status, headers,
+                      will_close or bool(lengths) or version == "HTTP/1.0", None, True)
+    if not lengths and "content-length" not in {n.lower() for n, _ in fields}:
         return Answer(rfile, status, headers, True, None, False)
-    values = {v.strip() for v in length_text.split(",")}
-    length = values.pop() if len(values) == 1 else ""
-    if not length.isdigit() or not length.isascii():
-        raise ProtocolError(f"invalid Content-Length {length_text[:40]!r}")
+    length = lengths.pop() if len(lengths) == 1 else ""
+    if not length.isdigit() or not length.isascii() or int(length) > MAX_LENGTH:
+        raise ProtocolError(f"invalid Content-Length {_joined(fields, 'content-length')[:40]!r}")
     return Answer(rfile, status, headers, will_close, int(length), False)
+
+
+def _joined(fields: list[tuple[str, str]], name: str) -> str:
+    """Every value of the (lower-case) field `name`, joined by ", " (RFC 9110 section
+    5.3): how the framing fields are read, whatever Headers.get gives."""
+    return ", ".join(value for field, value in fields if field.lower() == name)
 
 
 def _read_fields(rfile: BufferedReader) -> list[tuple[str, str]]:

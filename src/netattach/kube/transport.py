@@ -310,7 +310,8 @@ def in_cluster(service_account: str = SERVICE_ACCOUNT,
         with open(os.path.join(service_account, "namespace"), encoding="utf-8") as f:
             namespace = f.read().strip()
         context = ssl.create_default_context(cafile=os.path.join(service_account, "ca.crt"))
-        if not token or not namespace or any(ord(c) < 0x21 or ord(c) == 0x7f for c in token):
+        if not token or not namespace or not token.isascii() or \
+                any(ord(c) < 0x21 or ord(c) == 0x7f for c in token):
             return None
         # a port that is not one (split_server raises) is lightkube's to word
         return StdlibTransport(f"https://{host}:{port}", context, token), namespace
@@ -376,11 +377,12 @@ def load(kubeconfig: str | None) -> tuple[StdlibTransport, str] | None:
                 token = f.read().strip()
         except (OSError, UnicodeDecodeError) as e:
             raise KubeconfigError(f"token file {user['tokenFile']}: {e}") from None
-    if token is not None and (token != token.strip()
+    if token is not None and (token != token.strip() or not token.isascii()
                               or any(ord(c) < 0x20 or ord(c) == 0x7f for c in token)):
         # never sent, and never quoted: it would be the value of an HTTP header
         raise KubeconfigError("Illegal header value: the user's token (not shown) has a "
-                              "newline, a control character or leading or trailing space")
+                              "newline, a control character, a non-ASCII character or "
+                              "leading or trailing space")
     context_ssl = None
     if scheme == "https":
         context_ssl = _ssl_context(cluster, user, insecure, resolve)
