@@ -116,6 +116,8 @@ def test_a_connection_closed_before_the_status_line_is_server_closed():
     (b"HTTP/1.1 200 OK\r\nContent-Length: 1099511627777\r\n\r\n", "invalid Content-Length"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n",
      "invalid Content-Length"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n",
+     "invalid Content-Length"),
     (b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 101 + b"\r\n", "more than 100 header fields"),
     (b"HTTP/1.1 200 OK\r\nX: " + b"y" * 70000 + b"\r\n\r\n", "too long"),
     (b"HTTP/1.1 200 " + b"O" * 70000 + b"\r\n\r\n", "too long"),

@@ -268,7 +268,8 @@ def read_answer(rfile: BufferedReader, method: str) -> Answer:
     if not lengths and "content-length" not in {n.lower() for n, _ in fields}:
         return Answer(rfile, status, headers, True, None, False)
     length = lengths.pop() if len(lengths) == 1 else ""
-    if not length.isdigit() or not length.isascii() or int(length) > MAX_LENGTH:
+    if not length.isdigit() or not length.isascii() or len(length) > 15 \
+            or int(length) > MAX_LENGTH:  # 15 digits: int() never meets its digit limit
         raise ProtocolError(f"invalid Content-Length {_joined(fields, 'content-length')[:40]!r}")
     return Answer(rfile, status, headers, will_close, int(length), False)
 
