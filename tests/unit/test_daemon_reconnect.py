@@ -110,20 +110,26 @@ class _Http:
         pass
 
 
+def _run_watches(http: _Http) -> cache.WatchCache:
+    """A NAD cache over `http`, its LIST at resourceVersion 100, run in this thread until
+    `http` stops it (at its third WATCH, or as a test's client says)."""
+    c = cache.WatchCache(cache.NADS, "/x", None, http, cache.nad_trimmer(1024))
+    http.cache_ref.append(c)
+    c._list = lambda: "100"  # type: ignore[method-assign]
+    c._run()
+    return c
+
+
 def test_a_broken_watch_resumes_from_the_last_version_it_delivered(monkeypatch):
     """Not from the LIST's: every event since would come again, and after an API server
     restart that older version answers 410 and the daemon lists everything again."""
     import json
 
     monkeypatch.setattr(cache, "reconnect_pause", lambda *a, **k: 0.0)
-    ref: list = []
     lines = [json.dumps({"type": "ADDED", "object": {"metadata": {
         "namespace": "a", "name": f"n{i}", "resourceVersion": str(100 + i)}}}) for i in (1, 2)]
-    http = _Http(ref, lines)
-    c = cache.WatchCache(cache.NADS, "/x", None, http, cache.nad_trimmer(1024))
-    ref.append(c)
-    c._list = lambda: "100"  # type: ignore[method-assign]
-    c._run()  # in this thread: it returns once the third WATCH stopped it
+    http = _Http([], lines)
+    c = _run_watches(http)  # it returns once the third WATCH stopped it
     assert [p["resourceVersion"] for p in http.calls] == ["100", "102", "102"]
     assert c.get("a", "n2") is not None
 
@@ -143,12 +149,8 @@ def test_the_watch_asks_for_a_drawn_timeout(monkeypatch):
     draws = iter([0.0, 0.5, 0.25])
     drawn = cache.watch_seconds
     monkeypatch.setattr(cache, "watch_seconds", lambda: drawn(rand=lambda: next(draws)))
-    ref: list = []
-    http = _Http(ref, [])
-    c = cache.WatchCache(cache.NADS, "/x", None, http, cache.nad_trimmer(1024))
-    ref.append(c)
-    c._list = lambda: "100"  # type: ignore[method-assign]
-    c._run()
+    http = _Http([], [])
+    _run_watches(http)
     assert [p["timeoutSeconds"] for p in http.calls] == ["300", "450", "375"]
 
 
@@ -199,10 +201,5 @@ def test_a_watch_cut_after_it_delivered_is_a_first_failure_again(monkeypatch):
                 "namespace": "a", "name": f"n{n}", "resourceVersion": str(100 + n)}}})]
             return _Resp(lines if n <= 3 else [], ConnectionError("cut"))
 
-    ref: list = []
-    http = Delivering(ref, [])
-    c = cache.WatchCache(cache.NADS, "/x", None, http, cache.nad_trimmer(1024))
-    ref.append(c)
-    c._list = lambda: "100"  # type: ignore[method-assign]
-    c._run()
+    _run_watches(Delivering([], []))
     assert counts == [0, 0, 0, 1, 2, 3]
