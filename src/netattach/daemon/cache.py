@@ -286,12 +286,12 @@ class WatchCache:
                 version = None
             except Exception as e:  # the API server went away, a bad answer, TLS...
                 self.watching = False
-                if version is not None and self._seen and self._seen != version:
-                    # the WATCH worked until it broke (a connection cut in the middle of
-                    # its answer): a first failure again, not one more of a row, so
-                    # the pause stays short (jittered) however many cuts came before
-                    failures = 0
                 if version is not None and self._seen:
+                    if self._seen != version:
+                        # the WATCH worked until it broke (a connection cut in the middle
+                        # of its answer): a first failure again, not one more of a row,
+                        # so the pause stays short (jittered) however many cuts came
+                        failures = 0
                     # resume from the last resourceVersion the broken WATCH delivered, as
                     # client-go's reflector does: from the LIST's, every event since would
                     # come again, and once that version is compacted (or the API server

@@ -41,6 +41,10 @@ _TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz"
 """RFC 9110 section 5.6.2 `tchar`: what a field name and a method are made of."""
 
 
+def _is_token(text: str) -> bool:
+    return bool(text) and all(b in _TOKEN for b in text.encode("latin-1", "replace"))
+
+
 class ProtocolError(Exception):
     """An answer that does not follow HTTP/1.1 (RFC 9112), cut short, or too large for
     the limits above; or a request that cannot be written (a method, target or header
@@ -83,7 +87,7 @@ def request_bytes(method: str, target: str, host: str, headers: dict[str, str],
     character or a non-ASCII character, or a header field whose name is no token or
     whose value has CR, LF or NUL (the value is never quoted: it can be the bearer
     token)."""
-    if not method or not all(b in _TOKEN for b in method.encode("latin-1", "replace")):
+    if not _is_token(method):
         raise ProtocolError(f"invalid method {method!r}")
     if not target.startswith("/") or not target.isascii() or \
             any(c <= " " or c == "\x7f" for c in target):
@@ -91,7 +95,7 @@ def request_bytes(method: str, target: str, host: str, headers: dict[str, str],
                             f"character, or not a path): {target[:200]!r}")
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Accept-Encoding: identity"]
     for name, value in headers.items():
-        if not name or not all(b in _TOKEN for b in name.encode("latin-1", "replace")):
+        if not _is_token(name):
             raise ProtocolError(f"Invalid header name {name[:100]!r}")
         if "\r" in value or "\n" in value or "\0" in value:
             raise ProtocolError(f"Invalid header value for {name} (not shown)")
@@ -252,7 +256,8 @@ def read_answer(rfile: BufferedReader, method: str) -> Answer:
     will_close = "close" in connection or (version == "HTTP/1.0"
                                            and "keep-alive" not in connection)
     coding = _joined(fields, "transfer-encoding").lower()
-    lengths = {v.strip() for v in _joined(fields, "content-length").split(",") if v.strip()}
+    length_text = _joined(fields, "content-length")
+    lengths = {v.strip() for v in length_text.split(",") if v.strip()}
     if method == "HEAD" or status in (204, 304):
         return Answer(rfile, status, headers, will_close, 0, False)
     if status == 101:  # what follows is no HTTP any more (never asked for here)
@@ -265,12 +270,12 @@ def read_answer(rfile: BufferedReader, method: str) -> Answer:
             return Answer(rfile, status, headers, True, None, False)
         return Answer(rfile, status, headers,
                       will_close or bool(lengths) or version == "HTTP/1.0", None, True)
-    if not lengths and "content-length" not in {n.lower() for n, _ in fields}:
+    if not lengths and not any(name.lower() == "content-length" for name, _ in fields):
         return Answer(rfile, status, headers, True, None, False)
     length = lengths.pop() if len(lengths) == 1 else ""
     if not length.isdigit() or not length.isascii() or len(length) > 15 \
             or int(length) > MAX_LENGTH:  # 15 digits: int() never meets its digit limit
-        raise ProtocolError(f"invalid Content-Length {_joined(fields, 'content-length')[:40]!r}")
+        raise ProtocolError(f"invalid Content-Length {length_text[:40]!r}")
     return Answer(rfile, status, headers, will_close, int(length), False)
 
 
