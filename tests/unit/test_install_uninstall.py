@@ -20,7 +20,17 @@ from netattach.cni.chain import NetworkConfig
 from netattach.cni.errors import CniError
 from netattach.commands.networks import is_own
 from netattach.install import primary as install_primary
-from netattach.install.uninstall import Verdict, decide, judge, retired_conflist
+from netattach.install.uninstall import (
+    ASK_AGAIN,
+    DONE,
+    RECHECK_SECONDS,
+    RETIRE,
+    Verdict,
+    at_start,
+    decide,
+    judge,
+    retired_conflist,
+)
 from netattach.kube.client import KubeError
 from netattach.node import nodefiles
 from netattach.node.state import SavedState
@@ -59,6 +69,34 @@ REF = "kube-system/netattach"
 def test_the_rule(daemonset, error, uninstall, said):
     verdict = judge(daemonset, error, REF)
     assert verdict.uninstall is uninstall and said in verdict.reason
+
+
+@pytest.mark.parametrize("daemonset, error, sure", [
+    ({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}, None, True),
+    (None, KubeError("get DaemonSet: HTTP 401", 401), True),
+    (None, None, False),  # 404: also a wrong --daemonset
+    (None, KubeError("get DaemonSet: HTTP 403", 403), False),  # also a missing Role
+])
+def test_only_answers_no_misconfiguration_gives_are_sure(daemonset, error, sure):
+    verdict = judge(daemonset, error, REF)
+    assert verdict.uninstall is True and verdict.sure is sure
+
+
+@pytest.mark.parametrize("verdict, elapsed, action", [
+    # a sure uninstall retires at once: the installer's stop signal may be lost
+    (Verdict(True, "401", sure=True), 0.0, RETIRE),
+    (Verdict(True, "being deleted", sure=True), RECHECK_SECONDS + 1, RETIRE),
+    # an uninstall a misconfiguration also answers never retires on start: asked
+    # again for a while (an uninstall deletes the ServiceAccount too), then left
+    (Verdict(True, "404"), 0.0, ASK_AGAIN),
+    (Verdict(True, "403"), RECHECK_SECONDS - 0.1, ASK_AGAIN),
+    (Verdict(True, "404"), RECHECK_SECONDS, DONE),
+    # keep, and no answer (asked again at the stop), end the asking at once
+    (Verdict(False, "there"), 0.0, DONE),
+    (Verdict(None, "unreachable"), 0.0, DONE),
+])
+def test_the_rule_after_the_start(verdict, elapsed, action):
+    assert at_start(verdict, elapsed) == action
 
 
 class Clock:

@@ -321,6 +321,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.check:
             return _check(args, dict(os.environ))
+        # first of all: a SIGTERM before the handler is lost (PID 1 of the container
+        # ignores a signal it has no handler for), and the uninstall rule with it
+        stop = Stop()
         from ..buildinfo import describe
         log.info("netattach install %s", describe())
         if _thin_hotplug(args):
@@ -336,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
         # refuse bad settings at once, naming the key (a stand-in primary: no key's
         # validity depends on it); the probes, reading the record, say the same
         installer.check_settings(SUPPORTED_VERSIONS[-1], args.host_conf_dir)
-        return installer.serve(Stop())
+        return installer.serve(stop)
     except (InstallError, OSError) as e:
         log.error("%s", e)
         return 1

@@ -54,7 +54,17 @@ from .primary import (
     plugin_settings,
     render_conflist,
 )
-from .uninstall import Verdict, ask, decide, remove_files, retired_conflist, state_dir_mounted
+from .uninstall import (
+    ASK_AGAIN,
+    DONE,
+    Verdict,
+    ask,
+    at_start,
+    decide,
+    remove_files,
+    retired_conflist,
+    state_dir_mounted,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +92,15 @@ class Stop:
             select.select([self._r], [], [], seconds)
         with contextlib.suppress(BlockingIOError):
             os.read(self._r, 512)
+
+
+@dataclasses.dataclass
+class _StartRule:
+    """The rule asked after the start (Installer.start_rule): when first answered, the
+    last answer, and whether it needs asking no more."""
+    first_at: float | None = None
+    verdict: Verdict | None = None
+    done: bool = False
 
 
 class _Every:
@@ -380,15 +399,17 @@ class Installer:
         self.sync_binary()
         self.sync_kubeconfig()
         waiting_since: float | None = None
-        rule_checked = presence is None or not a.cleanup_on_exit
+        rule = None if presence is None or not a.cleanup_on_exit else _StartRule()
         while not stop.signum:
             self._retrying(self.sync_kubeconfig)
             ready = self._retrying(self.sync_conf)
             if ready:
                 waiting_since = None
-                if not rule_checked:  # once installed: an API server late to answer
-                    rule_checked = True  # never delays the conflist
-                    self.check_uninstall_rule()
+                if rule is not None and not rule.done:  # once installed: an API server
+                    assert presence is not None      # late to answer never delays it
+                    retired = self.start_rule(rule, presence)
+                    if retired is not None:
+                        return self.idle_retired(stop, retired)
                 if a.once:
                     log.info("installed; exiting (--once)")
                     return 0
@@ -437,14 +458,16 @@ class Installer:
         namespace, name = self.daemonset_ref(sa)
         return ask(server, sa, namespace, name, budget)
 
-    def check_uninstall_rule(self) -> None:
+    def check_uninstall_rule(self) -> Verdict:
         """At start, one try of the rule, logged: a stop now would keep netattach or
         could not be told (INFO), or would be taken for an uninstall, which a wrong
-        --daemonset or missing RBAC cause (WARNING)."""
+        --daemonset or missing RBAC cause (WARNING). Returns the verdict."""
         verdict = self.ask_uninstalled(min(self.args.uninstall_timeout, 5.0))
         if verdict.uninstall is False:
             log.info("a stop of this installer keeps netattach on the node: %s",
                      verdict.reason)
+        elif verdict.uninstall and verdict.sure:
+            log.info("netattach is uninstalled: %s", verdict.reason)
         elif verdict.uninstall:
             log.warning("a stop of this installer would be taken for an uninstall: %s; "
                         "check --daemonset and the RBAC of deploy/base/rbac.yaml (Role "
@@ -453,6 +476,55 @@ class Installer:
             log.info("a stop of this installer could not be told from an uninstall now, "
                      "for want of an answer (%s): it would keep netattach on the node",
                      verdict.reason)
+        return verdict
+
+    def start_rule(self, rule: _StartRule, presence: int) -> str | None:
+        """One step of the rule after the start (uninstall.at_start): the first try
+        (check_uninstall_rule), or a try again while an uninstall answer may be a
+        misconfiguration's. On a sure uninstall, retire the node now, once this
+        installer is the last one on it (another one stopping keeps the files for us).
+        Returns why the node was retired (or found retired by another), else None."""
+        now = time.monotonic()
+        if rule.first_at is None:
+            rule.first_at, rule.verdict = now, self.check_uninstall_rule()
+        elif rule.verdict is None or not rule.verdict.sure:
+            verdict = self.ask_uninstalled(min(self.args.uninstall_timeout, 5.0))
+            if verdict.uninstall is not None and verdict != rule.verdict:
+                log.info("asked again: %s", verdict.reason)
+            if verdict.uninstall is not None:
+                rule.verdict = verdict
+        assert rule.verdict is not None
+        action = at_start(rule.verdict, now - rule.first_at)
+        if action == DONE:
+            rule.done = True
+            return None
+        if action == ASK_AGAIN:
+            return None
+        if not self.last_one_out(presence):  # the conversion dropped our shared lock
+            fcntl.flock(presence, fcntl.LOCK_SH)
+            if nodefiles.still_there(presence, os.path.join(self.kube_dir, LOCK_NAME)):
+                if self._wait_log.due("retire"):
+                    log.info("another netattach installer runs on this node; retiring it "
+                             "once that one stops")
+                return None
+            os.close(presence)  # removed with netattach's files: another one retired it
+            return "another installer removed netattach's files"
+        log.info("netattach is uninstalled: retiring this node now, not at this "
+                 "installer's stop, which may never be signalled (a signal sent while it "
+                 "started is lost; docs/install-lifecycle.md, \"An uninstall while an "
+                 "installer starts\")")
+        self.retire(presence, now + self.args.uninstall_timeout)
+        os.close(presence)  # the files that stay go with the last DEL, which needs it free
+        return rule.verdict.reason
+
+    def idle_retired(self, stop: Stop, reason: str) -> int:
+        """After start_rule retired the node: nothing more to install or keep; wait for
+        the stop signal (if it comes) and exit 0."""
+        while not stop.signum:
+            stop.sleep(WAIT_LOG_SECONDS)
+        log.info("%s received; netattach was already uninstalled from this node: %s",
+                 signal.Signals(stop.signum).name, reason)
+        return 0
 
     def note_retired(self) -> None:
         """Log when the conflist is the retired one: an uninstall is being undone."""

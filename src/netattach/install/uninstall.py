@@ -24,6 +24,15 @@ hold_presence), keep: it owns the files now. The least privilege for the GET is
 `get` on that one DaemonSet (`resourceNames`), a Role in its namespace
 (deploy/base/rbac.yaml, `netattach-installer`).
 
+The rule is also asked once an installer has installed (`at_start`): a stop signal the
+kubelet sent while the installer process was starting is lost (the container's PID 1
+ignores a signal it has no handler for yet), so an installer whose pod the uninstall
+deleted as it started never hears its stop. An answer that cannot come from a
+misconfiguration (401: the token this pod was just given is rejected; the DaemonSet
+being deleted) retires the node at once; 404 and 403 (also a wrong `--daemonset` or a
+missing Role) are asked again for `RECHECK_SECONDS`, within which an uninstall that
+deletes the DaemonSet or the RBAC first (helm) deletes the ServiceAccount too.
+
 Known misreadings (docs/install-lifecycle.md): a force-deleted installer pod
 (`--force --grace-period=0`) has its pod-bound token rejected at once, which reads as
 an uninstall (the node is retired until the DaemonSet's next pod installs again); a
@@ -60,12 +69,21 @@ PAUSE = 1.0
 when that is less)."""
 
 
+RECHECK_SECONDS = 60.0
+"""After an installer's start, how long an uninstall answer a misconfiguration could also
+give (404, 403) is asked again for one that settles it (`at_start`)."""
+
+RETIRE, ASK_AGAIN, DONE = "retire", "ask again", "done"
+
+
 @dataclass(frozen=True)
 class Verdict:
     """uninstall: True (uninstalled), False (keep everything), None (no answer: ask
-    again); reason: why, for the log."""
+    again); reason: why, for the log; sure: an uninstall no misconfiguration answers
+    (401, the DaemonSet being deleted), which settles it at start too (`at_start`)."""
     uninstall: bool | None
     reason: str
+    sure: bool = False
 
 
 def judge(daemonset: dict[str, Any] | None, error: KubeError | None, ref: str) -> Verdict:
@@ -77,11 +95,12 @@ def judge(daemonset: dict[str, Any] | None, error: KubeError | None, ref: str) -
             return Verdict(True, f"DaemonSet {ref} is deleted (404)")
         deleting = (daemonset.get("metadata") or {}).get("deletionTimestamp")
         if deleting:
-            return Verdict(True, f"DaemonSet {ref} is being deleted (since {deleting})")
+            return Verdict(True, f"DaemonSet {ref} is being deleted (since {deleting})",
+                           sure=True)
         return Verdict(False, f"DaemonSet {ref} is there: its next pod takes over")
     if error.status == 401:
         return Verdict(True, "the API server rejects this pod's ServiceAccount token (401): "
-                             "its ServiceAccount is deleted")
+                             "its ServiceAccount is deleted", sure=True)
     if error.status == 403:
         return Verdict(True, f"this pod's ServiceAccount may not read DaemonSet {ref} any "
                              "more (403): its RBAC is deleted")
@@ -135,6 +154,19 @@ def decide(ask_once: Callable[[float], Verdict], other_installer: Callable[[], b
         log.warning("cannot tell an uninstall from a restart yet: %s; asking again in %g s",
                     verdict.reason, pause)
         sleep(pause)
+
+
+def at_start(verdict: Verdict, elapsed: float) -> str:
+    """What an installer does with the rule's `verdict` asked after its start, `elapsed`
+    seconds after the first such answer (module doc): RETIRE (a sure uninstall: its
+    stop may never come), ASK_AGAIN (an uninstall a misconfiguration could also answer,
+    within RECHECK_SECONDS) or DONE (keep; no answer, which its stop asks again; or
+    the time is up). Pure."""
+    if verdict.uninstall and verdict.sure:
+        return RETIRE
+    if verdict.uninstall and elapsed < RECHECK_SECONDS:
+        return ASK_AGAIN
+    return DONE
 
 
 def retired_conflist(active: bytes, host_conflist: str) -> bytes:
