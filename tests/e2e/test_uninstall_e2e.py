@@ -186,9 +186,10 @@ class Node:
                 "bin": sorted(p.name for p in self.bin.iterdir()),
                 "state": self.state.exists()}
 
-    def start(self, *extra: str, primary: bool = True) -> subprocess.Popen:
+    def start(self, *extra: str, primary: bool = True, wait: bool = True) -> subprocess.Popen:
         """Start an installer; return once it installed (`primary`: the cluster default
-        network's config is there) or, without one, once it waits for it."""
+        network's config is there) or, without one, once it waits for it; at once when
+        not `wait`."""
         write_sa(self.sa, self.identity.token, len(self.procs) + 1,
                  ca=self.cluster.ca_file.read_bytes())
         argv = [sc.netattach_command(), "install", f"--bin-dir={self.bin}",
@@ -201,6 +202,8 @@ class Node:
         with open(self.logs / f"installer{len(self.procs)}.log", "wb") as err:
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
         self.procs.append(proc)
+        if not wait:
+            return proc
         if not primary:
             wait_for(lambda: "waiting: no CNI config" in self.log(proc), "the installer waiting")
             return proc
@@ -360,6 +363,52 @@ def test_an_uninstall_before_the_cluster_default_network_came(cluster, identity,
     identity.delete_daemonset()
     log = node.stop(proc)
     assert "no sandbox needs netattach: removed" in log, log
+    assert node.snapshot() == before
+
+
+def test_an_installer_starting_into_an_uninstall_retires_without_a_stop(
+        admin_api, cluster, host_env, k8s_namespace, identity, node):
+    """An installer that starts with its ServiceAccount deleted (its pod deleted by the
+    uninstall as it started: the stop signal that came before its handler is lost)
+    retires the node without being stopped: with nothing attached, every file goes;
+    then it waits for its stop, which does nothing more."""
+    sc.setup(admin_api, cluster.workdir / "unused", host_env, k8s_namespace)
+    identity.create()
+    before = node.snapshot()
+    identity.delete_service_account()
+    wait_for(lambda: _token_rejected(cluster, identity.token), "the token rejected")
+    proc = node.start(wait=False)
+    wait_for(lambda: "no sandbox needs netattach: removed" in node.log(proc) or
+             proc.poll() is not None, "the installer's retire", timeout=120)
+    log = node.log(proc)
+    assert "netattach is uninstalled: the API server rejects this pod's ServiceAccount " \
+           "token (401)" in log and "retiring this node now" in log, log
+    assert node.snapshot() == before
+    assert proc.poll() is None, log  # until its stop
+    log = node.stop(proc)
+    assert "netattach was already uninstalled from this node" in log, log
+    assert node.snapshot() == before
+
+
+def test_a_start_answered_404_retires_only_once_the_serviceaccount_goes(
+        admin_api, cluster, host_env, k8s_namespace, identity, node):
+    """404 at the start is also a wrong --daemonset: it never retires a node by itself
+    (a WARNING, everything stays); asked again after the start, it retires the node
+    once the ServiceAccount is deleted too (an uninstall that deletes the DaemonSet
+    first, as helm's does)."""
+    sc.setup(admin_api, cluster.workdir / "unused", host_env, k8s_namespace)
+    identity.create(daemonset=False)
+    before = node.snapshot()
+    proc = node.start()
+    log = node.log(proc)
+    assert "WARNING: a stop of this installer would be taken for an uninstall: DaemonSet " \
+           f"kube-system/{identity.name} is deleted (404)" in log, log
+    assert node.installed() and proc.poll() is None
+    identity.delete_service_account()
+    wait_for(lambda: "no sandbox needs netattach: removed" in node.log(proc) or
+             proc.poll() is not None, "the installer's retire", timeout=120)
+    assert "asked again: the API server rejects this pod's ServiceAccount token (401)" \
+        in node.log(proc), node.log(proc)
     assert node.snapshot() == before
 
 

@@ -5,6 +5,7 @@ its networks, and every DEL frees everything, whichever version ADDed the pod.""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -154,3 +155,80 @@ def test_uninstall_with_a_multi_network_pod_running_leaks_nothing(real_node, nod
     _delete_all(real_node, ns, name, plain)
     assert nd.netattach_files(real_node) == []
     assert _snapshot(real_node) == before
+
+
+def test_an_uninstall_while_an_installer_starts_leaves_no_files(real_node, node_image,
+                                                                 node_scenario, tmp_path):
+    """`kubectl delete -k` while the DaemonSet's replacement of an installer pod starts
+    (an uninstall during a rolling update, or right after an eviction): the kubelet's
+    stop signal reaches the new container before its process has a handler, and the
+    container's PID 1 ignores it, so the installer never hears its stop. It starts with
+    its ServiceAccount deleted (401) and retires the node itself
+    (docs/install-lifecycle.md, "An uninstall while an installer starts").
+
+    The start is held at a gate (a shell, PID 1 like the installer, waiting for a file)
+    until the kubelet has signalled the container, so the signal is lost every time;
+    the grace period is long enough that the kill never comes before the installer
+    has answered (a hang guard, not a timing)."""
+    gate = real_node.host_path("/etc/cni/net.d/.test-installer-gate")
+    script = ("while [ ! -e /host/etc/cni/net.d/.test-installer-gate ]; do sleep 0.2; done; "
+              'exec /opt/netattach/netattach install "$@"')
+    overlay = nd.admin_overlay(tmp_path, "thin", patches=[{
+        "target": {"kind": "DaemonSet", "name": nd.DAEMONSET},
+        "patch": json.dumps([
+            {"op": "replace", "path": "/spec/template/spec/containers/0/command",
+             "value": ["/bin/sh", "-c", script, "sh"]},
+            {"op": "replace", "path": "/spec/template/spec/terminationGracePeriodSeconds",
+             "value": 30}])}])
+    before = _snapshot(real_node)
+    gate.touch()
+    try:
+        nd.install(real_node, "thin", overlay)
+        [old] = _installer_pods(real_node)
+        gate.unlink()
+        real_node.kubectl("-n", nd.NAMESPACE, "delete", "pod", old["metadata"]["name"],
+                          "--wait=false")
+        new = _wait_for(real_node, lambda: [
+            p for p in _installer_pods(real_node) if p["metadata"]["name"] !=
+            old["metadata"]["name"] and "running" in _state(p)])
+        name = new["metadata"]["name"]
+        container = new["status"]["containerStatuses"][0]["containerID"]
+        assert nd.netattach_files(real_node), "the old installer's stop keeps the files"
+        with nd.uninstalling(real_node, clean=True, timeout=120):
+            real_node.kubectl("delete", "-k", str(overlay), "--ignore-not-found",
+                              "--wait=true")
+            # the kubelet stops the new container as the garbage collector deletes its pod
+            _wait_for(real_node, lambda: [
+                line for line in real_node.log("kubelet").splitlines()
+                if "Killing container with a grace period" in line and container in line])
+            gate.touch()  # the installer starts now; its stop signal has come and gone
+        events = real_node.kubectl("get", "events", "-A", "--field-selector",
+                                   f"involvedObject.name={name}", check=False).stdout
+        assert nd.netattach_files(real_node) == [], events
+        gate.unlink()
+        assert _snapshot(real_node) == before
+    finally:
+        gate.unlink(missing_ok=True)
+
+
+def _installer_pods(node: nd.RealNode) -> list[dict]:
+    return node.get("pods", "-n", nd.NAMESPACE, "-l",
+                    "app.kubernetes.io/name=netattach")["items"]
+
+
+def _state(pod: dict) -> dict:
+    statuses = pod.get("status", {}).get("containerStatuses") or [{}]
+    return statuses[0].get("state") or {}
+
+
+def _wait_for(node: nd.RealNode, found, timeout: float = 120):
+    """The first of what `found()` returns once it returns something (hang guard
+    `timeout` seconds: AssertionError with netattach's pods)."""
+    deadline = time.monotonic() + timeout
+    while not (items := found()):
+        if time.monotonic() > deadline:
+            pods = node.kubectl("-n", nd.NAMESPACE, "get", "pods", "-o", "wide",
+                                check=False).stdout
+            raise AssertionError(f"not seen within {timeout:.0f} s:\n{pods}")
+        time.sleep(0.3)
+    return items[0]
