@@ -175,6 +175,21 @@ def _event(api: PodApi | None, pod: PodRef | None, type_: str, reason: str,
         log.warning("pod %s: cannot record event %s: %s", pod, reason, e)
 
 
+def _added_interface(api: PodApi | None, pod: PodRef | None, conf: NetConf, att: Attachment,
+                     result: dict[str, Any]) -> None:
+    """Record the `AddedInterface` Event of `att`'s interface, its IPs as its
+    network-status entry gives them (status.added_interface_message), right after its
+    ADD, while the next attachments run, as Multus records it after each delegate.
+    The node daemon sends it from its queue: sent after the answer, the Events of an
+    ADD met the kubelet starting the pod's containers and delayed the pod's Ready by
+    some 40 ms on the real node (docs/bench-node.md, 2026-11-29 15:00). A later
+    failure of the ADD rolls the interface back and records ErrorAddingNetwork."""
+    entry = status.status_entry(att.network, result, ifname=att.ifname, default=att.default,
+                                cidr=conf.network_status_cidr)
+    _event(api, pod, "Normal", "AddedInterface",
+           status.added_interface_message(att.ifname, entry, att.network))
+
+
 def _refuse_second_add(store: StateStore, req: CniRequest) -> None:
     """Raise InvalidEnv (4) when the container already has attachments (or a damaged
     state): CNI SPEC.md forbids a second ADD of a container without a DEL in between, and
@@ -217,7 +232,7 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
                                        plan.default_network)
     store.save_plan(state)  # before any child runs
     try:
-        results = _attach_all(orch, req, conf, pod, plan, state, store)
+        results = _attach_all(orch, req, conf, pod, api, plan, state, store)
         if plan.default_route is not None:
             results = _apply_default_route(req, plan, results, state, store)
         out = convert_result(results[0], conf.cni_version)
@@ -243,9 +258,6 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
             _publish_status(api, pod, annotations, plan.pod_uid)
         if any(a.claim for a in plan.attachments):
             _claims_ready(api, pod, plan, results)
-        for att, entry in zip([a for a in plan.attachments if not a.auxiliary], entries):
-            _event(api, pod, "Normal", "AddedInterface",
-                   status.added_interface_message(att.ifname, entry, att.network))
     return out
 
 
@@ -311,9 +323,11 @@ class _AttachFailed(Exception):
 
 
 def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef | None,
-                plan: Plan, state: SavedState, store: StateStore) -> list[dict[str, Any]]:
+                api: PodApi | None, plan: Plan, state: SavedState,
+                store: StateStore) -> list[dict[str, Any]]:
     """Run every attachment's ADD in order, recording its progress as it goes (module doc,
-    3.), on the plan `store.save_plan` saved. Raises _AttachFailed."""
+    3.), on the plan `store.save_plan` saved; an interface's `AddedInterface` Event is
+    recorded as soon as its attachment is up (`_added_interface`). Raises _AttachFailed."""
     results: list[dict[str, Any]] = []
     for i, att in enumerate(plan.attachments):
         _abandon_step(orch, pod, state, f"before network {att.network} (interface {att.ifname})")
@@ -333,6 +347,8 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
             results.append(result)
             saved.result = result
             log.info("%s: attached network %s as %s", where(pod), att.network, att.ifname)
+            if not att.auxiliary:
+                _added_interface(api, pod, conf, att, result)
     _abandon_step(orch, pod, state, "after its last attachment, before its answer")
     if plan.attachments:
         try:
