@@ -219,7 +219,9 @@ def test_gc_drops_the_queued_writes_of_a_container_it_releases(admin_api, cluste
                                                               make_scenario):
     """GC (the runtime no longer lists the sandbox) DELs the container while its PATCH
     and Events cannot be sent: they are dropped, as a runtime DEL drops them, and none
-    is sent once the API server answers again."""
+    is sent once the API server answers again, but for the first AddedInterface Event,
+    queued while the ADD still ran and being sent at the GC: a DEL does not wait for an
+    Event in flight (daemon/podapi.py), which the thawed API server may still take."""
     s = make_scenario()
     gc = {**s.netconf, "cniVersion": "1.1.0", "cni.dev/valid-attachments": []}
     with faults.apiserver_frozen(cluster):
@@ -230,8 +232,8 @@ def test_gc_drops_the_queued_writes_of_a_container_it_releases(admin_api, cluste
     line = f"container {s.container_id}: DEL: 3 queued write(s) not sent"
     assert line in s.daemon.log_text()
     faults.wait_for("nothing queued", lambda: s.daemon.metric("netattach_publish_pending") == 0)
-    assert s.daemon.metric("netattach_publish_dropped_total") == 4
-    assert s.daemon.metric("netattach_publish_sent_total") == 0
+    sent = s.daemon.metric("netattach_publish_sent_total")
+    assert sent in (0, 1) and s.daemon.metric("netattach_publish_dropped_total") == 4 - sent
     assert status_annotation(admin_api, s) is None
     assert thin_calls(s, "GC") == 0
 

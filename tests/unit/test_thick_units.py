@@ -240,6 +240,22 @@ def test_del_cancels_what_is_queued_and_waits_for_the_send_in_progress():
     assert calls == ["patch"] and p.dropped == 1  # the event was dropped, not sent
 
 
+def test_an_event_waiting_for_its_retry_does_not_hold_the_network_status(monkeypatch):
+    """A container's Events and its status writes are two queues (daemon/podapi.py): the
+    ADD queues each AddedInterface Event before its network-status PATCH, and an Event
+    that failed and waits for its retry must not hold the PATCH back that long."""
+    monkeypatch.setattr(podapi, "RETRY_PAUSES", (600.0,))
+    calls: list[str] = []
+    p = podapi.Publisher(lambda: FakeKube([503], calls), workers=2)
+    p.submit("c1", "event", send("event"), awaited=False)
+    sent = threading.Event()
+    p.submit("c1", "patch", lambda kube: (kube.calls.append("patch"), sent.set()))
+    assert sent.wait(30)  # a hang guard: the event's retry is 600 s away
+    assert calls == ["event", "patch"] and (p.sent, p.failed) == (1, 1)
+    p.cancel("c1")  # the DEL: the event is not retried
+    assert p.drain(30) and p.dropped == 1
+
+
 def test_del_does_not_wait_for_an_event_being_sent():
     """An Event in flight changes nothing a DEL undoes: cancel returns while it is still
     being sent (the DEL does not pay its round trip); the writes queued after it go."""

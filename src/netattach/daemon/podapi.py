@@ -15,7 +15,11 @@ Reads (`CachedPodApi`, one per CNI operation):
 Every live read is counted (`misses`, by kind) for the metrics.
 
 Writes (`Publisher`): the ADD's PATCH of network-status and its Events are queued per
-container and sent in order by a worker after the runtime has its answer. A failure
+container and sent by a worker: each AddedInterface Event as soon as its attachment is up
+(add._added_interface), the PATCH once the runtime has its answer. A container has two
+queues, each sent in order: its status writes (the network-status, a claim's status:
+`awaited`) and its Events, so a failing Event waiting for its retry never holds the
+network-status back. A failure
 is retried (RETRY_PAUSES) and logged, never lost silently; an answer that says the pod
 is gone or was re-created (404, 422) ends it. Every DEL of a container (the runtime's,
 and GC's of a stale one: Orchestrator.drop_writes) first drops what it still has
@@ -296,7 +300,8 @@ class Publisher:
     """The queue of writes sent after the runtime's answer (module doc).
 
     make_kube: a Kube for one try (its own apiTimeout budget). workers: threads
-    sending; the writes of one container are sent in order by one worker at a time.
+    sending; a container's status writes are sent in order by one worker at a time, and
+    so are its Events (module doc).
     Counters (read by the metrics): sent, failed (tries that failed), dropped (given
     up or cancelled by a DEL).
     """
@@ -304,9 +309,11 @@ class Publisher:
     def __init__(self, make_kube: Callable[[], Kube], workers: int = 2):
         self.make_kube = make_kube
         self.sent = self.failed = self.dropped = 0
-        self._queues: dict[str, collections.deque[tuple[str, Callable[[Kube], None], bool]]] = {}
-        self._ready: collections.deque[str] = collections.deque()
-        self._busy: dict[str, bool] = {}  # container -> the write being sent is `awaited`
+        # (container, awaited) -> its queue of (what, send); awaited: its status writes
+        self._queues: dict[tuple[str, bool], collections.deque[
+            tuple[str, Callable[[Kube], None]]]] = {}
+        self._ready: collections.deque[tuple[str, bool]] = collections.deque()
+        self._busy: set[tuple[str, bool]] = set()  # the queues whose write is being sent
         self._cond = threading.Condition()
         self._stopping = False
         self._threads = [threading.Thread(target=self._work, name=f"publish-{i}", daemon=True)
@@ -323,12 +330,13 @@ class Publisher:
         """Queue `send` (one write, described by `what`) for `container_id`. `awaited`:
         a DEL of the container that begins while it is being sent waits for it (`cancel`;
         the network-status and a claim's status must not land after the DEL's own
-        writes); an Event is not awaited."""
+        writes); an Event is not awaited. Awaited writes and the others are two queues
+        of the container (module doc)."""
+        key = (container_id, awaited)
         with self._cond:
-            queue = self._queues.setdefault(container_id, collections.deque())
-            queue.append((what, send, awaited))
-            if container_id not in self._busy and container_id not in self._ready:
-                self._ready.append(container_id)
+            self._queues.setdefault(key, collections.deque()).append((what, send))
+            if key not in self._busy and key not in self._ready:
+                self._ready.append(key)
             self._cond.notify()
 
     def cancel(self, container_id: str) -> None:
@@ -336,13 +344,14 @@ class Publisher:
         being sent (a DEL of it begins: Orchestrator.drop_writes). Never called with the
         container's lock held: a status write being sent holds it."""
         with self._cond:
-            dropped = self._queues.pop(container_id, None)
+            dropped = [*self._queues.pop((container_id, True), ()),
+                       *self._queues.pop((container_id, False), ())]
             self._cond.notify_all()  # a worker pausing before a retry of it stops
             if dropped:
                 self.dropped += len(dropped)
                 log.info("container %s: DEL: %d queued write(s) not sent: %s", container_id,
-                         len(dropped), "; ".join(w for w, _, _ in dropped))
-            while self._busy.get(container_id):
+                         len(dropped), "; ".join(w for w, _ in dropped))
+            while (container_id, True) in self._busy:
                 self._cond.wait()
 
     def drain(self, timeout: float) -> bool:
@@ -361,27 +370,29 @@ class Publisher:
             with self._cond:
                 while not self._ready:
                     self._cond.wait()
-                cid = self._ready.popleft()
-                queue = self._queues.get(cid)
+                key = self._ready.popleft()
+                queue = self._queues.get(key)
                 if not queue:
-                    self._queues.pop(cid, None)
+                    self._queues.pop(key, None)
                     continue
-                what, send, awaited = queue.popleft()
-                self._busy[cid] = awaited
+                what, send = queue.popleft()
+                self._busy.add(key)
             try:
-                self._send(cid, what, send)
+                self._send(key, what, send)
             finally:
                 with self._cond:
-                    self._busy.pop(cid, None)
-                    if self._queues.get(cid):
-                        self._ready.append(cid)
+                    self._busy.discard(key)
+                    if self._queues.get(key):
+                        self._ready.append(key)
                     else:
-                        self._queues.pop(cid, None)
+                        self._queues.pop(key, None)
                     self._cond.notify_all()
 
-    def _send(self, cid: str, what: str, send: Callable[[Kube], None]) -> None:
-        """Try `send` until it succeeds, fails for good, or RETRY_PAUSES are spent; a
-        DEL of the container (cancel) stops the retries. Logs every failure."""
+    def _send(self, key: tuple[str, bool], what: str, send: Callable[[Kube], None]) -> None:
+        """Try `send` (of the queue `key`: (container, awaited)) until it succeeds, fails
+        for good, or RETRY_PAUSES are spent; a DEL of the container (cancel) stops the
+        retries. Logs every failure."""
+        cid = key[0]
         for attempt, pause in enumerate((*RETRY_PAUSES, None), 1):
             try:
                 send(self.make_kube())
@@ -409,9 +420,9 @@ class Publisher:
                 return
             with self._cond:
                 deadline = time.monotonic() + pause
-                while cid in self._queues and (left := deadline - time.monotonic()) > 0:
+                while key in self._queues and (left := deadline - time.monotonic()) > 0:
                     self._cond.wait(left)
-                if cid not in self._queues:  # a DEL cancelled the container's writes
+                if key not in self._queues:  # a DEL cancelled the container's writes
                     log.info("container %s: %s: not retried (DEL)", cid, what)
                     self.dropped += 1
                     return
