@@ -222,8 +222,8 @@ def test_each_added_interface_event_is_recorded_before_the_next_attachment_runs(
     """An interface's AddedInterface Event is recorded as soon as its attachment is up,
     while the next ones still run (as Multus records it after each delegate): queued at
     the end, the node daemon sent an ADD's Events as the kubelet started the pod's
-    containers, and the pod was Ready about 40 ms later on the real node
-    (docs/bench-node.md, 2026-11-29 15:00)."""
+    containers, and the pod was Ready about 30 ms later on the real node
+    (docs/bench-node.md, 2026-11-29 14:51-16:05)."""
     seen: list[tuple[str, list[tuple[str, str]]]] = []
     record = bed.api.create_event
     monkeypatch.setattr(bed.api, "create_event", lambda pod, type_, reason, message: (

@@ -182,7 +182,7 @@ def _added_interface(api: PodApi | None, pod: PodRef | None, conf: NetConf, att:
     ADD, while the next attachments run, as Multus records it after each delegate.
     The node daemon sends it from its queue: sent after the answer, the Events of an
     ADD met the kubelet starting the pod's containers and delayed the pod's Ready by
-    some 40 ms on the real node (docs/bench-node.md, 2026-11-29 15:00). A later
+    about 30 ms on the real node (docs/bench-node.md, 2026-11-29 14:51-16:05). A later
     failure of the ADD rolls the interface back and records ErrorAddingNetwork."""
     entry = status.status_entry(att.network, result, ifname=att.ifname, default=att.default,
                                 cidr=conf.network_status_cidr)
