@@ -217,13 +217,16 @@ def test_add_attaches_in_order_saves_everything_and_reports(bed):
     assert [r for r, _ in bed.api.events] == ["AddedInterface"] * 3
 
 
-def test_each_added_interface_event_is_recorded_before_the_next_attachment_runs(bed,
-                                                                               monkeypatch):
-    """An interface's AddedInterface Event is recorded as soon as its attachment is up,
-    while the next ones still run (as Multus records it after each delegate): queued at
-    the end, the node daemon sent an ADD's Events as the kubelet started the pod's
+def test_each_added_interface_event_is_queued_before_the_next_attachment_runs(bed,
+                                                                             monkeypatch):
+    """The node daemon queues an interface's AddedInterface Event as soon as its
+    attachment is up, while the next ones still run (as Multus records it after each
+    delegate): queued at the end, an ADD's Events met the kubelet starting the pod's
     containers, and the pod was Ready about 30 ms later on the real node
-    (docs/bench-node.md, 2026-11-29 14:51-16:05)."""
+    (docs/bench-node.md, 2026-11-29 14:51-16:05). A failure after that rolls back and
+    adds the Warning. Thin mode (a POST it waits for) keeps them after the PATCH, since
+    no request may come between a child and the saving of its result."""
+    bed.api = AfterAnswerApi()
     seen: list[tuple[str, list[tuple[str, str]]]] = []
     record = bed.api.create_event
     monkeypatch.setattr(bed.api, "create_event", lambda pod, type_, reason, message: (
@@ -238,6 +241,18 @@ def test_each_added_interface_event_is_recorded_before_the_next_attachment_runs(
          [("ADD", "fake-bridge"), ("ADD", "fake-macvlan"), ("ADD", "fake-tuning"),
           ("ADD", "fake-ptp")])]
     assert [c[0] for c in bed.api.calls][-1] == "PATCH pod status"
+
+
+def test_a_daemon_add_failing_after_its_children_has_their_events_then_the_warning(bed):
+    """In the node daemon, the AddedInterface Events queued as the attachments came up
+    stay; the rollback's ErrorAddingNetwork follows them (as with Multus)."""
+    bed.api = AfterAnswerApi()
+    bed.version = "0.2.0"
+    bed.exe.no_ip = True
+    with pytest.raises(CniError):
+        bed.run("ADD")
+    assert bed.dels() == ALL_DELS
+    assert [r for r, _ in bed.api.events] == ["AddedInterface"] * 3 + ["ErrorAddingNetwork"]
 
 
 @pytest.mark.parametrize("conf, ips", [
@@ -272,8 +287,8 @@ def test_add_takes_the_pods_annotations_from_the_runtime_without_a_pod_get(bed):
     and the network-status PATCH is for the UID in CNI_ARGS."""
     bed.run("ADD", runtimeConfig={POD_ANNOTATIONS: {
         "k8s.v1.cni.cncf.io/networks": "net-a", "kubernetes.io/config.source": "api"}})
-    assert [c[0] for c in bed.api.calls] == ["GET nad", "POST event", "POST event",
-                                             "PATCH pod status"]
+    assert [c[0] for c in bed.api.calls] == ["GET nad", "PATCH pod status", "POST event",
+                                             "POST event"]
     assert [(a.network, a.ifname) for a in bed.store.load(CID).attachments] == [
         ("cluster-net", "eth0"), (f"{NS}/net-a", "net1")]
 
@@ -308,9 +323,7 @@ def test_a_failing_child_rolls_back_everything_attempted_and_tombstones(bed):
 
 def test_a_failure_after_the_children_ran_rolls_back(bed):
     """Defect 1: a 0.2.0 netattach config whose default result has no IP failed after
-    every child ran, PATCHed network-status and rolled nothing back. Each interface's
-    AddedInterface Event was recorded as it came up (as Multus records them); the
-    rollback's ErrorAddingNetwork follows them."""
+    every child ran, PATCHed network-status and rolled nothing back."""
     bed.version = "0.2.0"
     bed.exe.no_ip = True
     with pytest.raises(CniError) as e:
@@ -318,8 +331,7 @@ def test_a_failure_after_the_children_ran_rolls_back(bed):
     assert e.value.code == 1 and "no IP address" in e.value.msg
     assert e.value.msg.startswith(f"pod {NS}/{POD}: ")
     assert bed.dels() == ALL_DELS
-    assert bed.api.patched == [] and [r for r, _ in bed.api.events] == \
-        ["AddedInterface"] * 3 + ["ErrorAddingNetwork"]
+    assert bed.api.patched == [] and [r for r, _ in bed.api.events] == ["ErrorAddingNetwork"]
     assert bed.files() == [f"{CID}.deleted"]
 
 

@@ -177,13 +177,15 @@ def _event(api: PodApi | None, pod: PodRef | None, type_: str, reason: str,
 
 def _added_interface(api: PodApi | None, pod: PodRef | None, conf: NetConf, att: Attachment,
                      result: dict[str, Any]) -> None:
-    """Record the `AddedInterface` Event of `att`'s interface, its IPs as its
-    network-status entry gives them (status.added_interface_message), right after its
-    ADD, while the next attachments run, as Multus records it after each delegate.
-    The node daemon sends it from its queue: sent after the answer, the Events of an
-    ADD met the kubelet starting the pod's containers and delayed the pod's Ready by
-    about 30 ms on the real node (docs/bench-node.md, 2026-11-29 14:51-16:05). A later
-    failure of the ADD rolls the interface back and records ErrorAddingNetwork."""
+    """Queue the `AddedInterface` Event of `att`'s interface (the node daemon's seam,
+    api.writes_after_answer), its IPs as its network-status entry gives them
+    (status.added_interface_message), right after its ADD, so that it is sent while the
+    next attachments run, as Multus records it after each delegate: queued after the
+    last, the Events of an ADD met the kubelet starting the pod's containers and delayed
+    the pod's Ready by about 30 ms on the real node (docs/bench-node.md, 2026-11-29
+    14:51-16:05). A later failure of the ADD rolls the interface back and records
+    ErrorAddingNetwork. Thin mode's POSTs stay after the PATCH: a POST the ADD waits for
+    must not come between a child and the saving of its result."""
     entry = status.status_entry(att.network, result, ifname=att.ifname, default=att.default,
                                 cidr=conf.network_status_cidr)
     _event(api, pod, "Normal", "AddedInterface",
@@ -258,6 +260,11 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
             _publish_status(api, pod, annotations, plan.pod_uid)
         if any(a.claim for a in plan.attachments):
             _claims_ready(api, pod, plan, results)
+        if not writes_after_answer(api):  # thin mode: each a POST the ADD waits for, after
+            # every result is saved and the PATCH sent (the node daemon's: _attach_all)
+            for att, entry in zip([a for a in plan.attachments if not a.auxiliary], entries):
+                _event(api, pod, "Normal", "AddedInterface",
+                       status.added_interface_message(att.ifname, entry, att.network))
     return out
 
 
@@ -326,8 +333,9 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
                 api: PodApi | None, plan: Plan, state: SavedState,
                 store: StateStore) -> list[dict[str, Any]]:
     """Run every attachment's ADD in order, recording its progress as it goes (module doc,
-    3.), on the plan `store.save_plan` saved; an interface's `AddedInterface` Event is
-    recorded as soon as its attachment is up (`_added_interface`). Raises _AttachFailed."""
+    3.), on the plan `store.save_plan` saved; the node daemon queues an interface's
+    `AddedInterface` Event as soon as its attachment is up (`_added_interface`). Raises
+    _AttachFailed."""
     results: list[dict[str, Any]] = []
     for i, att in enumerate(plan.attachments):
         _abandon_step(orch, pod, state, f"before network {att.network} (interface {att.ifname})")
@@ -347,8 +355,8 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
             results.append(result)
             saved.result = result
             log.info("%s: attached network %s as %s", where(pod), att.network, att.ifname)
-            if not att.auxiliary:
-                _added_interface(api, pod, conf, att, result)
+            if not att.auxiliary and api is not None and writes_after_answer(api):  # queued
+                _added_interface(api, pod, conf, att, result)  # (never waited for here)
     _abandon_step(orch, pod, state, "after its last attachment, before its answer")
     if plan.attachments:
         try:
