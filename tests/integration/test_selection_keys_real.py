@@ -14,6 +14,7 @@ with both sets; portmap's nftables backend exists only in v1.9.1.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import random
@@ -37,6 +38,7 @@ from netattach.spec.selection import (
     parse_network_selection,
 )
 from netattach_testbed import netns as tb
+from netattach_testbed.node import NODE_NET
 
 pytestmark = pytest.mark.integration
 
@@ -71,14 +73,19 @@ def plugins(request) -> Plugins:
 
 
 # /24s of 198.18.0.0/15 in random order: a test that gives the host a gateway address
-# does not collide with another session's test on the same machine.
-_SUBNETS = iter(random.sample(range(512), 512))
+# does not collide with another session's test on the same machine. NODE_NET is left
+# out: the real node's tests, which run beside these, put its pod bridge's gateway
+# there, and a second host route to the same /24 sends the connection to the wrong bridge.
+_FREE_SUBNETS = [str(net.network_address).rsplit(".", 1)[0]
+                 for net in ipaddress.ip_network("198.18.0.0/15").subnets(new_prefix=24)
+                 if not net.overlaps(ipaddress.ip_network(NODE_NET))]
+random.shuffle(_FREE_SUBNETS)
+_SUBNETS = iter(_FREE_SUBNETS)
 
 
 def subnet() -> str:
-    """A fresh "198.1x.y" prefix of a /24."""
-    n = next(_SUBNETS)
-    return f"198.{18 + n // 256}.{n % 256}"
+    """A fresh "198.1x.y" prefix of a /24, outside the real node's NODE_NET."""
+    return next(_SUBNETS)
 
 
 def random_mac() -> str:
