@@ -509,10 +509,9 @@ class Installer:
                 return None
             os.close(presence)  # removed with netattach's files: another one retired it
             return "another installer removed netattach's files"
-        log.info("netattach is uninstalled: retiring this node now, not at this "
-                 "installer's stop, which may never be signalled (a signal sent while it "
-                 "started is lost; docs/install-lifecycle.md, \"An uninstall while an "
-                 "installer starts\")")
+        log.info("retiring this node now, not at this installer's stop, which may never "
+                 "be signalled (a signal sent while it started is lost; "
+                 "docs/install-lifecycle.md, \"An uninstall while an installer starts\")")
         self.retire(presence, now + self.args.uninstall_timeout)
         os.close(presence)  # the files that stay go with the last DEL, which needs it free
         return rule.verdict.reason
