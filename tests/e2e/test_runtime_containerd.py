@@ -55,10 +55,18 @@ def problems(log: str) -> list[str]:
     return [line for line in log.splitlines() if re.search(r"\b(WARNING|ERROR|CRITICAL)\b", line)]
 
 
+# containerd's warning when runc's `delete` of a shim that already exited fails (exit
+# status 255, the container's state already gone): seen once with sandboxes stopped in
+# parallel on a loaded machine (2026-11-29). It is about the shim's own cleanup, after
+# the network's teardown, and says nothing of the network.
+DEAD_SHIM_CLEANUP = 'msg="warnings while cleaning up dead shim"'
+
+
 def runtime_problems(node: rt.Node, sandbox_id: str) -> list[str]:
-    """containerd's warning and error lines about a sandbox."""
+    """containerd's warning and error lines about a sandbox, but for DEAD_SHIM_CLEANUP."""
     return [line for line in node.containerd.log_text().splitlines()
-            if sandbox_id in line and re.search(r"level=(warning|error|fatal)", line)]
+            if sandbox_id in line and re.search(r"level=(warning|error|fatal)", line)
+            and DEAD_SHIM_CLEANUP not in line]
 
 
 def assert_freed(node: rt.Node, env, sandbox_id: str) -> None:
