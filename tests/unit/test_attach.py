@@ -255,6 +255,21 @@ def test_a_daemon_add_failing_after_its_children_has_their_events_then_the_warni
     assert [r for r, _ in bed.api.events] == ["AddedInterface"] * 3 + ["ErrorAddingNetwork"]
 
 
+@pytest.mark.parametrize("gone_after, added", [(1, []), (2, ["eth0"])])
+def test_an_abandoned_daemon_add_queues_no_event_for_an_interface_it_rolls_back(
+        bed, gone_after, added):
+    """In the node daemon, an attachment that comes up after the shim gave up gets no
+    AddedInterface Event: the runtime's DEL may have begun and dropped the queued ones,
+    and the interface is rolled back at the next step; the ones before it keep theirs."""
+    bed.api = AfterAnswerApi()
+    bed.gone_after = gone_after
+    with pytest.raises(CniError):
+        bed.run("ADD")
+    assert [(r, m.split()[1]) for r, m in bed.api.events if r == "AddedInterface"] == \
+        [("AddedInterface", i) for i in added]
+    assert [r for r, _ in bed.api.events][-1] == "ErrorAddingNetwork"
+
+
 @pytest.mark.parametrize("conf, ips", [
     ({}, [["10.0.1.2"], ["10.0.2.2"], ["10.0.4.2"]]),                  # bare, as Multus
     ({"networkStatusIPFormat": "address"}, [["10.0.1.2"], ["10.0.2.2"], ["10.0.4.2"]]),

@@ -247,7 +247,7 @@ def test_an_event_waiting_for_its_retry_does_not_hold_the_network_status(monkeyp
     monkeypatch.setattr(podapi, "RETRY_PAUSES", (600.0,))
     calls: list[str] = []
     p = podapi.Publisher(lambda: FakeKube([503], calls), workers=2)
-    p.submit("c1", "event", send("event"), awaited=False)
+    p.submit("c1", "event", send("event"), podapi.EVENTS)
     sent = threading.Event()
     p.submit("c1", "patch", lambda kube: (kube.calls.append("patch"), sent.set()))
     assert sent.wait(30)  # a hang guard: the event's retry is 600 s away
@@ -268,13 +268,37 @@ def test_del_does_not_wait_for_an_event_being_sent():
         kube.calls.append("event 1")
 
     p = publisher([], calls)
-    p.submit("c1", "event 1", slow, awaited=False)
-    p.submit("c1", "event 2", send("event 2"), awaited=False)
+    p.submit("c1", "event 1", slow, podapi.EVENTS)
+    p.submit("c1", "event 2", send("event 2"), podapi.EVENTS)
     assert entered.wait(30)
     p.cancel("c1")  # returns with event 1 still in flight
     assert not release.is_set()
     release.set()
     assert p.drain(30) and calls == ["event 1"] and p.dropped == 1
+
+
+def test_a_failed_adds_warning_queued_behind_its_events_is_sent_whatever_the_del():
+    """A failed ADD queues its ErrorAddingNetwork Warning after the AddedInterface Events
+    of the interfaces it rolled back, and the runtime DELs the sandbox at once: the DEL
+    drops the Events still queued, never the Warning (podapi.WARNINGS), which is what
+    tells the pod's owner why."""
+    calls: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(kube: FakeKube) -> None:
+        entered.set()
+        release.wait(30)
+        kube.calls.append("event eth0")
+
+    p = publisher([], calls)
+    p.submit("c1", "event eth0", slow, podapi.EVENTS)
+    p.submit("c1", "event net1", send("event net1"), podapi.EVENTS)
+    assert entered.wait(30)  # the one worker is held by the first Event
+    p.submit("c1", "warning", send("warning"), podapi.WARNINGS)
+    p.cancel("c1")  # the runtime's DEL
+    release.set()
+    assert p.drain(30)
+    assert sorted(calls) == ["event eth0", "warning"] and p.dropped == 1
 
 
 def test_the_daemons_calls_share_one_client_reloaded_each_minute(tmp_path):

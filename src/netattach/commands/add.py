@@ -184,8 +184,11 @@ def _added_interface(api: PodApi | None, pod: PodRef | None, conf: NetConf, att:
     last, the Events of an ADD met the kubelet starting the pod's containers and delayed
     the pod's Ready by about 30 ms on the real node (docs/bench-node.md, 2026-11-29
     14:51-16:05). A later failure of the ADD rolls the interface back and records
-    ErrorAddingNetwork. Thin mode's POSTs stay after the PATCH: a POST the ADD waits for
-    must not come between a child and the saving of its result."""
+    ErrorAddingNetwork (a Warning, which the runtime's DEL does not drop: podapi
+    WARNINGS). Not called once the ADD is abandoned: the runtime's DEL may have begun,
+    and dropped the queued Events, and the interface is rolled back. Thin mode's POSTs
+    stay after the PATCH: a POST the ADD waits for must not come between a child and the
+    saving of its result."""
     entry = status.status_entry(att.network, result, ifname=att.ifname, default=att.default,
                                 cidr=conf.network_status_cidr)
     _event(api, pod, "Normal", "AddedInterface",
@@ -355,8 +358,9 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
             results.append(result)
             saved.result = result
             log.info("%s: attached network %s as %s", where(pod), att.network, att.ifname)
-            if not att.auxiliary and api is not None and writes_after_answer(api):  # queued
-                _added_interface(api, pod, conf, att, result)  # (never waited for here)
+            if not att.auxiliary and api is not None and writes_after_answer(api) \
+                    and not orch.abandoned():  # else the DEL may have begun: rolled back
+                _added_interface(api, pod, conf, att, result)  # queued, never waited for
     _abandon_step(orch, pod, state, "after its last attachment, before its answer")
     if plan.attachments:
         try:

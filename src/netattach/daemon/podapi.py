@@ -1,5 +1,6 @@
 """The node daemon's side of the API seam (api.PodApi): reads from the watch caches, and
-writes (network-status PATCH, Events) through a queue sent after the runtime's answer.
+writes (network-status PATCH, Events) through queues that the runtime's answer does not
+wait for.
 
 Reads (`CachedPodApi`, one per CNI operation):
 * get_pod: the pod from the cache of this node's pods. A pod not in it (created
@@ -18,14 +19,17 @@ Writes (`Publisher`): the ADD's PATCH of network-status and its Events are queue
 container and sent by a worker: each AddedInterface Event as soon as its attachment is up
 (add._added_interface), the PATCH once the runtime has its answer. A container has two
 queues, each sent in order: its status writes (the network-status, a claim's status:
-`awaited`) and its Events, so a failing Event waiting for its retry never holds the
-network-status back. A failure
+STATUS) and its Events (EVENTS), so a failing Event waiting for its retry never holds
+the network-status back; its Warning Events have a third (WARNINGS). A failure
 is retried (RETRY_PAUSES) and logged, never lost silently; an answer that says the pod
 is gone or was re-created (404, 422) ends it. Every DEL of a container (the runtime's,
 and GC's of a stale one: Orchestrator.drop_writes) first drops what it still has
-queued and waits for a network-status or claim status write in progress
-(`Publisher.cancel`); an Event being sent is not waited for (it changes nothing a DEL
-undoes, and the DEL would pay its round trip).
+queued, but for its Warnings, and waits for a network-status or claim status write in
+progress (`Publisher.cancel`); an Event being sent is not waited for (it changes
+nothing a DEL undoes, and the DEL would pay its round trip). The Warnings are kept: a
+failed ADD's ErrorAddingNetwork is what tells the pod's owner why, and the runtime
+DELs the failed sandbox at once, while the Events of the interfaces rolled back may
+still be queued before it.
 
 The network-status survives the daemon (`status_sender`, `republish`): ADD saves it in
 the container's state as pending before answering (add._record_status,
@@ -191,7 +195,7 @@ class CachedPodApi:
     not its annotations from the runtime."""
 
     def __init__(self, pods: WatchCache, nads: WatchCache, make_live: Callable[[], Kube],
-                 expected_uid: str, publish: Callable[[str, Callable[[Kube], None], bool], None],
+                 expected_uid: str, publish: Callable[[str, Callable[[Kube], None], str], None],
                  store: StateStore, container_id: str,
                  misses: collections.Counter[str], lock: threading.Lock,
                  events: EventRecorder | None = None,
@@ -246,10 +250,11 @@ class CachedPodApi:
         (add._record_status saved it; `status_sender`); never raises."""
         self._publish(f"patch pod {namespace}/{name} status", status_sender(
             self.store, self.container_id, namespace, name, PendingStatus(uid or "", annotations)),
-            True)
+            STATUS)
 
     def create_event(self, pod: dict[str, str], type_: str, reason: str, message: str) -> None:
-        """Queued (Publisher), aggregated by `events` (daemon/events.py); never raises."""
+        """Queued (Publisher; a Warning in the container's WARNINGS queue, which a DEL
+        keeps), aggregated by `events` (daemon/events.py); never raises."""
         recorder = self.events
 
         def send(kube: Kube) -> None:
@@ -257,7 +262,8 @@ class CachedPodApi:
                 kube.create_event(pod, type_, reason, message)
             else:
                 recorder.send(kube, pod_object(pod), type_, reason, message)
-        self._publish(f"event {reason} on pod {pod['namespace']}/{pod['name']}", send, False)
+        self._publish(f"event {reason} on pod {pod['namespace']}/{pod['name']}", send,
+                      WARNINGS if type_ == "Warning" else EVENTS)
 
     def _uncached(self) -> Kube:
         """The operation's live client for what no cache holds (not a cache miss)."""
@@ -289,19 +295,28 @@ class CachedPodApi:
             return
         self._publish(f"apply ResourceClaim {namespace}/{name} status.devices",
                       lambda kube: kube.apply_claim_devices(namespace, name, devices, uid,
-                                                            resource_version), True)
+                                                            resource_version), STATUS)
 
     def pause(self, seconds: float) -> bool:
         """Out of the live budget (kube.Kube.pause)."""
         return self._uncached().pause(seconds)
 
 
+STATUS = "status"
+"""Publisher queue of a container's status writes (network-status, a claim's status): a
+DEL drops those queued and waits for the one being sent (module doc)."""
+EVENTS = "events"
+"""Publisher queue of a container's Events: a DEL drops those queued, never waits."""
+WARNINGS = "warnings"
+"""Publisher queue of a container's Warning Events: sent whatever DEL comes (module doc)."""
+
+
 class Publisher:
-    """The queue of writes sent after the runtime's answer (module doc).
+    """The queues of writes the runtime's answer does not wait for (module doc).
 
     make_kube: a Kube for one try (its own apiTimeout budget). workers: threads
-    sending; a container's status writes are sent in order by one worker at a time, and
-    so are its Events (module doc).
+    sending; each queue of a container (STATUS, EVENTS, WARNINGS) is sent in order, by
+    one worker at a time (module doc).
     Counters (read by the metrics): sent, failed (tries that failed), dropped (given
     up or cancelled by a DEL).
     """
@@ -309,11 +324,11 @@ class Publisher:
     def __init__(self, make_kube: Callable[[], Kube], workers: int = 2):
         self.make_kube = make_kube
         self.sent = self.failed = self.dropped = 0
-        # (container, awaited) -> its queue of (what, send); awaited: its status writes
-        self._queues: dict[tuple[str, bool], collections.deque[
+        # (container, STATUS | EVENTS | WARNINGS) -> that queue of (what, send)
+        self._queues: dict[tuple[str, str], collections.deque[
             tuple[str, Callable[[Kube], None]]]] = {}
-        self._ready: collections.deque[tuple[str, bool]] = collections.deque()
-        self._busy: set[tuple[str, bool]] = set()  # the queues whose write is being sent
+        self._ready: collections.deque[tuple[str, str]] = collections.deque()
+        self._busy: set[tuple[str, str]] = set()  # the queues whose write is being sent
         self._cond = threading.Condition()
         self._stopping = False
         self._threads = [threading.Thread(target=self._work, name=f"publish-{i}", daemon=True)
@@ -326,13 +341,13 @@ class Publisher:
             return sum(len(q) for q in self._queues.values()) + len(self._busy)
 
     def submit(self, container_id: str, what: str, send: Callable[[Kube], None],
-               awaited: bool = True) -> None:
-        """Queue `send` (one write, described by `what`) for `container_id`. `awaited`:
-        a DEL of the container that begins while it is being sent waits for it (`cancel`;
-        the network-status and a claim's status must not land after the DEL's own
-        writes); an Event is not awaited. Awaited writes and the others are two queues
-        of the container (module doc)."""
-        key = (container_id, awaited)
+               queue: str = STATUS) -> None:
+        """Queue `send` (one write, described by `what`) for `container_id`, at the end of
+        its `queue`: STATUS, a write a DEL of the container that begins while it is
+        being sent waits for (`cancel`; the network-status and a claim's status must not
+        land after the DEL's own writes); EVENTS, an Event a DEL drops; WARNINGS, a
+        Warning Event a DEL keeps (module doc)."""
+        key = (container_id, queue)
         with self._cond:
             self._queues.setdefault(key, collections.deque()).append((what, send))
             if key not in self._busy and key not in self._ready:
@@ -340,18 +355,19 @@ class Publisher:
             self._cond.notify()
 
     def cancel(self, container_id: str) -> None:
-        """Drop the container's queued writes and wait until none that is `awaited` is
-        being sent (a DEL of it begins: Orchestrator.drop_writes). Never called with the
-        container's lock held: a status write being sent holds it."""
+        """Drop the container's queued writes but its Warnings, and wait until none of its
+        STATUS writes is being sent (a DEL of it begins: Orchestrator.drop_writes).
+        Never called with the container's lock held: a status write being sent holds
+        it."""
         with self._cond:
-            dropped = [*self._queues.pop((container_id, True), ()),
-                       *self._queues.pop((container_id, False), ())]
+            dropped = [*self._queues.pop((container_id, STATUS), ()),
+                       *self._queues.pop((container_id, EVENTS), ())]
             self._cond.notify_all()  # a worker pausing before a retry of it stops
             if dropped:
                 self.dropped += len(dropped)
                 log.info("container %s: DEL: %d queued write(s) not sent: %s", container_id,
                          len(dropped), "; ".join(w for w, _ in dropped))
-            while (container_id, True) in self._busy:
+            while (container_id, STATUS) in self._busy:
                 self._cond.wait()
 
     def drain(self, timeout: float) -> bool:
@@ -388,10 +404,10 @@ class Publisher:
                         self._queues.pop(key, None)
                     self._cond.notify_all()
 
-    def _send(self, key: tuple[str, bool], what: str, send: Callable[[Kube], None]) -> None:
-        """Try `send` (of the queue `key`: (container, awaited)) until it succeeds, fails
-        for good, or RETRY_PAUSES are spent; a DEL of the container (cancel) stops the
-        retries. Logs every failure."""
+    def _send(self, key: tuple[str, str], what: str, send: Callable[[Kube], None]) -> None:
+        """Try `send` (of the queue `key`: (container, STATUS | EVENTS | WARNINGS)) until
+        it succeeds, fails for good, or RETRY_PAUSES are spent; a DEL of the container
+        (cancel) stops the retries but a Warning's. Logs every failure."""
         cid = key[0]
         for attempt, pause in enumerate((*RETRY_PAUSES, None), 1):
             try:

@@ -58,7 +58,7 @@ from .cache import DEFAULT_MAX_NAD_CONFIG, NADS, REFUSED, WatchCache
 from .delegates import TimedExecutor
 from .events import EventRecorder
 from .hotplug import Hotplugger
-from .podapi import CachedPodApi, Publisher, republish
+from .podapi import WARNINGS, CachedPodApi, Publisher, republish
 from .unixsock import SocketError, clear_stale, socket_dir
 
 log = logging.getLogger("netattach.daemon")
@@ -535,7 +535,7 @@ class Daemon:
         return CachedPodApi(
             self.pods, self.nads,
             lambda: self.client.kube(conf.api_timeout, "apiTimeout"), uid,
-            lambda what, send, awaited: self.publisher.submit(cid, what, send, awaited),
+            lambda what, send, queue: self.publisher.submit(cid, what, send, queue),
             StateStore(conf.cni_dir), cid, self.stats.misses, self.stats.lock, self.events,
             self.max_nad_config)
 
@@ -564,7 +564,7 @@ class Daemon:
             f"nad:{namespace}/{name}", f"event ConfigTooLarge on NetworkAttachmentDefinition "
             f"{namespace}/{name}",
             lambda kube: self.events.send(kube, involved, "Warning", "ConfigTooLarge", message),
-            False)
+            WARNINGS)
 
     def _track(self, environ: dict[str, str], conf: NetConf, cid: str) -> None:
         """Hand a sandbox ADDed with `hotplug` to the hot-plug worker."""

@@ -6,10 +6,12 @@ within one `apiTimeout` budget); the node daemon will hand it its watch caches; 
 tests hand it a fake. Implementations raise `kube.KubeError` (code 11) when the
 server cannot be asked or refuses, and return None for an object that does not exist.
 
-An implementation that sends its writes (the network-status PATCH, Events) only after
-the runtime's answer says so with a true class attribute `WRITES_AFTER_ANSWER`
-(`writes_after_answer`); ADD then records the network-status in the container's saved
-state first (state.PendingStatus), so that it survives the process that was to send it.
+An implementation whose writes (the network-status PATCH, Events) are queued, sent by
+another thread that the runtime's answer does not wait for, says so with a true class
+attribute `WRITES_AFTER_ANSWER` (`writes_after_answer`); ADD then records the
+network-status in the container's saved state first (state.PendingStatus), so that it
+survives the process that was to send it, and queues each AddedInterface Event as its
+attachment is up.
 """
 from __future__ import annotations
 
