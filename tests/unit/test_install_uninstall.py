@@ -91,12 +91,56 @@ def test_only_answers_no_misconfiguration_gives_are_sure(daemonset, error, sure)
     (Verdict(True, "404"), 0.0, ASK_AGAIN),
     (Verdict(True, "403"), RECHECK_SECONDS - 0.1, ASK_AGAIN),
     (Verdict(True, "404"), RECHECK_SECONDS, DONE),
-    # keep, and no answer (asked again at the stop), end the asking at once
+    # keep ends the asking at once
     (Verdict(False, "there"), 0.0, DONE),
-    (Verdict(None, "unreachable"), 0.0, DONE),
+    # no answer (the API server busy with the uninstall's deletions) is asked again for
+    # a while: this installer's stop may be the one that was lost
+    (Verdict(None, "unreachable"), 0.0, ASK_AGAIN),
+    (Verdict(None, "unreachable"), RECHECK_SECONDS, DONE),
 ])
 def test_the_rule_after_the_start(verdict, elapsed, action):
     assert at_start(verdict, elapsed) == action
+
+
+SURE, KEEP, NONE = Verdict(True, "401", sure=True), Verdict(False, "there"), Verdict(None, "-")
+
+
+@pytest.mark.parametrize("answers, retired_at", [
+    ([SURE, SURE], 2),                  # said again a poll later: retired then
+    ([SURE, KEEP], None),               # a passing 401: the next answer keeps, done
+    ([SURE, NONE, SURE, SURE], 4),      # no answer between breaks the row
+    ([NONE, NONE, SURE, SURE], 4),      # no answer at first is asked again
+])
+def test_a_sure_uninstall_at_start_retires_once_the_next_try_says_it_again(
+        answers, retired_at):
+    """Installer.start_rule, one call a poll: a sure uninstall answer (401) retires the
+    node only when the next try says it again, so a passing 401 of an API server that
+    could not check the token does not retire a node that keeps netattach."""
+    import argparse
+
+    from netattach.install import loop
+    inst = object.__new__(loop.Installer)
+    inst.args = argparse.Namespace(uninstall_timeout=30.0)
+    inst._wait_log = loop._Every(60)
+    left = list(answers)
+    inst.check_uninstall_rule = lambda: left.pop(0)  # type: ignore[method-assign]
+    inst.ask_uninstalled = lambda budget: left.pop(0)  # type: ignore[method-assign]
+    inst.last_one_out = lambda fd: True  # type: ignore[method-assign]
+    retires: list[int] = []
+    inst.retire = lambda presence, deadline: retires.append(presence)  # type: ignore
+    rule = loop._StartRule()
+    for call in range(1, len(answers) + 1):
+        presence = os.open(os.devnull, os.O_RDONLY)
+        reason = inst.start_rule(rule, presence)
+        if reason is None:
+            os.close(presence)
+        if call == retired_at:
+            assert reason == "401" and retires == [presence]
+            break
+        assert reason is None and retires == []
+        if rule.done:
+            break
+    assert left == [] and rule.done == (retired_at is None)
 
 
 class Clock:

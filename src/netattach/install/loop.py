@@ -57,6 +57,7 @@ from .primary import (
 from .uninstall import (
     ASK_AGAIN,
     DONE,
+    RECHECK_SECONDS,
     Verdict,
     ask,
     at_start,
@@ -96,10 +97,12 @@ class Stop:
 
 @dataclasses.dataclass
 class _StartRule:
-    """The rule asked after the start (Installer.start_rule): when first answered, the
-    last answer, and whether it needs asking no more."""
+    """The rule asked after the start (Installer.start_rule): when first asked, the last
+    answer, how many tries in a row answered a sure uninstall, and whether it needs
+    asking no more."""
     first_at: float | None = None
     verdict: Verdict | None = None
+    sure_in_a_row: int = 0
     done: bool = False
 
 
@@ -479,26 +482,33 @@ class Installer:
         return verdict
 
     def start_rule(self, rule: _StartRule, presence: int) -> str | None:
-        """One step of the rule after the start (uninstall.at_start): the first try
-        (check_uninstall_rule), or a try again while an uninstall answer may be a
-        misconfiguration's. On a sure uninstall, retire the node now, once this
+        """One step of the rule after the start (uninstall.at_start), a try each poll until
+        it is done: the first (check_uninstall_rule), then again while an uninstall
+        answer may be a misconfiguration's, no answer came, or a sure uninstall waits for
+        its second try in a row or for the other installers of the node. On a sure
+        uninstall said twice in a row, the last time now, retire the node, once this
         installer is the last one on it (another one stopping keeps the files for us).
         Returns why the node was retired (or found retired by another), else None."""
         now = time.monotonic()
         if rule.first_at is None:
-            rule.first_at, rule.verdict = now, self.check_uninstall_rule()
-        elif rule.verdict is None or not rule.verdict.sure:
+            rule.first_at, verdict = now, self.check_uninstall_rule()
+        else:
             verdict = self.ask_uninstalled(min(self.args.uninstall_timeout, 5.0))
             if verdict.uninstall is not None and verdict != rule.verdict:
                 log.info("asked again: %s", verdict.reason)
-            if verdict.uninstall is not None:
-                rule.verdict = verdict
-        assert rule.verdict is not None
+        if verdict.uninstall is not None or rule.verdict is None:
+            rule.verdict = verdict
+        sure = bool(verdict.uninstall and verdict.sure)
+        rule.sure_in_a_row = rule.sure_in_a_row + 1 if sure else 0
         action = at_start(rule.verdict, now - rule.first_at)
         if action == DONE:
             rule.done = True
             return None
         if action == ASK_AGAIN:
+            return None
+        if rule.sure_in_a_row < 2:  # a sure answer not said again (yet)
+            if now - rule.first_at >= RECHECK_SECONDS:
+                rule.done = True  # no second answer for that long: its stop asks again
             return None
         if not self.last_one_out(presence):  # the conversion dropped our shared lock
             fcntl.flock(presence, fcntl.LOCK_SH)

@@ -29,9 +29,12 @@ kubelet sent while the installer process was starting is lost (the container's P
 ignores a signal it has no handler for yet), so an installer whose pod the uninstall
 deleted as it started never hears its stop. An answer that cannot come from a
 misconfiguration (401: the token this pod was just given is rejected; the DaemonSet
-being deleted) retires the node at once; 404 and 403 (also a wrong `--daemonset` or a
-missing Role) are asked again for `RECHECK_SECONDS`, within which an uninstall that
-deletes the DaemonSet or the RBAC first (helm) deletes the ServiceAccount too.
+being deleted) retires the node once the next try (a poll later) says it again, so a
+passing 401 of an API server that could not check the token is not taken for one; 404
+and 403 (also a wrong `--daemonset` or a missing Role) are asked again for
+`RECHECK_SECONDS`, within which an uninstall that deletes the DaemonSet or the RBAC
+first (helm) deletes the ServiceAccount too; so is no answer (the API server busy with
+the uninstall's own deletions), since this stop may be the one that never comes.
 
 Known misreadings (docs/install-lifecycle.md): a force-deleted installer pod
 (`--force --grace-period=0`) has its pod-bound token rejected at once, which reads as
@@ -159,12 +162,12 @@ def decide(ask_once: Callable[[float], Verdict], other_installer: Callable[[], b
 def at_start(verdict: Verdict, elapsed: float) -> str:
     """What an installer does with the rule's `verdict` asked after its start, `elapsed`
     seconds after the first such answer (module doc): RETIRE (a sure uninstall: its
-    stop may never come), ASK_AGAIN (an uninstall a misconfiguration could also answer,
-    within RECHECK_SECONDS) or DONE (keep; no answer, which its stop asks again; or
-    the time is up). Pure."""
+    stop may never come; the caller retires once a second try in a row says so),
+    ASK_AGAIN (an uninstall a misconfiguration could also answer, or no answer, within
+    RECHECK_SECONDS) or DONE (keep, or the time is up). Pure."""
     if verdict.uninstall and verdict.sure:
         return RETIRE
-    if verdict.uninstall and elapsed < RECHECK_SECONDS:
+    if verdict.uninstall is not False and elapsed < RECHECK_SECONDS:
         return ASK_AGAIN
     return DONE
 
