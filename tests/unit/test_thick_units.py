@@ -256,17 +256,23 @@ def test_an_event_waiting_for_its_retry_does_not_hold_the_network_status(monkeyp
     assert p.drain(30) and p.dropped == 1
 
 
+def held_send(what: str):
+    """A send of `what` that waits for `release` once it has set `entered`: (send,
+    entered, release)."""
+    entered, release = threading.Event(), threading.Event()
+
+    def run(kube: FakeKube) -> None:
+        entered.set()
+        release.wait(30)
+        kube.calls.append(what)
+    return run, entered, release
+
+
 def test_del_does_not_wait_for_an_event_being_sent():
     """An Event in flight changes nothing a DEL undoes: cancel returns while it is still
     being sent (the DEL does not pay its round trip); the writes queued after it go."""
     calls: list[str] = []
-    entered, release = threading.Event(), threading.Event()
-
-    def slow(kube: FakeKube) -> None:
-        entered.set()
-        release.wait(30)
-        kube.calls.append("event 1")
-
+    slow, entered, release = held_send("event 1")
     p = publisher([], calls)
     p.submit("c1", "event 1", slow, podapi.EVENTS)
     p.submit("c1", "event 2", send("event 2"), podapi.EVENTS)
@@ -283,13 +289,7 @@ def test_a_failed_adds_warning_queued_behind_its_events_is_sent_whatever_the_del
     drops the Events still queued, never the Warning (podapi.WARNINGS), which is what
     tells the pod's owner why."""
     calls: list[str] = []
-    entered, release = threading.Event(), threading.Event()
-
-    def slow(kube: FakeKube) -> None:
-        entered.set()
-        release.wait(30)
-        kube.calls.append("event eth0")
-
+    slow, entered, release = held_send("event eth0")
     p = publisher([], calls)
     p.submit("c1", "event eth0", slow, podapi.EVENTS)
     p.submit("c1", "event net1", send("event net1"), podapi.EVENTS)
