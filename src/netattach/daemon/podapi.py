@@ -17,10 +17,10 @@ Every live read is counted (`misses`, by kind) for the metrics.
 
 Writes (`Publisher`): the ADD's PATCH of network-status and its Events are queued per
 container and sent by a worker: each AddedInterface Event as soon as its attachment is up
-(add._added_interface), the PATCH once the runtime has its answer. A container has two
+(add._added_interface), the PATCH once the runtime has its answer. A container has three
 queues, each sent in order: its status writes (the network-status, a claim's status:
-STATUS) and its Events (EVENTS), so a failing Event waiting for its retry never holds
-the network-status back; its Warning Events have a third (WARNINGS). A failure
+STATUS), its Events (EVENTS) and its Warning Events (WARNINGS), so a failing Event
+waiting for its retry never holds the network-status back. A failure
 is retried (RETRY_PAUSES) and logged, never lost silently; an answer that says the pod
 is gone or was re-created (404, 422) ends it. Every DEL of a container (the runtime's,
 and GC's of a stale one: Orchestrator.drop_writes) first drops what it still has
