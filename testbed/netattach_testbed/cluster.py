@@ -311,11 +311,12 @@ def make_pki(pki: Path, service_cidr: str = SERVICE_CIDR) -> dict[str, Path]:
 
 # ---------------------------------------------------------------- processes
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick)."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on `host` that was free a moment ago (the kernel's pick); "0.0.0.0":
+    one that no socket of the machine holds on any address."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def _child_env() -> dict[str, str]:

@@ -963,10 +963,16 @@ def remove_stopped_sandboxes(node: RealNode, timeout: float = 120) -> None:
         time.sleep(0.5)
 
 
+def netattach_pods(node: RealNode) -> list[dict[str, Any]]:
+    """netattach's pods (its DaemonSet's), as the API lists them."""
+    return list(node.get("pods", "-n", NAMESPACE, "-l",
+                         "app.kubernetes.io/name=netattach")["items"])
+
+
 def wait_gone(node: RealNode, timeout: float = 120) -> None:
     """Until netattach's pods are gone from the node (their installers have exited)."""
     deadline = time.monotonic() + timeout
-    while node.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=netattach")["items"]:
+    while netattach_pods(node):
         if time.monotonic() > deadline:
             raise ClusterError("netattach's pods still there after its uninstall")
         time.sleep(0.5)

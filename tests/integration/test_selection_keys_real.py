@@ -37,6 +37,7 @@ from netattach.spec.selection import (
     SelectionError,
     parse_network_selection,
 )
+from netattach_testbed import cluster as cl
 from netattach_testbed import netns as tb
 from netattach_testbed.node import NODE_NET
 
@@ -350,15 +351,6 @@ def serve_once(ns: str, port: int, token: str) -> subprocess.Popen:
     return p
 
 
-def free_port() -> int:
-    """A TCP port no socket of this machine holds now: portmap's DNAT takes the host
-    port on every local address, so one in use (an API server of the node tests running
-    beside these) would have its connections sent to the pod."""
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return int(s.getsockname()[1])
-
-
 def fetch(host: str, port: int) -> str:
     with socket.create_connection((host, port), timeout=5) as s:
         return s.recv(100).decode()
@@ -372,7 +364,9 @@ def test_port_mappings_with_portmap(nat_restored, host_env, plugins, pod, backen
     for the host port appears, a connection to the host port reaches the pod, and the
     rule is gone after DEL. Debian's 1.1.1 knows only iptables (here iptables-nft);
     v1.9.1 picks iptables by itself when it is installed, nftables when asked."""
-    prefix, host_port = subnet(), free_port()
+    # a port no socket holds: portmap's DNAT takes it on every local address, so one in
+    # use (an API server of the node tests running beside these) would lose its clients
+    prefix, host_port = subnet(), cl.free_port("0.0.0.0")
     portmap = {"type": "portmap", "capabilities": {"portMappings": True}}
     if backend == "nftables":
         portmap["backend"] = "nftables"      # else v1.9.1 picks iptables, installed here

@@ -67,8 +67,7 @@ def _pull_policies(node: nd.RealNode) -> set[str]:
 
 def _netattach_pods(node: nd.RealNode) -> dict[str, str]:
     """netattach's pods: name -> uid."""
-    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in node.get(
-        "pods", "-n", nd.NAMESPACE, "-l", "app.kubernetes.io/name=netattach")["items"]}
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in nd.netattach_pods(node)}
 
 
 def _has_thick_rbac(node: nd.RealNode) -> bool:

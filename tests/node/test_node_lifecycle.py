@@ -184,12 +184,12 @@ def test_an_uninstall_while_an_installer_starts_leaves_no_files(real_node, node_
     gate.touch()
     try:
         nd.install(real_node, "thin", overlay)
-        [old] = _installer_pods(real_node)
+        [old] = nd.netattach_pods(real_node)
         gate.unlink()
         real_node.kubectl("-n", nd.NAMESPACE, "delete", "pod", old["metadata"]["name"],
                           "--wait=false")
         new = _wait_for(real_node, lambda: [
-            p for p in _installer_pods(real_node) if p["metadata"]["name"] !=
+            p for p in nd.netattach_pods(real_node) if p["metadata"]["name"] !=
             old["metadata"]["name"] and "running" in _state(p)])
         name = new["metadata"]["name"]
         container = new["status"]["containerStatuses"][0]["containerID"]
@@ -209,11 +209,6 @@ def test_an_uninstall_while_an_installer_starts_leaves_no_files(real_node, node_
         assert _snapshot(real_node) == before
     finally:
         gate.unlink(missing_ok=True)
-
-
-def _installer_pods(node: nd.RealNode) -> list[dict]:
-    return node.get("pods", "-n", nd.NAMESPACE, "-l",
-                    "app.kubernetes.io/name=netattach")["items"]
 
 
 def _state(pod: dict) -> dict:
