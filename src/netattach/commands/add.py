@@ -175,22 +175,22 @@ def _event(api: PodApi | None, pod: PodRef | None, type_: str, reason: str,
         log.warning("pod %s: cannot record event %s: %s", pod, reason, e)
 
 
-def _added_interface(api: PodApi | None, pod: PodRef | None, conf: NetConf, att: Attachment,
-                     result: dict[str, Any]) -> None:
-    """Queue the `AddedInterface` Event of `att`'s interface (the node daemon's seam,
-    api.writes_after_answer), its IPs as its network-status entry gives them
-    (status.added_interface_message), right after its ADD, so that it is sent while the
-    next attachments run, as Multus records it after each delegate: queued after the
-    last, the Events of an ADD met the kubelet starting the pod's containers and delayed
-    the pod's Ready by about 30 ms on the real node (docs/bench-node.md, 2026-11-29
-    14:51-16:05). A later failure of the ADD rolls the interface back and records
-    ErrorAddingNetwork (a Warning, which the runtime's DEL does not drop: podapi
-    WARNINGS). Not called once the ADD is abandoned: the runtime's DEL may have begun,
-    and dropped the queued Events, and the interface is rolled back. Thin mode's POSTs
-    stay after the PATCH: a POST the ADD waits for must not come between a child and the
-    saving of its result."""
-    entry = status.status_entry(att.network, result, ifname=att.ifname, default=att.default,
-                                cidr=conf.network_status_cidr)
+def _added_interface(api: PodApi | None, pod: PodRef | None, att: Attachment,
+                     entry: status.NetworkStatusEntry) -> None:
+    """Record the `AddedInterface` Event of `att`'s interface, its IPs as its
+    network-status `entry` gives them (status.added_interface_message).
+
+    The node daemon (its seam queues it: api.writes_after_answer) records it right after
+    the attachment's ADD (`_attach_all`), so that it is sent while the next attachments
+    run, as Multus records it after each delegate: queued after the last, the Events of
+    an ADD met the kubelet starting the pod's containers and delayed the pod's Ready by
+    about 30 ms on the real node (docs/bench-node.md, 2026-11-29 14:51-16:05). A later
+    failure of the ADD rolls the interface back and records ErrorAddingNetwork (a
+    Warning, which the runtime's DEL does not drop: podapi WARNINGS); none is recorded
+    once the ADD is abandoned (the runtime's DEL may have begun, and dropped the queued
+    Events, and the interface is rolled back). Thin mode records them after the PATCH,
+    each a POST the ADD waits for, which must not come between a child and the saving
+    of its result."""
     _event(api, pod, "Normal", "AddedInterface",
            status.added_interface_message(att.ifname, entry, att.network))
 
@@ -266,8 +266,7 @@ def _add_locked(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
         if not writes_after_answer(api):  # thin mode: each a POST the ADD waits for, after
             # every result is saved and the PATCH sent (the node daemon's: _attach_all)
             for att, entry in zip([a for a in plan.attachments if not a.auxiliary], entries):
-                _event(api, pod, "Normal", "AddedInterface",
-                       status.added_interface_message(att.ifname, entry, att.network))
+                _added_interface(api, pod, att, entry)
     return out
 
 
@@ -360,7 +359,9 @@ def _attach_all(orch: Orchestrator, req: CniRequest, conf: NetConf, pod: PodRef 
             log.info("%s: attached network %s as %s", where(pod), att.network, att.ifname)
             if not att.auxiliary and api is not None and writes_after_answer(api) \
                     and not orch.abandoned():  # else the DEL may have begun: rolled back
-                _added_interface(api, pod, conf, att, result)  # queued, never waited for
+                _added_interface(api, pod, att, status.status_entry(  # queued, not waited for
+                    att.network, result, ifname=att.ifname, default=att.default,
+                    cidr=conf.network_status_cidr))
     _abandon_step(orch, pod, state, "after its last attachment, before its answer")
     if plan.attachments:
         try:
