@@ -83,7 +83,7 @@ def test_only_answers_no_misconfiguration_gives_are_sure(daemonset, error, sure)
 
 
 @pytest.mark.parametrize("verdict, elapsed, action", [
-    # a sure uninstall retires at once: the installer's stop signal may be lost
+    # a sure uninstall said twice in a row retires: the installer's stop may be lost
     (Verdict(True, "401", sure=True), 0.0, RETIRE),
     (Verdict(True, "being deleted", sure=True), RECHECK_SECONDS + 1, RETIRE),
     # an uninstall a misconfiguration also answers never retires on start: asked
@@ -99,7 +99,14 @@ def test_only_answers_no_misconfiguration_gives_are_sure(daemonset, error, sure)
     (Verdict(None, "unreachable"), RECHECK_SECONDS, DONE),
 ])
 def test_the_rule_after_the_start(verdict, elapsed, action):
-    assert at_start(verdict, elapsed) == action
+    assert at_start(verdict, elapsed, sure_in_a_row=2 if verdict.sure else 0) == action
+
+
+@pytest.mark.parametrize("elapsed, action", [(0.0, ASK_AGAIN), (RECHECK_SECONDS, DONE)])
+def test_a_sure_uninstall_said_once_at_start_is_asked_again(elapsed, action):
+    """Said once, a sure uninstall (a passing 401?) is asked again for a while, then the
+    asking ends: its stop asks again."""
+    assert at_start(Verdict(True, "401", sure=True), elapsed, sure_in_a_row=1) == action
 
 
 SURE, KEEP, NONE = Verdict(True, "401", sure=True), Verdict(False, "there"), Verdict(None, "-")

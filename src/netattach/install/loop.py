@@ -57,7 +57,6 @@ from .primary import (
 from .uninstall import (
     ASK_AGAIN,
     DONE,
-    RECHECK_SECONDS,
     Verdict,
     ask,
     at_start,
@@ -500,15 +499,11 @@ class Installer:
             rule.verdict = verdict
         sure = bool(verdict.uninstall and verdict.sure)
         rule.sure_in_a_row = rule.sure_in_a_row + 1 if sure else 0
-        action = at_start(rule.verdict, now - rule.first_at)
+        action = at_start(rule.verdict, now - rule.first_at, rule.sure_in_a_row)
         if action == DONE:
             rule.done = True
             return None
         if action == ASK_AGAIN:
-            return None
-        if rule.sure_in_a_row < 2:  # a sure answer not said again (yet)
-            if now - rule.first_at >= RECHECK_SECONDS:
-                rule.done = True  # no second answer for that long: its stop asks again
             return None
         if not self.last_one_out(presence):  # the conversion dropped our shared lock
             fcntl.flock(presence, fcntl.LOCK_SH)

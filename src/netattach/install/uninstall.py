@@ -159,13 +159,14 @@ def decide(ask_once: Callable[[float], Verdict], other_installer: Callable[[], b
         sleep(pause)
 
 
-def at_start(verdict: Verdict, elapsed: float) -> str:
-    """What an installer does with the rule's `verdict` asked after its start, `elapsed`
-    seconds after the first such answer (module doc): RETIRE (a sure uninstall: its
-    stop may never come; the caller retires once a second try in a row says so),
-    ASK_AGAIN (an uninstall a misconfiguration could also answer, or no answer, within
-    RECHECK_SECONDS) or DONE (keep, or the time is up). Pure."""
-    if verdict.uninstall and verdict.sure:
+def at_start(verdict: Verdict, elapsed: float, sure_in_a_row: int) -> str:
+    """What an installer does with the rule's last `verdict` asked after its start,
+    `elapsed` seconds after the first try, `sure_in_a_row` tries in a row having
+    answered a sure uninstall (module doc): RETIRE (a sure uninstall said twice in a
+    row: its stop may never come), ASK_AGAIN (a sure uninstall said once, an uninstall
+    a misconfiguration could also answer, or no answer, within RECHECK_SECONDS) or DONE
+    (keep, or the time is up). Pure."""
+    if verdict.uninstall and verdict.sure and sure_in_a_row >= 2:
         return RETIRE
     if verdict.uninstall is not False and elapsed < RECHECK_SECONDS:
         return ASK_AGAIN
